@@ -1,0 +1,106 @@
+"""Run a callback when a module finishes importing, or at once if it already has.
+
+This lets the plugin bind a framework to the worker's memory resource exactly when user code
+first imports it (before it can allocate anything), without importing every framework during
+setup: importing PyTorch alone takes longer than the rest of the setup together.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+
+Callback = Callable[[ModuleType], None]
+
+_lock = threading.RLock()
+_pending: dict[str, list[Callback]] = {}
+
+
+def when_imported(name: str, callback: Callback) -> None:
+    """Call ``callback(module)`` once ``name`` is imported: now, if it is already."""
+    with _lock:
+        module = sys.modules.get(name)
+        if module is None or _is_initializing(module):
+            _pending.setdefault(name, []).append(callback)
+            _install_finder()
+            return
+    callback(module)
+
+
+def cancel(name: str, callback: Callback) -> None:
+    """Forget a callback that has not run yet."""
+    with _lock:
+        callbacks = _pending.get(name, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            _pending.pop(name, None)
+
+
+def pending(name: str) -> bool:
+    with _lock:
+        return bool(_pending.get(name))
+
+
+def _is_initializing(module: ModuleType) -> bool:
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _fire(name: str, module: ModuleType) -> None:
+    with _lock:
+        callbacks = _pending.pop(name, [])
+    for callback in callbacks:
+        callback(module)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the real loader of a watched module to fire callbacks."""
+
+    def find_spec(self, fullname, path, target=None):
+        with _lock:
+            if fullname not in _pending:
+                return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _FiringLoader(spec.loader, fullname)
+        return spec
+
+
+class _FiringLoader(importlib.abc.Loader):
+    def __init__(self, loader, name: str):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        # Put the real loader back first, so the module looks as if we were never there.
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _fire(self._name, module)
+
+    def __getattr__(self, attr):
+        return getattr(self._loader, attr)
+
+
+_finder = _PostImportFinder()
+
+
+def _install_finder() -> None:
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)

@@ -1,0 +1,52 @@
+"""CuPy: allocate through the worker's resource with ``cupy.cuda.set_allocator``.
+
+CuPy's own default pool would otherwise keep freed memory to itself; after binding, CuPy
+allocations are RMM buffers (with their own statistics adaptor, so the report can show them).
+"""
+
+from __future__ import annotations
+
+from dask.utils import format_bytes
+
+from . import BOUND, Binding
+
+_previous = None
+
+
+def bind(cupy, resource, stack) -> Binding:
+    global _previous
+    if _previous is None:
+        _previous = cupy.cuda.get_allocator()
+    cupy.cuda.set_allocator(make_allocator(cupy, resource))
+    detail = "allocates from the worker's RMM resource"
+    held = cupy.get_default_memory_pool().total_bytes()
+    if held:
+        detail += f"; CuPy's own pool still holds {format_bytes(held)} from before the plugin"
+    return Binding("cupy", BOUND, detail)
+
+
+def make_allocator(cupy, resource):
+    """A CuPy allocator drawing RMM buffers from ``resource`` on CuPy's current stream."""
+    from rmm.pylibrmm.device_buffer import DeviceBuffer
+    from rmm.pylibrmm.stream import Stream
+
+    get_stream = cupy.cuda.get_current_stream
+    get_device = cupy.cuda.runtime.getDevice
+    unowned = cupy.cuda.UnownedMemory
+    pointer = cupy.cuda.MemoryPointer
+
+    def allocate(nbytes: int):
+        buffer = DeviceBuffer(size=nbytes, stream=Stream(obj=get_stream()), mr=resource)
+        return pointer(unowned(buffer.ptr, buffer.size, buffer, get_device()), 0)
+
+    return allocate
+
+
+def unbind() -> None:
+    global _previous
+    if _previous is None:
+        return
+    import cupy
+
+    cupy.cuda.set_allocator(_previous)
+    _previous = None

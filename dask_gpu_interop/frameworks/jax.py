@@ -1,0 +1,61 @@
+"""JAX: it has no external allocator, so keep it from preallocating and cap it.
+
+JAX reads these variables when its GPU backend starts (on first use, not on import): set
+before that, they stop its default 75% preallocation and cap its share of the device.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import OUTSIDE, Binding
+
+BIND_ON_IMPORT = False
+_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
+_saved: dict | None = None
+
+
+def backend_started() -> bool:
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+    except ImportError:
+        return False
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def bind(module, resource, stack) -> Binding:
+    global _saved
+    fraction = stack.config.jax_memory_fraction
+    if backend_started():
+        return Binding(
+            "jax",
+            OUTSIDE,
+            "JAX started its GPU backend before the plugin ran: its preallocation stands; "
+            "start workers with --preload dask_gpu_interop.preload to cap it",
+        )
+    if _saved is None:
+        _saved = {name: os.environ.get(name) for name in _VARIABLES}
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    cap = "no cap"
+    if fraction is not None:
+        os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
+        os.environ["XLA_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
+        cap = f"capped at {fraction:.0%} of the device"
+    return Binding(
+        "jax", OUTSIDE, f"JAX cannot allocate through RMM: no preallocation, {cap}"
+    )
+
+
+def unbind() -> None:
+    global _saved
+    if _saved is None:
+        return
+    for name, value in _saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _saved = None

@@ -1,0 +1,8 @@
+"""One RMM memory resource per worker, shared by the GPU frameworks."""
+
+from .config import MemoryConfig
+from .errors import GPUMemorySetupError
+from .plugin import GPUMemoryPlugin
+from .report import MemoryReport, memory_report
+
+__all__ = ["GPUMemoryPlugin", "GPUMemorySetupError", "MemoryConfig", "MemoryReport", "memory_report"]

@@ -1,0 +1,136 @@
+"""GPUMemoryPlugin: one RMM memory resource per worker, shared by every GPU framework."""
+
+from __future__ import annotations
+
+import logging
+
+from distributed import WorkerPlugin
+
+from .. import device
+from . import conflicts, state
+from .config import UNSET, MemoryConfig, _check_bool
+from .errors import GPUMemorySetupError
+
+logger = logging.getLogger("distributed.worker.gpu_interop")
+
+
+class GPUMemoryPlugin(WorkerPlugin):
+    """Set up one RMM memory resource on every worker and make the GPU frameworks use it.
+
+    >>> client.register_plugin(GPUMemoryPlugin(pool_size="0.8", maximum_pool_size="0.95"))
+    >>> client.register_plugin(GPUMemoryPlugin(managed=True))
+    >>> client.register_plugin(GPUMemoryPlugin(async_alloc=True, release_threshold="10GB"))
+
+    Resource, by options (sizes: bytes, "8GB"/"512MiB", or a fraction of the device, "0.8"):
+
+    ======================================  =================================================
+    (default)                               RMM pool on device memory; initial size: half of
+                                            the free memory, grows up to the device
+    ``pool_size=S, maximum_pool_size=M``    RMM pool on device memory, from S up to M
+    ``managed=True``                        managed memory (may oversubscribe), no pool
+    ``managed=True, pool_size=S``           RMM pool on managed memory
+    ``async_alloc=True``                    CUDA's async pool (the device's default pool, so
+                                            XGBoost can share it); ``release_threshold``
+    ======================================  =================================================
+
+    ``frameworks``: which of cupy, numba, torch, xgboost, jax, cudf to bind (default: every
+    installed one). Each binds when first imported on the worker; ``memory_report(client)``
+    says which allocate from the resource, which share its pool, and which stay outside.
+    ``statistics``: RMM statistics adaptors, for current/peak bytes per worker and framework.
+    ``spill``: cuDF's spilling. ``log_directory``: RMM allocation logs, one CSV per worker.
+    ``jax_memory_fraction``: JAX's cap (it cannot allocate through RMM).
+    Options left out come from dask config ``gpu-interop.memory.*``.
+
+    Invalid options raise here, on the client. On a worker, setup refuses (and the error
+    reaches ``register_plugin``) when a size does not fit the device, an asked-for framework is
+    missing, or memory is already owned by someone else: dask-cuda's ``rmm_*`` options,
+    distributed-ucxx's ``rmm.pool-size``, another configuration with live buffers, or PyTorch
+    already on its own allocator. ``force=True`` replaces the other owner anyway.
+    Registering the same configuration twice is a no-op; workers without a GPU are left alone.
+    """
+
+    idempotent = True
+
+    def __init__(
+        self,
+        *,
+        pool_size=UNSET,
+        maximum_pool_size=UNSET,
+        managed=UNSET,
+        async_alloc=UNSET,
+        release_threshold=UNSET,
+        frameworks=UNSET,
+        statistics=UNSET,
+        spill=UNSET,
+        log_directory=UNSET,
+        jax_memory_fraction=UNSET,
+        force: bool = False,
+    ):
+        self.config = MemoryConfig.from_options(
+            pool_size=pool_size,
+            maximum_pool_size=maximum_pool_size,
+            managed=managed,
+            async_alloc=async_alloc,
+            release_threshold=release_threshold,
+            frameworks=frameworks,
+            statistics=statistics,
+            spill=spill,
+            log_directory=log_directory,
+            jax_memory_fraction=jax_memory_fraction,
+        )
+        _check_bool(force, "force")
+        self.force = force
+        setting = conflicts.ucxx_pool_size()
+        if setting and not force:
+            raise ValueError(conflicts.ucxx_message(setting))
+        # Equal configurations share a name, so registering one twice is a no-op.
+        self.name = f"gpu-interop-memory-{self.config.digest()}"
+
+    def __repr__(self) -> str:
+        defaults = MemoryConfig().options()
+        given = {k: v for k, v in self.config.options().items() if v != defaults[k]}
+        extra = ", force=True" if self.force else ""
+        return f"GPUMemoryPlugin({', '.join(f'{k}={v!r}' for k, v in given.items())}{extra})"
+
+    def install(self, worker) -> state.WorkerMemory | None:
+        """Set up this worker's memory (None when it has no GPU). Raises GPUMemorySetupError."""
+        label = str(getattr(worker, "address", None) or getattr(worker, "name", "worker"))
+        if device.gpu_count() == 0:
+            state.log_no_gpu(label)
+            return None
+        try:
+            import rmm  # noqa: F401
+        except ImportError as err:
+            raise GPUMemorySetupError(
+                f"{label} sees a GPU but RMM is not installed ({err}). Install the GPU stack on "
+                "every worker: pip install 'dask-gpu-interop[cuda13]' (or [cuda12])."
+            ) from None
+        return state.install(
+            self.config, self.name, worker=worker, label=label, force=self.force
+        )
+
+    async def setup(self, worker) -> None:
+        try:
+            self.install(worker)
+        except Exception:
+            await self._forget_failed_registration(worker)
+            raise
+
+    def teardown(self, worker) -> None:
+        state.uninstall(self.name)
+
+    async def _forget_failed_registration(self, worker) -> None:
+        """Take a failed registration back from the scheduler, so that it can be retried.
+
+        The plugin is idempotent: without this, registering the same configuration again after
+        fixing the cause would be skipped silently. Only while the worker is running (a
+        registration from a client); a worker failing at start stops instead.
+        """
+        from distributed.core import Status
+
+        if getattr(worker, "status", None) != Status.running:
+            return
+        try:
+            await worker.scheduler.unregister_worker_plugin(name=self.name)
+        except Exception as err:  # already taken back by another worker's failure
+            logger.debug("GPUMemoryPlugin: unregistering %s after a failure: %s", self.name, err)

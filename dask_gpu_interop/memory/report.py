@@ -1,0 +1,157 @@
+"""What each worker's GPU memory is doing: resource, pool, current/peak bytes, per framework."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from dask.utils import format_bytes
+
+from .. import device
+from . import state
+
+COUNTS = ("current_bytes", "peak_bytes", "current_count", "peak_count", "total_bytes", "total_count")
+REMAINDER = "rmm"  # bytes through RMM's current resource not claimed by a framework adaptor
+
+
+def _counts(adaptor) -> dict:
+    stats = adaptor.allocation_counts
+    if dataclasses.is_dataclass(stats):
+        stats = dataclasses.asdict(stats)
+    return {key: int(stats[key]) for key in COUNTS if key in stats}
+
+
+def worker_snapshot(dask_worker=None) -> dict:
+    """This worker's memory state as plain data (run on workers by ``memory_report``)."""
+    out = {
+        "worker": getattr(dask_worker, "address", None),
+        "name": str(getattr(dask_worker, "name", "")),
+        "pid": os.getpid(),
+    }
+    current = state.active()
+    if current is None:
+        out["status"] = "no-gpu" if device.gpu_count() == 0 else "no-plugin"
+        return out
+    st = current.stack
+    free, total = device.memory_info()
+    out.update(
+        status="active" if current.owner else "released (buffers still live)",
+        plugin=current.owner,
+        mode=current.mode,
+        resource=st.description(),
+        device={**current.device.as_dict(), "free": free, "total": total},
+        pool_size=int(st.pool.pool_size()) if st.pool is not None else current.plan.initial,
+        maximum_pool_size=current.plan.maximum,
+        setup_seconds=round(current.setup_seconds, 4),
+        notes=list(current.notes),
+        options=current.config.options(),
+    )
+    if st.total is not None:
+        out.update(_counts(st.total))
+    frameworks = {}
+    claimed = 0
+    for name, binding in current.bindings.items():
+        entry = binding.as_dict()
+        adaptor = st.per_framework.get(name)
+        if adaptor is not None:
+            numbers = _counts(adaptor)
+            entry.update(numbers)
+            claimed += numbers.get("current_bytes", 0)
+        frameworks[name] = entry
+    if st.total is not None:
+        frameworks[REMAINDER] = {
+            "state": "bound",
+            "detail": "through RMM's current resource: cuDF, PyTorch, UCX receive buffers",
+            "current_bytes": out.get("current_bytes", 0) - claimed,
+        }
+    out["frameworks"] = frameworks
+    if st.async_pool_handle is not None:
+        from .stack import async_pool_numbers
+
+        out["cuda_pool"] = async_pool_numbers(st.async_pool_handle)
+    return out
+
+
+class MemoryReport(dict):
+    """``{worker address: snapshot}``, printed as a table."""
+
+    def __str__(self) -> str:
+        lines = []
+        for address in sorted(self):
+            lines.extend(_worker_lines(address, self[address]))
+        return "\n".join(lines) if lines else "(no workers)"
+
+    def _repr_pretty_(self, printer, cycle):  # IPython
+        printer.text(str(self))
+
+    def to_frame(self):
+        """One row per worker (pandas), with current/peak bytes and per-framework bytes."""
+        import pandas as pd
+
+        rows = []
+        for address, snap in self.items():
+            row = {k: snap.get(k) for k in ("name", "status", "mode", "pool_size", *COUNTS)}
+            row["worker"] = address
+            row["device"] = (snap.get("device") or {}).get("name")
+            for name, entry in (snap.get("frameworks") or {}).items():
+                row[f"{name}_state"] = entry.get("state")
+                row[f"{name}_current_bytes"] = entry.get("current_bytes")
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("worker") if rows else pd.DataFrame()
+
+
+def _b(n) -> str:
+    return "-" if n is None else format_bytes(n)
+
+
+def _worker_lines(address: str, snap: dict) -> list[str]:
+    status = snap.get("status")
+    if status in ("no-gpu", "no-plugin"):
+        why = {
+            "no-gpu": "no GPU: the plugin does nothing here",
+            "no-plugin": "GPU present, GPUMemoryPlugin not set up",
+        }[status]
+        return [f"{address}  {why}"]
+    dev = snap.get("device") or {}
+    head = (
+        f"{address}  {dev.get('name', '?')} ({_b(dev.get('total'))}, {_b(dev.get('free'))} free)"
+        f"  {snap.get('mode')}: {snap.get('resource')}"
+    )
+    lines = [head]
+    pool = f"pool {_b(snap.get('pool_size'))}"
+    if snap.get("maximum_pool_size"):
+        pool += f" (max {_b(snap['maximum_pool_size'])})"
+    if "current_bytes" in snap:
+        pool += (
+            f"  current {_b(snap['current_bytes'])} in {snap.get('current_count', 0)} buffers"
+            f"  peak {_b(snap.get('peak_bytes'))}"
+        )
+    else:
+        pool += "  (statistics off)"
+    pool += f"  setup {snap.get('setup_seconds', 0):.2f} s"
+    if snap.get("status") != "active":
+        pool += f"  [{snap.get('status')}]"
+    lines.append("    " + pool)
+    if snap.get("cuda_pool"):
+        cp = snap["cuda_pool"]
+        lines.append(
+            f"    CUDA pool: reserved {_b(cp.get('reserved_bytes'))}, used {_b(cp.get('used_bytes'))}"
+            f", high {_b(cp.get('used_high_bytes'))} (RMM and XGBoost together)"
+        )
+    for name, entry in (snap.get("frameworks") or {}).items():
+        numbers = ""
+        if "current_bytes" in entry:
+            numbers = f"current {_b(entry['current_bytes'])}"
+            if "peak_bytes" in entry:
+                numbers += f", peak {_b(entry['peak_bytes'])}"
+            numbers += "  "
+        lines.append(f"    {name:<8} {entry.get('state', ''):<8} {numbers}{entry.get('detail', '')}")
+    for note in snap.get("notes") or ():
+        lines.append(f"    note: {note}")
+    return lines
+
+
+def memory_report(client, workers=None) -> MemoryReport:
+    """The memory state of every worker (or of ``workers``) of ``client``'s cluster."""
+    results = client.run(worker_snapshot, workers=workers)
+    return MemoryReport(results)

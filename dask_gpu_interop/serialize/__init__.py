@@ -1,0 +1,1 @@
+"""Serializers for what distributed cannot send itself (CUDA torch tensors first)."""

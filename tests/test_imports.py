@@ -1,0 +1,115 @@
+"""The package imports no GPU library; framework hooks fire exactly when a module is imported."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dask_gpu_interop import _imports
+
+GPU_LIBRARIES = ("torch", "cupy", "numba", "rmm", "cudf", "xgboost", "jax", "pynvml", "cuda")
+
+
+def run(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_importing_the_package_imports_no_gpu_library():
+    loaded = run(
+        f"""
+        import sys, dask_gpu_interop, dask_gpu_interop.preload, dask_gpu_interop.cli
+        import dask_gpu_interop.cluster, dask_gpu_interop.demo
+        print(sorted({{m.split('.')[0] for m in sys.modules}} & set({GPU_LIBRARIES!r})))
+        """
+    )
+    assert loaded == "[]"
+
+
+def write_module(tmp_path, name, body="VALUE = 41\n"):
+    (tmp_path / f"{name}.py").write_text(body)
+    sys.path.insert(0, str(tmp_path))
+
+
+def test_hook_fires_once_after_the_module_ran(tmp_path, monkeypatch):
+    write_module(tmp_path, "hooked_mod_a", "VALUE = 41\n")
+    seen = []
+    _imports.when_imported("hooked_mod_a", lambda m: seen.append(m.VALUE))
+    assert seen == [] and _imports.pending("hooked_mod_a")
+    import hooked_mod_a
+
+    assert seen == [41]
+    # the real loader is back: the module looks as if no hook had been there
+    assert type(hooked_mod_a.__loader__).__name__ == "SourceFileLoader"
+    assert hooked_mod_a.__spec__.loader is hooked_mod_a.__loader__
+    import importlib
+
+    importlib.reload(hooked_mod_a)
+    assert seen == [41]
+    assert not _imports.pending("hooked_mod_a")
+
+
+def test_already_imported_module_fires_at_once():
+    seen = []
+    _imports.when_imported("json", lambda m: seen.append(m.__name__))
+    assert seen == ["json"]
+
+
+def test_cancelled_hook_does_not_fire(tmp_path):
+    write_module(tmp_path, "hooked_mod_b")
+    seen = []
+
+    def callback(module):
+        seen.append(module)
+
+    _imports.when_imported("hooked_mod_b", callback)
+    _imports.cancel("hooked_mod_b", callback)
+    import hooked_mod_b  # noqa: F401
+
+    assert seen == []
+
+
+def test_submodule_hook(tmp_path):
+    package = tmp_path / "hooked_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "sub.py").write_text("X = 'sub'\n")
+    sys.path.insert(0, str(tmp_path))
+    seen = []
+    _imports.when_imported("hooked_pkg.sub", lambda m: seen.append(m.X))
+    import hooked_pkg  # noqa: F401
+
+    assert seen == []
+    import hooked_pkg.sub  # noqa: F401
+
+    assert seen == ["sub"]
+
+
+def test_a_failing_import_does_not_fire(tmp_path):
+    write_module(tmp_path, "hooked_mod_c", "raise RuntimeError('broken module')\n")
+    seen = []
+    _imports.when_imported("hooked_mod_c", seen.append)
+    with pytest.raises(RuntimeError, match="broken module"):
+        import hooked_mod_c  # noqa: F401
+    assert seen == []
+
+
+@pytest.mark.skipif(
+    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
+    reason="torch not installed",
+)
+def test_a_real_framework_imports_and_works_under_the_hook():
+    out = run(
+        """
+        from dask_gpu_interop import _imports
+        seen = []
+        _imports.when_imported("torch", lambda m: seen.append(m.__version__))
+        import torch
+        print(len(seen), torch.ones(3).sum().item(), seen[0] == torch.__version__)
+        """
+    )
+    assert out == "1 3.0 True"

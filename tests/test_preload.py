@@ -1,0 +1,113 @@
+"""The worker preload, with real ``dask worker`` processes: its options, dask-cuda's flag, and
+bad options stopping the worker with a clear message."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+from distributed import Client
+
+from dask_gpu_interop import GPUMemoryPlugin
+from dask_gpu_interop.preload import argv_for, dask_setup
+
+DASK = [sys.executable, "-m", "dask"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    port = free_port()
+    proc = subprocess.Popen(
+        [*DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    address = f"tcp://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.3)
+    yield address
+    proc.terminate()
+    proc.wait(30)
+
+
+def start_worker(scheduler, *argv, nanny=True):
+    args = [*DASK, "worker", scheduler, "--no-dashboard", "--nthreads", "1"]
+    if not nanny:
+        args.append("--no-nanny")
+    return subprocess.Popen(
+        [*args, "--preload", "dask_gpu_interop.preload", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_worker_starts_with_options_and_dask_cudas_flag(scheduler):
+    worker = start_worker(
+        scheduler, "--gpu-pool-size", "0.8", "--gpu-managed", "--gpu-frameworks", "cupy,torch",
+        "--create-cuda-context",
+    )
+    try:
+        with Client(scheduler, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            names = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+            expected = GPUMemoryPlugin(pool_size="0.8", managed=True, frameworks=["cupy", "torch"])
+            assert [expected.name in n for n in names.values()] == [True]
+            # the client registering the same configuration is then a no-op on that worker
+            client.register_plugin(expected)
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=60)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--gpu-pool-size", "-5"], "--gpu-pool-size '-5': a size must be more than zero"),
+        (["--gpu-managed", "--gpu-async"], "cannot be combined"),
+        (["--gpu-frameworks", "tensorflow"], "unknown framework 'tensorflow'"),
+        (["--gpu-release-threshold", "1GB"], "async_alloc=True"),
+        (["--gpu-pool-szie", "5"], "No such option '--gpu-pool-szie'"),
+    ],
+)
+def test_bad_option_stops_the_worker_with_the_reason(scheduler, argv, words):
+    worker = start_worker(scheduler, *argv)
+    out, _ = worker.communicate(timeout=90)
+    assert worker.returncode != 0
+    assert words in out
+
+
+def test_argv_round_trip_gives_the_same_configuration():
+    plugin = GPUMemoryPlugin(
+        pool_size="0.5", maximum_pool_size="64GB", managed=True, frameworks=["cupy"],
+        statistics=False, spill=True, log_directory="/tmp/rmm-logs", jax_memory_fraction=0.3,
+    )
+    argv = argv_for(plugin.config)
+    ctx = dask_setup.make_context("dask_setup", argv, allow_extra_args=False)
+    p = ctx.params
+    again = GPUMemoryPlugin(
+        pool_size=p["gpu_pool_size"], maximum_pool_size=p["gpu_maximum_pool_size"],
+        managed=p["gpu_managed"], async_alloc=p["gpu_async"], frameworks=p["gpu_frameworks"], statistics=p["gpu_statistics"],
+        spill=p["gpu_spill"], log_directory=p["gpu_log_directory"],
+        jax_memory_fraction=p["gpu_jax_memory_fraction"],
+    )
+    assert again.name == plugin.name
+
+
+def test_help_lists_the_options():
+    result = CliRunner().invoke(dask_setup, ["--help"])
+    assert result.exit_code == 0
+    for flag in ("--gpu-pool-size", "--gpu-managed", "--gpu-async", "--create-cuda-context"):
+        assert flag in result.output

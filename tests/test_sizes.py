@@ -1,0 +1,84 @@
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dask_gpu_interop.memory.sizes import ALIGNMENT, Size, parse_size
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (1 << 30, Size(1 << 30, False)),
+        ("8GB", Size(8_000_000_000, False)),
+        ("512MiB", Size(512 << 20, False)),
+        ("512 MiB", Size(512 << 20, False)),
+        (" 2 GiB ", Size(2 << 30, False)),
+        ("1073741824", Size(1 << 30, False)),
+        ("0.8", Size(0.8, True)),
+        (0.8, Size(0.8, True)),
+        ("1", Size(1.0, True)),
+        (1.0, Size(1.0, True)),
+        (None, None),
+    ],
+)
+def test_accepted_forms(value, expected):
+    assert parse_size(value, "pool_size") == expected
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("lots", "is not a size"),
+        ("8 potatoes", "is not a size"),
+        (-5, "more than zero"),
+        ("-5GB", "more than zero"),
+        ("-0.5", "more than zero"),
+        (-0.5, "more than zero"),
+        (0, "more than zero"),
+        ("0", "more than zero"),
+        (0.0, "more than zero"),
+        (1.5, "(0, 1]"),
+        ("1.5", "must be whole"),
+        ("nan", "(0, 1]"),
+        (float("inf"), "(0, 1]"),
+    ],
+)
+def test_rejected_values_name_the_option_and_the_fix(value, words):
+    with pytest.raises(ValueError) as info:
+        parse_size(value, "maximum_pool_size")
+    message = str(info.value)
+    assert message.startswith("maximum_pool_size=")
+    assert words in message
+
+
+@pytest.mark.parametrize("value", [True, [1], {"a": 1}, b"8GB", object()])
+def test_wrong_types(value):
+    with pytest.raises(TypeError, match="pool_size="):
+        parse_size(value, "pool_size")
+
+
+def test_zero_allowed_where_it_means_something():
+    assert parse_size(0, "release_threshold", allow_zero=True) == Size(0, False)
+    assert parse_size("0", "release_threshold", allow_zero=True) == Size(0.0, True)
+
+
+@given(st.integers(min_value=1, max_value=1 << 50))
+def test_any_positive_int_is_bytes(n):
+    size = parse_size(n, "pool_size")
+    assert not size.is_fraction
+    resolved = size.resolve(device_total=1 << 40)
+    assert resolved % ALIGNMENT == 0 and n - ALIGNMENT < resolved <= n
+
+
+@given(
+    st.floats(min_value=1e-6, max_value=1.0, allow_nan=False),
+    st.integers(min_value=1 << 20, max_value=1 << 38),
+)
+def test_fractions_resolve_to_aligned_share_of_the_device(fraction, total):
+    size = parse_size(fraction, "pool_size")
+    got = size.resolve(total)
+    assert got % ALIGNMENT == 0
+    assert got <= fraction * total < got + ALIGNMENT + 1
+    assert math.isclose(parse_size(str(fraction), "pool_size").value, fraction)
