@@ -58,7 +58,10 @@ def current_device() -> DeviceInfo:
     free, total = _check(runtime.cudaMemGetInfo(), "cudaMemGetInfo")
     props = _check(runtime.cudaGetDeviceProperties(index), "cudaGetDeviceProperties")
     name = props.name.decode(errors="replace") if isinstance(props.name, bytes) else str(props.name)
-    uuid = bytes(props.uuid.bytes).hex() if hasattr(props, "uuid") else ""
+    try:
+        uuid = bytes(props.uuid.bytes).hex()
+    except (AttributeError, TypeError):
+        uuid = ""
     return DeviceInfo(index=int(index), name=name.rstrip("\x00"), total=int(total), free=int(free), uuid=uuid)
 
 

@@ -1,6 +1,7 @@
 """The command line: the demo job and the memory report of a running cluster, on CPUs."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,7 +14,8 @@ from dask_gpu_interop.cli import main
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                      env={"CUDA_VISIBLE_DEVICES": ""}) as c:
         yield c
 
 
@@ -58,6 +60,7 @@ def test_demo_runs_end_to_end_on_cpus():
         [sys.executable, "-m", "dask_gpu_interop.cli", "demo", "--device", "cpu", "--rows", "20000",
          "--workers", "2"],
         capture_output=True, text=True, timeout=300,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "train AUC" in out.stdout

@@ -9,10 +9,13 @@ from distributed import Client, LocalCluster
 from dask_gpu_interop import GPUMemoryPlugin, GPUMemorySetupError, memory_report
 from dask_gpu_interop.memory import state
 
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    # Workers that see no GPU, whatever this machine has.
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, env=NO_GPU) as cluster:
         with Client(cluster) as c:
             yield c
 

@@ -50,7 +50,7 @@ def start_worker(scheduler, *argv, nanny=True):
     return subprocess.Popen(
         [*args, "--preload", "dask_gpu_interop.preload", *argv],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""},
     )
 
 

@@ -16,7 +16,8 @@ _previous = None
 def bind(cupy, resource, stack) -> Binding:
     global _previous
     if _previous is None:
-        _previous = cupy.cuda.get_allocator()
+        get = getattr(cupy.cuda, "get_allocator", None)
+        _previous = get() if get is not None else cupy.get_default_memory_pool().malloc
     cupy.cuda.set_allocator(make_allocator(cupy, resource))
     detail = "allocates from the worker's RMM resource"
     held = cupy.get_default_memory_pool().total_bytes()

@@ -1,0 +1,309 @@
+"""Benchmarks of the GPUMemoryPlugin, side by side in one run (GPU machine).
+
+    python benchmarks/memory.py [--out DIR] [--sections alloc,torch,peak,setup]
+
+- alloc: 1 MiB alloc+free through CuPy: plain cudaMalloc vs the plugin's stack (and CuPy's own
+  pool for reference). Anchor (DESIGN.md, H200): cudaMalloc 80.9 us, RMM pool 12.2 us.
+- torch: a small conv-net training step on the plugin's pool vs PyTorch's caching allocator.
+  Goal: within 10%.
+- peak: peak device memory of a mixed cuDF -> CuPy -> PyTorch -> XGBoost workload with one
+  shared pool vs each framework's own default. Goal: lower.
+- setup: plugin setup time per worker (register_plugin on a LocalCUDACluster). Goal: < 1 s.
+
+Each variant runs in its own process: allocators cannot be swapped back inside one. Results go
+to DIR (default benchmarks/results) as memory-<gpu>.md and memory-<gpu>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------- variants, run in a child
+
+
+def install(variant: str, frameworks):
+    """Install the plugin's stack in this process for ``variant`` (None: frameworks' own)."""
+    from dask_gpu_interop import MemoryConfig
+    from dask_gpu_interop.memory import state
+
+    options = {
+        "defaults": None,
+        "plugin-pool": {"pool_size": "1GiB"},
+        "plugin-pool-nostats": {"pool_size": "1GiB", "statistics": False},
+        "plugin-pool-small": {"pool_size": "256MiB"},
+        "plugin-async": {"async_alloc": True, "release_threshold": "1GiB"},
+    }[variant]
+    if options is None:
+        return None
+    config = MemoryConfig.from_options(frameworks=frameworks, **options)
+    return state.install(config, f"bench-{variant}", label="bench")
+
+
+def child_alloc(variant: str) -> dict:
+    import cupy
+
+    if variant == "cudaMalloc":
+        cupy.cuda.set_allocator(None)
+    elif variant != "cupy-pool":
+        install(variant, ["cupy"])
+        import dask_gpu_interop.memory.state as st
+
+        assert st.active().bindings["cupy"].state == "bound"
+    n = 20_000
+    times = []
+    for _ in range(7):
+        cupy.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            a = cupy.empty(MiB, dtype=cupy.uint8)
+            del a
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append((time.perf_counter() - t0) / n * 1e6)
+    return {"us_per_alloc_free": statistics.median(times[1:]), "spread_us": max(times[1:]) - min(times[1:])}
+
+
+def child_torch(variant: str) -> dict:
+    if variant == "torch-async-backend":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    elif variant != "caching":
+        install(variant, ["torch"])
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(128, 10),
+    ).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 3, 64, 64, device="cuda")
+    y = torch.randint(0, 10, (64,), device="cuda")
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    per_step = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(100):
+            loss = step()
+        end.record()
+        torch.cuda.synchronize()
+        per_step.append(start.elapsed_time(end) / 100)
+    return {"ms_per_step": statistics.median(per_step[1:]),
+            "spread_ms": max(per_step[1:]) - min(per_step[1:]), "loss": float(loss)}
+
+
+class PeakSampler:
+    """Device memory in use (NVML, else cudaMemGetInfo), sampled every millisecond."""
+
+    def __init__(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.used = lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used
+        except Exception:
+            from dask_gpu_interop.device import memory_info
+
+            self.used = lambda: (lambda f, t: t - f)(*memory_info())
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        self.base = self.used()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.used())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, self.used())
+
+
+def child_peak(variant: str) -> dict:
+    import cupy
+
+    state = install(variant, None)
+    cupy.cuda.runtime.deviceSynchronize()  # the context exists before the baseline
+    import cudf
+    import torch
+    import xgboost
+
+    from dask_gpu_interop.frameworks.xgboost import config_for
+
+    rows = 4_000_000
+    with PeakSampler() as sampler:
+        t0 = time.perf_counter()
+        for round_ in range(3):
+            rng = cupy.random.default_rng(round_)
+            frame = cudf.DataFrame({f"f{i}": rng.standard_normal(rows, dtype=cupy.float32) for i in range(16)})
+            frame["label"] = (frame["f0"] + frame["f1"] * frame["f2"] > 0).astype("int32")
+            frame = frame[frame["f3"] > -2.0]  # a filter: cuDF temporaries
+            matrix = frame[[f"f{i}" for i in range(16)]].to_cupy()
+            tensor = torch.from_dlpack(matrix)
+            tensor = (tensor - tensor.mean(0)) / tensor.std(0)
+            gram = tensor.T @ tensor  # PyTorch temporaries
+            features = cupy.from_dlpack(tensor.contiguous())
+            label = frame["label"].values
+            mode = state.mode if state is not None else None
+            with xgboost.config_context(**config_for(mode, False)):
+                xgboost.train({"device": "cuda", "tree_method": "hist", "max_depth": 8},
+                              xgboost.QuantileDMatrix(features, label=label), num_boost_round=20)
+            del frame, matrix, tensor, gram, features, label
+            cupy.cuda.runtime.deviceSynchronize()
+        seconds = time.perf_counter() - t0
+    return {"peak_bytes": sampler.peak - sampler.base, "seconds": seconds}
+
+
+def run_child(section: str, variant: str) -> dict:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", section, variant],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- setup time, on a cluster
+
+
+def setup_times() -> dict:
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    from dask_gpu_interop import GPUMemoryPlugin, memory_report
+
+    results = {}
+    for name, options in {
+        "pool 0.8": {"pool_size": "0.8"},
+        "managed pool 1GiB": {"managed": True, "pool_size": "1GiB"},
+        "async": {"async_alloc": True, "release_threshold": "1GiB"},
+    }.items():
+        with LocalCUDACluster(n_workers=1, dashboard_address=None) as cluster, Client(cluster) as client:
+            t0 = time.perf_counter()
+            client.register_plugin(GPUMemoryPlugin(**options))
+            wall = time.perf_counter() - t0
+            (snap,) = memory_report(client).values()
+            results[name] = {"setup_s": snap["setup_seconds"], "register_wall_s": wall}
+    return results
+
+
+# ---------------------------------------------------------------- report
+
+
+SECTIONS = {
+    "alloc": ("cudaMalloc", "cupy-pool", "plugin-pool", "plugin-pool-nostats", "plugin-async"),
+    "torch": ("caching", "plugin-pool", "plugin-pool-nostats", "plugin-async", "torch-async-backend"),
+    "peak": ("defaults", "plugin-pool-small", "plugin-async"),
+}
+
+
+def gpu_name() -> str:
+    from cuda.bindings import runtime
+
+    _, props = runtime.cudaGetDeviceProperties(0)
+    name = props.name.decode() if isinstance(props.name, bytes) else str(props.name)
+    return name.rstrip("\x00")
+
+
+def markdown(results: dict, command: str, machine: str) -> str:
+    lines = [f"# GPUMemoryPlugin benchmarks: {machine}", "", f"Command: `{command}`", ""]
+    if "alloc" in results:
+        r = results["alloc"]
+        base = r["cudaMalloc"].get("us_per_alloc_free")
+        lines += ["## 1 MiB alloc+free through CuPy", "", "| variant | us per alloc+free | vs cudaMalloc |", "| --- | --- | --- |"]
+        for name, v in r.items():
+            us = v.get("us_per_alloc_free")
+            lines.append(f"| {name} | {us:.2f} ± {v['spread_us']:.2f} | {base / us:.1f}x |" if us else f"| {name} | {v.get('error')} | |")
+        lines.append("")
+    if "torch" in results:
+        r = results["torch"]
+        base = r["caching"].get("ms_per_step")
+        lines += ["## Conv-net training step (batch 64, 3x64x64)", "", "| allocator | ms per step | vs caching allocator |", "| --- | --- | --- |"]
+        for name, v in r.items():
+            ms = v.get("ms_per_step")
+            lines.append(f"| {name} | {ms:.3f} ± {v['spread_ms']:.3f} | {ms / base:.3f} |" if ms else f"| {name} | {v.get('error')} | |")
+        lines.append("")
+    if "peak" in results:
+        r = results["peak"]
+        lines += ["## Peak device memory, mixed cuDF -> CuPy -> PyTorch -> XGBoost (4M rows x 16, 3 rounds)", "",
+                  "| memory setup | peak above baseline | seconds |", "| --- | --- | --- |"]
+        for name, v in r.items():
+            if "peak_bytes" in v:
+                lines.append(f"| {name} | {v['peak_bytes'] / MiB:,.0f} MiB | {v['seconds']:.2f} |")
+            else:
+                lines.append(f"| {name} | {v.get('error')} | |")
+        lines.append("")
+    if "setup" in results:
+        lines += ["## Plugin setup per worker (LocalCUDACluster, 1 worker)", "", "| mode | setup on the worker | register_plugin wall |", "| --- | --- | --- |"]
+        for name, v in results["setup"].items():
+            lines.append(f"| {name} | {v['setup_s']:.3f} s | {v['register_wall_s']:.3f} s |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=2, metavar=("SECTION", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
+    parser.add_argument("--sections", default="alloc,torch,peak,setup")
+    args = parser.parse_args()
+    if args.child:
+        section, variant = args.child
+        print(json.dumps({"alloc": child_alloc, "torch": child_torch, "peak": child_peak}[section](variant)))
+        return
+    results = {}
+    for section in args.sections.split(","):
+        print(f"== {section}", flush=True)
+        if section == "setup":
+            results["setup"] = setup_times()
+        else:
+            results[section] = {v: run_child(section, v) for v in SECTIONS[section]}
+        print(json.dumps(results[section], indent=1), flush=True)
+    machine = f"{gpu_name()}, {platform.node()}"
+    command = "python benchmarks/memory.py --sections " + args.sections
+    os.makedirs(args.out, exist_ok=True)
+    slug = gpu_name().replace(" ", "-")
+    text = markdown(results, command, machine)
+    with open(os.path.join(args.out, f"memory-{slug}.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out, f"memory-{slug}.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

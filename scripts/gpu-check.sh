@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The GPU tests and benchmarks, on a GPU machine, from the checkout's root; a short table last.
+#
+#   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
+#
+# Sections: probe memory-tests memory-bench serialize-tests convert-tests transfer-bench
+#           mortgage-tests mortgage-bench ecg-tests ecg-bench
+# On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
+# `source .gpukit/install.sh` first. Logs and results go to $OUT (default /tmp/gpu-check):
+# log.txt, summary.md and results.tar.gz (benchmark tables, junit files).
+# Leaves NVLink multicast settings (NCCL_NVLS_ENABLE and friends) as the machine sets them.
+set -u
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT/results"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+LOG="$OUT/log.txt"
+SUMMARY="$OUT/summary.md"
+: > "$LOG"
+printf '| section | status | seconds | result |\n| --- | --- | --- | --- |\n' > "$SUMMARY"
+
+PYTEST=(python3 -m pytest -q -p no:cacheprovider -o addopts= -rs)
+
+section() {  # name timeout command...
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  echo "===== $name: $*" | tee -a "$LOG"
+  if declare -F "$1" > /dev/null; then
+    "$@" > "$OUT/$name.part" 2>&1
+  else
+    timeout --kill-after=20 "$limit" "$@" > "$OUT/$name.part" 2>&1
+  fi
+  local rc=$?
+  cat "$OUT/$name.part" >> "$LOG"
+  local last
+  last=$(grep -E "passed|failed|error|skipped" "$OUT/$name.part" | tail -n 1 | cut -c1-120)
+  [ -n "$last" ] || last=$(tail -n 1 "$OUT/$name.part" | cut -c1-120)
+  rm -f "$OUT/$name.part"
+  local status=ok
+  [ $rc -eq 0 ] || status="rc=$rc"
+  [ $rc -eq 124 ] && status="timeout"
+  printf '| %s | %s | %d | %s |\n' "$name" "$status" $((SECONDS - start)) "${last//|//}" >> "$SUMMARY"
+}
+
+probe() {
+  nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv
+  python3 - <<'PY'
+import importlib
+for name in ("numpy", "pandas", "dask", "distributed", "dask_cuda", "rmm", "cudf", "cupy", "numba",
+             "numba.cuda", "torch", "xgboost", "jax", "ucxx", "distributed_ucxx"):
+    try:
+        module = importlib.import_module(name)
+        print(f"{name:18} {getattr(module, '__version__', 'ok')}")
+    except Exception as err:
+        print(f"{name:18} MISSING ({type(err).__name__}: {str(err)[:80]})")
+try:
+    import xgboost
+    print("xgboost config:", xgboost.get_config())
+    print("xgboost build USE_RMM:", xgboost.build_info().get("USE_RMM"))
+except Exception as err:
+    print("xgboost:", err)
+from dask_gpu_interop import device
+print("gpus:", device.gpu_count(), device.current_device())
+PY
+}
+
+want() {  # the section was asked for (or none were), and its code exists
+  local name=$1 path=$2
+  [ -e "$path" ] || return 1
+  [ ${#SECTIONS[@]} -eq 0 ] && return 0
+  local s; for s in "${SECTIONS[@]}"; do [ "$s" = "$name" ] && return 0; done
+  return 1
+}
+
+SECTIONS=("$@")
+want probe scripts && section probe 120 probe
+want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py --junitxml="$OUT/results/memory-tests.xml"
+want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
+for name in serialize convert mortgage ecg; do
+  files=$(ls tests/test_${name}*.py 2>/dev/null | tr '\n' ' ')
+  [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
+done
+want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results"
+want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 600 python3 benchmarks/mortgage.py --out "$OUT/results"
+want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results"
+
+tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
+cat "$SUMMARY"
