@@ -37,6 +37,14 @@ def install(variant: str, frameworks):
     from dask_gpu_interop import MemoryConfig
     from dask_gpu_interop.memory import state
 
+    if variant == "plugin-pool-binned":
+        # Experiment: fixed-size bins (256 B .. 4 MiB) in front of the pool, for PyTorch's many
+        # small allocations. Not a plugin option (yet): measured to decide whether it should be.
+        import rmm
+
+        state_ = install("plugin-pool", frameworks)
+        rmm.mr.set_current_device_resource(rmm.mr.BinningMemoryResource(state_.stack.top, 8, 22))
+        return state_
     options = {
         "defaults": None,
         "plugin-pool": {"pool_size": "1GiB"},
@@ -226,7 +234,8 @@ def setup_times() -> dict:
 
 SECTIONS = {
     "alloc": ("cudaMalloc", "cupy-pool", "plugin-pool", "plugin-pool-nostats", "plugin-async"),
-    "torch": ("caching", "plugin-pool", "plugin-pool-nostats", "plugin-async", "torch-async-backend"),
+    "torch": ("caching", "plugin-pool", "plugin-pool-nostats", "plugin-pool-binned", "plugin-async",
+              "torch-async-backend"),
     "peak": ("defaults", "plugin-pool-small", "plugin-async"),
 }
 

@@ -1,7 +1,7 @@
 """A small mixed-framework workload: DataFrame -> array -> PyTorch -> XGBoost, on a cluster.
 
 It shows the plugin at work: on GPUs every step allocates from the workers' one RMM pool and
-the hand-offs are zero-copy (DLPack); on CPUs the same code runs on pandas/NumPy.
+the hand-offs are zero-copy (CUDA array interface); on CPUs the same code runs on pandas/NumPy.
 """
 
 from __future__ import annotations
@@ -32,14 +32,18 @@ def make_partition(seed: int, rows: int, device: str):
 
 
 def standardize_with_torch(frame, device: str):
-    """cuDF/pandas -> CuPy/NumPy -> PyTorch (DLPack, no copy) -> standardized -> back."""
+    """cuDF/pandas -> CuPy/NumPy -> PyTorch (no copy) -> standardized -> back (no copy)."""
     import torch
 
     backend = Backend(device)
-    values = frame[FEATURES].to_cupy() if backend.is_gpu else frame[FEATURES].to_numpy()
-    tensor = torch.from_dlpack(values)
+    if backend.is_gpu:
+        # __cuda_array_interface__, not DLPack: DLPack calls managed memory a device type of
+        # its own (kDLCUDAManaged), which PyTorch rejects.
+        tensor = torch.as_tensor(frame[FEATURES].to_cupy(), device="cuda")
+    else:
+        tensor = torch.from_numpy(frame[FEATURES].to_numpy())
     tensor = (tensor - tensor.mean(dim=0)) / tensor.std(dim=0).clamp_min(1e-6)
-    out = backend.xp.from_dlpack(tensor.contiguous())
+    out = backend.xp.asarray(tensor.contiguous()) if backend.is_gpu else tensor.numpy()
     result = backend.df.DataFrame({name: out[:, i] for i, name in enumerate(FEATURES)})
     result["label"] = frame["label"].values  # NumPy or CuPy: no index to align
     return result

@@ -238,7 +238,41 @@ def test_each_mode_runs_the_mixed_workload(options):
     assert snap["mode"] == expected
     assert snap["peak_bytes"] > 0
     states = {name: entry["state"] for name, entry in snap["frameworks"].items()}
-    assert states["cudf"] == "bound" and states["torch"] == "bound" and states["cupy"] == "bound"
+    assert states["cudf"] == "bound" and states["cupy"] == "bound"
+    # async: PyTorch's own cudaMallocAsync backend on the same default pool
+    assert states["torch"] == ("shared" if expected == "async" else "bound")
+    assert states["xgboost"] == ("shared" if expected == "async" else "outside")
+
+
+def test_torch_shares_the_async_pool_and_keeps_its_release_threshold():
+    require("torch")
+
+    def use_torch():
+        import torch
+        from cuda.bindings import runtime
+
+        from dask_gpu_interop.memory.stack import async_pool_numbers
+
+        _, device = runtime.cudaGetDevice()
+        _, pool = runtime.cudaDeviceGetDefaultMemPool(device)
+        before = async_pool_numbers(pool)["used_bytes"]
+        x = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        during = async_pool_numbers(pool)["used_bytes"]
+        attr = runtime.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold
+        threshold = int(runtime.cudaMemPoolGetAttribute(pool, attr)[1])
+        del x
+        return {"grown": during - before, "backend": torch.cuda.get_allocator_backend(),
+                "threshold": threshold}
+
+    with cuda_cluster() as client:
+        client.register_plugin(GPUMemoryPlugin(async_alloc=True, release_threshold="1GiB"))
+        got = client.submit(use_torch, pure=False).result()
+        (snap,) = memory_report(client).values()
+    assert got["backend"] == "cudaMallocAsync"
+    assert got["grown"] >= 256 * MiB, got
+    assert snap["frameworks"]["torch"]["state"] == "shared"
+    assert got["threshold"] == 1 << 30, got
 
 
 def _free_port():

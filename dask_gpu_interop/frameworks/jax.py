@@ -12,8 +12,13 @@ import sys
 from . import OUTSIDE, Binding
 
 BIND_ON_IMPORT = False
-_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
+_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+# Newer JAX also reads XLA_CLIENT_MEM_FRACTION and refuses to start if both names are set (seen
+# with jax 0.11.2), while the older name works from jax 0.4 to 0.11: set it only when the user
+# has set neither.
+_FRACTION_NAMES = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 _saved: dict | None = None
+_ours: set = set()  # variables this module set
 
 
 def backend_started() -> bool:
@@ -40,9 +45,12 @@ def bind(module, resource, stack) -> Binding:
         _saved = {name: os.environ.get(name) for name in _VARIABLES}
     os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     cap = "no cap"
-    if fraction is not None:
+    user_set = [name for name in _FRACTION_NAMES if name in os.environ and name not in _ours]
+    if user_set:
+        cap = f"capped by {user_set[0]}={os.environ[user_set[0]]} (set before the plugin)"
+    elif fraction is not None:
         os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
-        os.environ["XLA_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
+        _ours.add("XLA_PYTHON_CLIENT_MEM_FRACTION")
         cap = f"capped at {fraction:.0%} of the device"
     return Binding(
         "jax", OUTSIDE, f"JAX cannot allocate through RMM: no preallocation, {cap}"
@@ -53,6 +61,7 @@ def unbind() -> None:
     global _saved
     if _saved is None:
         return
+    _ours.clear()
     for name, value in _saved.items():
         if value is None:
             os.environ.pop(name, None)

@@ -1,23 +1,58 @@
-"""PyTorch: route its CUDA allocations through RMM with RMM's pluggable allocator.
+"""PyTorch: allocate from the worker's pool.
 
-PyTorch can swap its allocator only before its first CUDA allocation, and never back. The
-plugin swaps when ``torch`` is imported; RMM's torch allocator allocates from RMM's current
-device resource, so PyTorch's bytes are counted under "rmm" with cuDF's.
+Async mode: PyTorch's own ``cudaMallocAsync`` backend draws from the device's default CUDA
+pool, the same pool RMM's async mode views, at PyTorch's native speed. The backend is chosen
+when PyTorch loads, so it is set before PyTorch is imported (``prepare``).
+
+Pool and managed modes: RMM's pluggable allocator, which allocates from RMM's current device
+resource (PyTorch's bytes are counted under "rmm", with cuDF's). PyTorch can swap its
+allocator only before its first CUDA allocation, and never back.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-from . import BOUND, OUTSIDE, Binding
+from . import BOUND, OUTSIDE, SHARED, Binding
 
+ASYNC = "cudaMallocAsync"
+_CONF_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 _bound = False
+_conf_set = None  # the variable prepare() set, so unbind can take it back
 
 _COUNTED = "allocates through RMM's current resource (counted under 'rmm', with cuDF)"
 
 
-def bind(torch, resource, stack) -> Binding:
+def prepare(state) -> None:
+    """Before PyTorch is imported: in async mode, choose its cudaMallocAsync backend."""
+    global _conf_set
+    if state.mode != "async" or "torch" in sys.modules:
+        return
+    if any("backend:" in os.environ.get(name, "") for name in _CONF_NAMES):
+        return  # the user chose a backend
+    name = "PYTORCH_CUDA_ALLOC_CONF"
+    current = os.environ.get(name, "")
+    os.environ[name] = ",".join(part for part in (current, f"backend:{ASYNC}") if part)
+    _conf_set = (name, current)
+
+
+def _backend(torch) -> str:
+    try:
+        return torch.cuda.get_allocator_backend()
+    except Exception:
+        return "unknown"
+
+
+def bind(torch, resource, state) -> Binding:
     global _bound
+    if state.mode == "async" and _backend(torch) == ASYNC:
+        return Binding(
+            "torch",
+            SHARED,
+            "PyTorch's cudaMallocAsync backend, on the device's default pool that RMM's async "
+            "mode draws from (in the CUDA pool numbers, not RMM's statistics)",
+        )
     if _bound:
         return Binding("torch", BOUND, _COUNTED)
     from rmm.allocators.torch import rmm_torch_allocator
@@ -44,7 +79,7 @@ def natively_initialized() -> bool:
     if torch is None or _bound:
         return False
     try:
-        return bool(torch.cuda.is_initialized())
+        return bool(torch.cuda.is_initialized()) and _backend(torch) != ASYNC
     except Exception:
         return False
 
@@ -54,4 +89,13 @@ def is_bound() -> bool:
 
 
 def unbind() -> None:
-    """PyTorch cannot swap allocators twice: it follows RMM's current resource from now on."""
+    """Take back the backend choice if PyTorch was never loaded; a loaded PyTorch keeps its
+    allocator (it cannot swap twice) and follows RMM's current resource from now on."""
+    global _conf_set
+    if _conf_set is not None and "torch" not in sys.modules:
+        name, previous = _conf_set
+        if previous:
+            os.environ[name] = previous
+        else:
+            os.environ.pop(name, None)
+    _conf_set = None

@@ -179,6 +179,9 @@ def _bind_frameworks(state: WorkerMemory, *, explicit: bool, force: bool) -> Non
     for name in state.plan.frameworks:
         binder = fw.binder(name)
         resource = state.stack.resource_for(name)
+        prepare = getattr(binder, "prepare", None)
+        if prepare is not None:
+            prepare(state)
         if not getattr(binder, "BIND_ON_IMPORT", True):
             state.bindings[name] = binder.bind(None, resource, state)
             continue
@@ -220,7 +223,7 @@ def _release(state: WorkerMemory, reason: str, *, replacing: bool = False) -> bo
         _imports.cancel(module_name, callback)
     state.hooks.clear()
     for name, binding in list(state.bindings.items()):
-        if binding.state in (fw.BOUND, fw.SHARED, fw.OUTSIDE):
+        if binding.state in (fw.BOUND, fw.SHARED, fw.OUTSIDE, fw.PENDING):
             try:
                 fw.binder(name).unbind()
             except Exception:
