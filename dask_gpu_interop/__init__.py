@@ -9,6 +9,10 @@ from ._config import load_defaults
 
 load_defaults()
 
+from .serialize import register as _register_serializers  # noqa: E402
+
+_register_serializers()  # lazily: no torch/JAX import until one of their objects is sent
+
 from .frameworks.xgboost import xgboost_config  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,

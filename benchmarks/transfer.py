@@ -1,0 +1,415 @@
+"""Worker-to-worker transfer of GPU data, side by side in one run (2 GPUs).
+
+    python benchmarks/transfer.py [--sizes 64MiB,1GiB,4GiB] [--protocols ucx,tcp]
+                                  [--kinds cupy,torch,cudf] [--repeats 7] [--tcp-repeats 3]
+                                  [--pool-size 0.5] [--setup preload|plugin] [--out DIR]
+
+Moves CuPy arrays, torch tensors and cuDF frames from worker 0 to worker 1 of a
+LocalCUDACluster with the GPUMemoryPlugin, over UCX and over TCP, and measures a raw peer
+copy GPU0 -> GPU1 (torch) as the ceiling. Anchors (DESIGN.md, 2xH200, dask-cuda 26.10): UCX
+19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP 1.1 GB/s; peer copy 396 GB/s.
+Goals (issue 3): torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at
+64 MiB.
+
+How each transfer is timed: the data is made on worker 0 by a task pinned there (outside the
+timing); a task pinned on worker 1 then reads its last element and synchronizes the device,
+so the transfer, the receiver's allocation and deserialization are all inside the time. Each
+repeat moves a new key (no replica is reused) and releases it after. The median of the
+repeats is reported with the empty-task round trip (a no-op task on worker 1) subtracted;
+that round trip is reported on its own, and so is the worker's own measure of the incoming
+transfer (distributed's transfer log on worker 1).
+
+NVLink multicast is never switched on: no NCCL_NVLS_* (or other NCCL/UCX) variable is set
+here; the machine's environment is recorded as found. Knobs worth measuring are listed in
+benchmarks/transfer_notes.md. Without distributed-ucxx, the UCX rows say so and TCP still runs.
+Results: DIR/transfer-<machine>.md and .json (DIR defaults to benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MiB = 1 << 20
+GiB = 1 << 30
+KINDS = ("cupy", "torch", "cudf")
+PROTOCOLS = ("ucx", "tcp")
+ANCHORS = {
+    ("ucx", 64 * MiB): "19 ms (3.5 GB/s)",
+    ("ucx", GiB): "19 ms (55 GB/s)",
+    ("ucx", 4 * GiB): "36 ms (118 GB/s)",
+    ("tcp", None): "1.1 GB/s",
+    ("peer", 4 * GiB): "396 GB/s",
+}
+# Environment that decides how UCX and NCCL move data: recorded, never changed.
+RECORDED_ENV = ("UCX_", "NCCL_", "CUDA_VISIBLE_DEVICES", "DASK_DISTRIBUTED__COMM", "DASK_UCX")
+
+
+def parse_size(text: str) -> int:
+    text = text.strip()
+    for unit, factor in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10), ("B", 1)):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)
+
+
+def human(nbytes: int) -> str:
+    return f"{nbytes // GiB} GiB" if nbytes >= GiB else f"{nbytes // MiB} MiB"
+
+
+# ------------------------------------------------------------------ tasks, run on the workers
+
+
+def register_serializers() -> bool:
+    import dask_gpu_interop.serialize as ser
+
+    ser.register()
+    return True
+
+
+def make(kind: str, nbytes: int, seed: int):
+    """``nbytes`` of float32 (cuDF: 4 float64 columns) on this worker's GPU, ready."""
+    if kind == "cupy":
+        import cupy
+
+        x = cupy.full(nbytes // 4, seed, dtype=cupy.float32)
+        cupy.cuda.get_current_stream().synchronize()
+        return x
+    if kind == "torch":
+        import torch
+
+        x = torch.full((nbytes // 4,), float(seed), dtype=torch.float32, device="cuda")
+        torch.cuda.synchronize()
+        return x
+    if kind == "cudf":
+        import cudf
+        import cupy
+
+        rows = nbytes // (4 * 8)
+        df = cudf.DataFrame(
+            {f"c{i}": cupy.full(rows, seed + i, dtype=cupy.float64) for i in range(4)}
+        )
+        cupy.cuda.runtime.deviceSynchronize()
+        return df
+    raise ValueError(kind)
+
+
+def touch(x) -> dict:
+    """Read the last element (so the data is here and usable) and synchronize the device."""
+    kind = type(x).__module__.partition(".")[0]
+    if kind == "cupy":
+        import cupy
+
+        last = float(x[-1])
+        cupy.cuda.runtime.deviceSynchronize()
+        on_gpu = True
+    elif kind == "torch":
+        import torch
+
+        last = float(x[-1])
+        torch.cuda.synchronize()
+        on_gpu = x.is_cuda
+    else:
+        import cupy
+
+        last = float(x[x.columns[-1]].iloc[-1])
+        cupy.cuda.runtime.deviceSynchronize()
+        on_gpu = True
+    return {"last": last, "on_gpu": on_gpu, "type": f"{type(x).__module__}.{type(x).__name__}"}
+
+
+def noop(i: int) -> int:
+    return i
+
+
+def last_incoming(dask_worker=None) -> dict | None:
+    log = list(getattr(dask_worker, "transfer_incoming_log", []))
+    if not log:
+        return None
+    entry = log[-1]
+    return {k: entry.get(k) for k in ("duration", "total", "bandwidth")}
+
+
+# ------------------------------------------------------------------ the client side
+
+
+def machine_name() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.split("\n")  # fmt: skip
+        names = [n.strip() for n in out if n.strip()]
+    except (OSError, subprocess.SubprocessError):
+        return platform.node() or "unknown"
+    short = names[0].replace("NVIDIA ", "").split()[0] if names else "gpu"
+    return f"{len(names)}x{short}"
+
+
+def peer_copy(sizes: list[int], repeats: int) -> dict:
+    """Raw torch copy cuda:0 -> cuda:1, in a child process (its memory goes with it)."""
+    code = f"""
+import json, statistics, time, torch
+out = {{"peer_access": torch.cuda.can_device_access_peer(0, 1), "runs": {{}}}}
+for n in {sizes!r}:
+    src = torch.ones(n, dtype=torch.uint8, device="cuda:0")
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda:1")
+    dst.copy_(src); torch.cuda.synchronize(0); torch.cuda.synchronize(1)
+    times = []
+    for _ in range({repeats}):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize(0); torch.cuda.synchronize(1)
+        times.append(time.perf_counter() - t0)
+    out["runs"][str(n)] = times
+    del src, dst
+    torch.cuda.empty_cache()
+print(json.dumps(out))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if result.returncode != 0:
+        return {"error": result.stderr.strip().splitlines()[-1] if result.stderr else "failed"}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def cluster(protocol: str, pool_size: str, setup: str):
+    if setup == "preload":
+        from dask_gpu_interop.cluster import cluster_client
+
+        with cluster_client(
+            device="gpu", n_workers=2, protocol=protocol, memory={"pool_size": pool_size}
+        ) as (client, _):
+            yield client
+        return
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    import dask_gpu_interop
+
+    with (
+        LocalCUDACluster(
+            n_workers=2, protocol=protocol, threads_per_worker=1, dashboard_address=None
+        ) as local,
+        Client(local) as client,
+    ):
+        client.register_plugin(dask_gpu_interop.GPUMemoryPlugin(pool_size=pool_size))
+        yield client
+
+
+def measure(client, kind: str, nbytes: int, repeats: int) -> dict:
+    from distributed import wait
+
+    w0, w1 = sorted(client.scheduler_info()["workers"])[:2]
+    times, worker_times, arrived = [], [], None
+    for r in range(repeats + 1):  # the first run warms up (allocations, IPC handles)
+        x = client.submit(make, kind, nbytes, r, workers=[w0], pure=False)
+        wait(x)
+        t0 = time.perf_counter()
+        y = client.submit(touch, x, workers=[w1], pure=False)
+        arrived = y.result()
+        elapsed = time.perf_counter() - t0
+        incoming = client.run(last_incoming, workers=[w1])[w1]
+        del x, y
+        if r == 0:
+            continue
+        times.append(elapsed)
+        if incoming and incoming.get("duration"):
+            worker_times.append(incoming["duration"])
+    return {"times": times, "worker_times": worker_times, "arrived": arrived}
+
+
+def empty_round_trip(client, repeats: int) -> list[float]:
+    _, w1 = sorted(client.scheduler_info()["workers"])[:2]
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        client.submit(noop, i, workers=[w1], pure=False).result()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def run(args) -> dict:
+    from dask_gpu_interop.device import gpu_count
+
+    if gpu_count() < 2:
+        raise SystemExit("transfer.py needs 2 GPUs (worker 0 and worker 1 on different GPUs)")
+    results = {
+        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "machine": args.machine or machine_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV)},
+        "versions": versions(),
+        "peer": peer_copy(args.sizes, args.repeats),
+        "protocols": {},
+    }
+    for protocol in args.protocols:
+        if protocol == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
+            results["protocols"][protocol] = {"skipped": "distributed-ucxx is not installed"}
+            continue
+        repeats = args.tcp_repeats if protocol == "tcp" else args.repeats
+        entry = {"rows": {}}
+        try:
+            with cluster(protocol, args.pool_size, args.setup) as client:
+                client.run(register_serializers)
+                register_serializers()
+                entry["empty"] = empty_round_trip(client, max(repeats, 10))
+                for kind in args.kinds:
+                    for nbytes in args.sizes:
+                        print(f"{protocol} {kind} {human(nbytes)} ...", flush=True)
+                        try:
+                            entry["rows"][f"{kind}:{nbytes}"] = measure(
+                                client, kind, nbytes, repeats
+                            )
+                        except Exception as err:  # one failure must not lose the other rows
+                            entry["rows"][f"{kind}:{nbytes}"] = {
+                                "error": f"{type(err).__name__}: {err}"
+                            }
+        except Exception as err:
+            entry["error"] = f"{type(err).__name__}: {err}"
+        results["protocols"][protocol] = entry
+    return results
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in ("dask", "distributed", "dask_cuda", "distributed_ucxx", "ucxx", "rmm", "cupy",
+                 "cudf", "torch"):  # fmt: skip
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:
+            out[name] = None
+    return out
+
+
+# ------------------------------------------------------------------ the report
+
+
+def report(results: dict, args) -> str:
+    lines = [
+        f"# Worker-to-worker transfer, {results['machine']}",
+        "",
+        f"- command: `{results['command']}`",
+        f"- machine: {results['machine']} ({platform.node()}), {results['date']}",
+        f"- versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items() if v)}",
+        f"- UCX/NCCL environment as found: {results['env'] or 'none set'}",
+        f"- setup: {args.setup}, pool size {args.pool_size}, median of {args.repeats} (UCX) / "
+        f"{args.tcp_repeats} (TCP) after one warm-up; the empty-task round trip is subtracted",
+        "",
+    ]
+    peer = results["peer"]
+    lines += ["## Raw peer copy GPU0 -> GPU1 (torch): the ceiling", ""]
+    if "error" in peer:
+        lines += [f"failed: {peer['error']}", ""]
+    else:
+        lines += [f"peer access: {peer['peer_access']}", "",
+                  "| size | median ms | GB/s | anchor |", "| --- | --- | --- | --- |"]  # fmt: skip
+        for n, times in peer["runs"].items():
+            med = statistics.median(times)
+            anchor = ANCHORS.get(("peer", int(n)), "")
+            lines.append(
+                f"| {human(int(n))} | {med * 1e3:.2f} | {int(n) / med / 1e9:.1f} | {anchor} |"
+            )
+        lines.append("")
+    cupy_bw = {}
+    for protocol, entry in results["protocols"].items():
+        lines += [f"## {protocol.upper()}", ""]
+        if "skipped" in entry or "error" in entry:
+            lines += [f"{entry.get('skipped') or 'failed: ' + entry['error']}", ""]
+            if "rows" not in entry or not entry["rows"]:
+                continue
+        empty = statistics.median(entry.get("empty") or [0.0])
+        lines += [
+            f"empty-task round trip (no-op on worker 1): {empty * 1e3:.2f} ms median",
+            "",
+            "| data | size | end to end ms | minus empty ms | GB/s | worker-measured ms | GB/s "
+            "| torch/CuPy | arrived as | anchor |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for kind in args.kinds:
+            for nbytes in args.sizes:
+                row = entry["rows"].get(f"{kind}:{nbytes}")
+                if row is None:
+                    continue
+                if "error" in row:
+                    lines.append(
+                        f"| {kind} | {human(nbytes)} | failed: {row['error'][:200]} |||||||"
+                    )
+                    continue
+                med = statistics.median(row["times"])
+                net = max(med - empty, 1e-9)
+                bw = nbytes / net / 1e9
+                wt = statistics.median(row["worker_times"]) if row["worker_times"] else None
+                if kind == "cupy":
+                    cupy_bw[(protocol, nbytes)] = bw
+                ratio = ""
+                if kind == "torch" and (protocol, nbytes) in cupy_bw:
+                    ratio = f"{bw / cupy_bw[(protocol, nbytes)]:.2f}"
+                anchor = ANCHORS.get((protocol, nbytes)) or ANCHORS.get((protocol, None), "")
+                arrived = row["arrived"] or {}
+                where = f"{arrived.get('type', '?')} {'GPU' if arrived.get('on_gpu') else 'host'}"
+                lines.append(
+                    f"| {kind} | {human(nbytes)} | {med * 1e3:.2f} | {net * 1e3:.2f} | {bw:.1f} "
+                    f"| {'' if wt is None else f'{wt * 1e3:.2f}'} "
+                    f"| {'' if wt is None else f'{nbytes / wt / 1e9:.1f}'} | {ratio} | {where} "
+                    f"| {anchor} |"
+                )
+        lines.append("")
+    lines += [
+        "## Goals (issue 3)",
+        "",
+        "- torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at 64 MiB",
+        "  (the 'minus empty' column).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="64MiB,1GiB,4GiB")
+    parser.add_argument("--protocols", default="ucx,tcp")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--tcp-repeats", type=int, default=3, help="TCP is slow: fewer repeats")
+    parser.add_argument("--pool-size", default="0.5", help="the plugin's RMM pool per worker")
+    parser.add_argument("--setup", choices=("preload", "plugin"), default="preload",
+                        help="preload: cluster_client (workers start with our preload); "
+                        "plugin: LocalCUDACluster + client.register_plugin")  # fmt: skip
+    parser.add_argument("--machine", default=None, help="name for the results file")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    args = parser.parse_args(argv)
+    args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    args.protocols = [p for p in args.protocols.split(",") if p]
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    for p in args.protocols:
+        if p not in PROTOCOLS:
+            parser.error(f"--protocols: {p!r} is not one of {', '.join(PROTOCOLS)}")
+    for k in args.kinds:
+        if k not in KINDS:
+            parser.error(f"--kinds: {k!r} is not one of {', '.join(KINDS)}")
+    results = run(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"transfer-{results['machine']}"
+    text = report(results, args)
+    (out / f"{stem}.md").write_text(text + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(text)
+    print(f"\nwritten: {out / (stem + '.md')}")
+
+
+if __name__ == "__main__":
+    main()
