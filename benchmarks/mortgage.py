@@ -1,0 +1,425 @@
+"""The mortgage ETL + XGBoost benchmark, side by side: 1 and 2 GPUs, with the plugin's pool and
+with plain cudaMalloc, and the same machine's CPUs with pandas.
+
+    python benchmarks/mortgage.py --gb 10 --data /scratch/mortgage-10gb
+    python benchmarks/mortgage.py --gb 10 --configs gpu1-pool,gpu1-cudamalloc,gpu2-pool,cpu
+
+One dataset (generated once, reused when --data already holds one) is read by every
+configuration, each on a fresh local cluster: a warm-up ETL of a few chunks (imports, CUDA
+contexts), a probe of one chunk's peak device memory, then the timed ETL (persisted, as
+training needs it) and the timed training on a held-out quarter. The markdown table, with the
+command and the machine, goes to benchmarks/results/mortgage-<machine>.md (and .json), rewritten
+after every configuration so that a failure later keeps what was measured.
+
+Configurations:
+  gpu1-pool, gpu2-pool               LocalCUDACluster with the GPUMemoryPlugin (RMM pool)
+  gpu1-cudamalloc, gpu2-cudamalloc   LocalCUDACluster without the plugin: RMM's and CuPy's
+                                     allocations go straight to cudaMalloc (counted by RMM's
+                                     statistics adaptor, which does not pool)
+  cpu                                LocalCluster, one single-threaded process per core, pandas
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+from dask.utils import format_bytes, parse_bytes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = ("gpu1-pool", "gpu1-cudamalloc", "gpu2-pool", "gpu2-cudamalloc", "cpu")
+DEFAULT_CONFIGS = "gpu1-pool,gpu1-cudamalloc,gpu2-pool,cpu"
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+
+
+def _run(command: list[str]) -> str:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine() -> dict:
+    import psutil
+
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    gpus = [line.split(", ") for line in _run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+         "--format=csv,noheader"]).splitlines() if line]
+    versions = {}
+    for name in ("dask", "distributed", "pandas", "pyarrow", "numpy", "xgboost", "cudf",
+                 "dask_cudf", "dask_cuda", "rmm", "cupy"):
+        with contextlib.suppress(Exception):
+            module = __import__(name)
+            versions[name] = getattr(module, "__version__", "?")
+    return {
+        "host": socket.gethostname(),
+        "cpu": f"{cpu} ({os.cpu_count()} cores visible)",
+        "memory": format_bytes(psutil.virtual_memory().total),
+        "gpus": [f"{g[0]} ({g[1]}, driver {g[2]})" if len(g) == 3 else ", ".join(g) for g in gpus],
+        "gpu_count": len(gpus),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def machine_name(info: dict) -> str:
+    if info["gpus"]:
+        name = info["gpus"][0].split(" (")[0].lower().replace("nvidia", "").strip()
+        return "-".join(name.split()) or "gpu"
+    return info["host"].split(".")[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The data
+
+
+def dataset(directory: str, gb: float, years: str, seed: int, loans_per_part: int,
+            workers: int | None):
+    """The dataset in ``directory``: reused if there, else generated on a CPU cluster."""
+    from dask_gpu_interop.cluster import cluster_client
+    from dask_gpu_interop.pipelines.mortgage import etl
+    from dask_gpu_interop.pipelines.mortgage import generate as gen
+
+    with contextlib.suppress(FileNotFoundError):
+        perf, acq, names = etl.find_dataset(directory)
+        size = sum(os.path.getsize(p) for p in perf + acq)
+        say(f"reusing the dataset in {directory}: {format_bytes(size)}, {len(perf)} "
+            "performance files")
+        return {"directory": directory, "bytes": size, "generated": False,
+                "files": len(perf)}
+    first, last = gen.parse_years(years)
+    target = int(gb * 1e9)
+    loans = gen.loans_for_size(target, first, last, seed=seed)
+    spec = gen.Spec(first, last, loans_per_quarter=loans, seed=seed,
+                    loans_per_part=loans_per_part)
+    say(f"generating ~{gb} GB in {directory}: {len(spec.quarters)} quarters x {loans:,} loans, "
+        f"{spec.parts_per_quarter} part(s) per quarter ...")
+    with cluster_client(device="cpu", n_workers=workers or os.cpu_count(),
+                        threads_per_worker=1):
+        made = gen.generate(directory, spec, progress=sys.stdout.isatty())
+    say(f"generated {format_bytes(made.bytes)} ({made.rows:,} rows) in {made.seconds:.1f} s")
+    return {"directory": directory, "bytes": made.bytes, "generated": True,
+            "generate_seconds": made.seconds, "rows": made.rows, "loans": made.loans,
+            "years": years, "loans_per_quarter": loans, "files": len(made.performance)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Clusters
+
+
+def _plain_cuda_on_worker() -> str:
+    """No pool: RMM's default resource (cudaMalloc) with statistics; CuPy through RMM."""
+    import cupy
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    rmm.statistics.enable_statistics()
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    return type(rmm.mr.get_current_device_resource()).__name__
+
+
+def _device_peak_on_worker() -> dict:
+    """Peak and current bytes through RMM on this worker, with or without the plugin."""
+    import rmm
+
+    stats = rmm.statistics.get_statistics()
+    if stats is None:
+        return {}
+    return {"peak_bytes": int(stats.peak_bytes), "current_bytes": int(stats.current_bytes)}
+
+
+@contextlib.contextmanager
+def cluster_for(config: str, args):
+    """(client, device) of a fresh local cluster for ``config``."""
+    from dask_gpu_interop.cluster import cluster_client
+
+    if config == "cpu":
+        with cluster_client(device="cpu", n_workers=args.cpu_workers or os.cpu_count(),
+                            threads_per_worker=1) as (client, device):
+            yield client, device
+        return
+    gpus = int(config[3])
+    if config.endswith("-pool"):
+        memory = {k: v for k, v in (("pool_size", args.pool_size),
+                                    ("maximum_pool_size", args.maximum_pool_size)) if v}
+        with cluster_client(device="gpu", n_workers=gpus, protocol=args.protocol,
+                            memory=memory) as (client, device):
+            yield client, device
+        return
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    with LocalCUDACluster(n_workers=gpus, threads_per_worker=1, protocol=args.protocol,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+        resources = client.run(_plain_cuda_on_worker)
+        say(f"  no plugin: {sorted(set(resources.values()))} on every worker, CuPy through RMM")
+        yield client, "gpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# One configuration
+
+
+def _chunk_peak(chunk, acquisitions, device, names) -> dict:
+    """Peak device bytes of the whole ETL of one chunk, on a worker (RMM statistics)."""
+    import rmm
+
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    if rmm.statistics.push_statistics() is None:
+        return {}
+    try:
+        etl.process_chunk(chunk, acquisitions, device, "error", names)
+    finally:
+        stats = rmm.statistics.pop_statistics()
+    return {"peak_bytes": int(stats.peak_bytes)}
+
+
+def probe(client, device: str, the_plan) -> dict:
+    """One chunk's ETL alone on a worker: its peak device bytes against its size."""
+    import dask
+
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
+    size = chunk.end - chunk.start
+    try:
+        acq = dask.delayed(etl.load_acquisitions, pure=False)(
+            the_plan.acquisitions[the_plan.key(chunk)], device, "error", the_plan.names)
+        peak = client.compute(dask.delayed(_chunk_peak, pure=False)(
+            chunk, acq, device, the_plan.names)).result().get("peak_bytes")
+    except Exception as exc:  # a probe that fails must not cost the configuration
+        say(f"  one-chunk memory probe failed: {exc!r}")
+        return {"chunk_bytes": size}
+    ratio = peak / size if peak else None
+    say(f"  one chunk ({format_bytes(size)}): peak {format_bytes(peak or 0)} on the device"
+        + (f" ({ratio:.2f}x)" if ratio else " (no RMM statistics)"))
+    return {"chunk_bytes": size, "chunk_peak_bytes": peak, "chunk_peak_ratio": ratio}
+
+
+def run_config(config: str, args, the_plan) -> dict:
+    from dask_gpu_interop.memory.report import memory_report
+    from dask_gpu_interop.pipelines.mortgage import etl, job, train
+
+    out = {"config": config}
+    started = time.perf_counter()
+    with cluster_for(config, args) as (client, device):
+        workers = len(client.scheduler_info()["workers"])
+        out.update(device=device, workers=workers, cluster_seconds=time.perf_counter() - started)
+        say(f"{config}: {workers} worker(s) up in {out['cluster_seconds']:.1f} s; warm-up ...")
+        etl.run_plan(the_plan.subset(the_plan.chunks[:workers]), device=device)
+
+        if device == "gpu":
+            out.update(probe(client, device, the_plan))
+        say(f"  ETL of {format_bytes(the_plan.input_bytes)} ...")
+        result = etl.run_plan(the_plan, device=device, bad_rows=args.bad_rows,
+                              progress=sys.stdout.isatty())
+        out.update(etl_seconds=result.seconds, rows=result.rows, input_bytes=result.input_bytes,
+                   partitions=result.partitions, bad_rows=result.bad_count)
+        say(f"  ETL: {result.summary()}")
+        if device == "gpu":
+            report = memory_report(client)
+            peaks = {a: s.get("peak_bytes") for a, s in report.items()}
+            if not any(peaks.values()):
+                peaks = {a: s.get("peak_bytes") for a, s in
+                         client.run(_device_peak_on_worker).items()}
+            out["device_peak_bytes"] = peaks
+        say(f"  training ({args.rounds} rounds) ...")
+        trained = train.train(client, result.frame, result.quarters, device, rounds=args.rounds)
+        out.update(dmatrix_seconds=trained.dmatrix_seconds, train_seconds=trained.train_seconds,
+                   auc=trained.auc, holdout=trained.holdout, train_rows=trained.train_rows)
+        say(f"  training: {trained.seconds:.1f} s, test AUC {trained.auc:.4f}")
+        out["host_peak_bytes"] = {a: m["peak_rss"] for a, m in job.host_memory(client).items()}
+        del result
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def _gbs(r: dict) -> float | None:
+    if not r.get("etl_seconds"):
+        return None
+    return r["input_bytes"] / r["etl_seconds"] / 1e9
+
+
+def _max(values: dict | None) -> int | None:
+    values = [v for v in (values or {}).values() if v]
+    return max(values) if values else None
+
+
+def markdown(info: dict, data: dict, results: list[dict], command: str, args) -> str:
+    by = {r["config"]: r for r in results if "error" not in r}
+    cpu = by.get("cpu")
+    lines = [
+        f"# Mortgage ETL + XGBoost on {machine_name(info)}",
+        "",
+        f"Measured {datetime.datetime.now().isoformat(timespec='minutes')} with:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"- machine: {info['host']}, {info['cpu']}, {info['memory']} RAM",
+        f"- GPUs: {'; '.join(info['gpus']) or 'none'}",
+        f"- versions: {', '.join(f'{k} {v}' for k, v in info['versions'].items())}",
+        f"- data: {format_bytes(data['bytes'])} of pipe-delimited text in {data['directory']} "
+        f"({data['files']} performance files"
+        + (f", years {data['years']}, {data['loans_per_quarter']:,} loans per quarter, "
+           f"generated in {data['generate_seconds']:.0f} s" if data.get("generated") else "")
+        + f"); chunks of at most {args.partition_size}; {args.rounds} boosting rounds; "
+        f"protocol {args.protocol}",
+        "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
+        "ETL = read + features + label + join + last mile, persisted in worker memory",
+        "",
+        "| configuration | workers | ETL s | CSV GB/s | GB/s per GPU | rows/s | ETL vs CPU | "
+        "train s | test AUC | peak device / worker | one chunk's device peak | "
+        "peak host / worker |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['config']} | failed: {r['error'].splitlines()[-1][:120]} |"
+                         + " |" * 10)
+            continue
+        gbs = _gbs(r)
+        gpus = r["workers"] if r["device"] == "gpu" else None
+        speed = cpu["etl_seconds"] / r["etl_seconds"] if cpu and r is not cpu else None
+        chunk = (f"{format_bytes(r['chunk_peak_bytes'])} ({r['chunk_peak_ratio']:.1f}x "
+                 f"{format_bytes(r['chunk_bytes'])})" if r.get("chunk_peak_bytes") else "-")
+        device_peak = _max(r.get("device_peak_bytes"))
+        lines.append(
+            f"| {r['config']} | {r['workers']} | {r['etl_seconds']:.2f} | {gbs:.3f} | "
+            f"{f'{gbs / gpus:.3f}' if gpus else '-'} | {r['rows'] / r['etl_seconds']:,.0f} | "
+            f"{f'{speed:.1f}x' if speed else '-'} | "
+            f"{r['dmatrix_seconds'] + r['train_seconds']:.1f} | {r['auc']:.4f} | "
+            f"{format_bytes(device_peak) if device_peak else '-'} | {chunk} | "
+            f"{format_bytes(_max(r.get('host_peak_bytes')) or 0)} |"
+        )
+    lines += ["", "## Goals (issue 4)", ""]
+
+    def goal(text, value, target, fmt="{:.2f}"):
+        if value is None:
+            return f"- {text}: not measured"
+        mark = "met" if value >= target else "NOT met"
+        return f"- {text}: {fmt.format(value)} (goal {fmt.format(target)}: {mark})"
+
+    one = by.get("gpu1-pool")
+    two = by.get("gpu2-pool")
+    plain = by.get("gpu1-cudamalloc")
+    lines.append(goal("ETL, 1 GPU (pool) vs the CPUs", cpu["etl_seconds"] / one["etl_seconds"]
+                      if cpu and one else None, 30, "{:.1f}x"))
+    lines.append(goal("CSV through the whole ETL per GPU, GB/s", _gbs(one) if one else None, 1.0))
+    lines.append(goal("2 GPUs vs 1 GPU (ETL)", one["etl_seconds"] / two["etl_seconds"]
+                      if one and two else None, 1.8, "{:.2f}x"))
+    if one and plain:
+        lines.append(f"- the pool's effect on the ETL (1 GPU): {plain['etl_seconds']:.2f} s with "
+                     f"cudaMalloc vs {one['etl_seconds']:.2f} s with the pool "
+                     f"({plain['etl_seconds'] / one['etl_seconds']:.2f}x); training "
+                     f"{plain['dmatrix_seconds'] + plain['train_seconds']:.1f} s vs "
+                     f"{one['dmatrix_seconds'] + one['train_seconds']:.1f} s")
+    ratios = [r["chunk_peak_ratio"] for r in by.values() if r.get("chunk_peak_ratio")]
+    if ratios:
+        lines.append(f"- device memory of one chunk's ETL: at most {max(ratios):.1f}x the chunk "
+                     f"(goal about 3x: {'met' if max(ratios) <= 3.5 else 'NOT met'})")
+    lines += ["", "Peaks: device from RMM's statistics (the plugin's report, or RMM's adaptor "
+              "without the plugin; XGBoost's own allocations are not in them unless it shares "
+              "the pool); host is each worker process's peak resident memory.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gb", type=float, default=10.0, help="dataset size to generate (GB)")
+    parser.add_argument("--data", default=None,
+                        help="dataset directory (reused if it holds one; default "
+                             "./mortgage-data-<gb>gb)")
+    parser.add_argument("--years", default="2000-2016", help="vintages of a generated dataset")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loans-per-part", type=int, default=40_000,
+                        help="loans per generated performance file (about 10 KB each)")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS,
+                        help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    parser.add_argument("--partition-size", default="512MiB",
+                        help="at most this much text per ETL task (device memory per task)")
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--bad-rows", default="error", choices=("error", "warn", "skip"))
+    parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
+    parser.add_argument("--pool-size", default=None, help="the plugin's RMM pool (e.g. 0.5)")
+    parser.add_argument("--maximum-pool-size", default=None)
+    parser.add_argument("--cpu-workers", type=int, default=None,
+                        help="processes of the CPU cluster (default: one per core)")
+    parser.add_argument("--machine", default=None, help="name in the results file")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configurations {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
+    parse_bytes(args.partition_size)  # fails early on a bad size
+
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    info = machine()
+    gpus = info["gpu_count"]
+    skipped = [c for c in configs if c.startswith("gpu") and int(c[3]) > gpus]
+    if skipped:
+        say(f"skipping {', '.join(skipped)}: {gpus} GPU(s) visible")
+    configs = [c for c in configs if c not in skipped]
+    directory = os.path.abspath(args.data or f"mortgage-data-{args.gb:g}gb")
+    data = dataset(directory, args.gb, args.years, args.seed, args.loans_per_part,
+                   args.cpu_workers)
+    the_plan = etl.plan(*etl.find_dataset(directory), partition_size=args.partition_size)
+    say(f"{len(the_plan.chunks)} chunks of at most {args.partition_size}")
+
+    name = args.machine or machine_name(info)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"mortgage-{name}.md")
+    command = "python " + " ".join(shlex.quote(a) for a in [
+        os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])])
+    results = []
+    for config in configs:
+        try:
+            results.append(run_config(config, args, the_plan))
+        except Exception as exc:  # keep going: the other configurations are still worth having
+            say(f"{config} failed: {exc!r}")
+            traceback.print_exc()
+            results.append({"config": config, "error": "".join(
+                traceback.format_exception_only(type(exc), exc)).strip()})
+        with open(path, "w") as f:
+            f.write(markdown(info, data, results, command, args))
+        with open(path[:-3] + ".json", "w") as f:
+            json.dump({"machine": info, "data": data, "command": command, "results": results},
+                      f, indent=1, default=str)
+        say(f"results so far in {path}")
+    print(open(path).read())
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

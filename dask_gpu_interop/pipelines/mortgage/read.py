@@ -1,0 +1,442 @@
+"""Reading the pipe-delimited files into typed frames, with every bad row found and reported.
+
+The fast path parses a whole chunk with the backend's CSV reader (cuDF or pandas) and proves
+the chunk clean with vectorized checks (CuPy or NumPy): every line has the right number of
+fields, no number or date failed to parse, the required fields are there. Only when a check
+fails does the slow path look at the chunk line by line, in Python, to say which lines are bad
+and why; the policy then raises (``error``), or drops them with a warning (``warn``) or
+silently but counted (``skip``). Rows are never lost without a count, and a crash always says
+which file and line.
+
+Dates, statuses and categorical fields are few distinct strings per chunk: they are read as
+categories, each distinct string is checked and converted once on the host, and the codes
+are mapped on the device through a small lookup table.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...backend import Backend
+from . import schema
+from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS, Table
+
+POLICIES = ("error", "warn", "skip")
+SEPARATOR = b"|"
+SHOWN = 20  # bad rows spelled out in a message; the rest are counted
+
+_INTEGER = re.compile(r"^\s*[-+]?\d+\s*$")
+_NUMBER = re.compile(r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class BadRow:
+    path: str
+    line: int  # 1-based line number in the file
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+class BadRowsError(ValueError):
+    """Rows that cannot be read, under ``bad_rows="error"``: the message names file and line."""
+
+    def __init__(self, rows: list[BadRow], total: int | None = None):
+        self.rows = list(rows)
+        self.total = len(self.rows) if total is None else total
+        super().__init__(describe(self.rows, self.total))
+
+    def __reduce__(self):  # keep rows and total when sent from a worker to the client
+        return (type(self), (self.rows, self.total))
+
+
+def describe(rows: list[BadRow], total: int | None = None) -> str:
+    total = len(rows) if total is None else total
+    lines = [f"{total} bad row(s) in the input:"]
+    lines += [f"  {row}" for row in rows[:SHOWN]]
+    if total > SHOWN:
+        lines.append(f"  ... and {total - SHOWN} more")
+    lines.append(
+        "Fix the files, or pass bad_rows='warn' (--bad-rows warn) to drop these rows with a "
+        "warning, or 'skip' to drop them and only count them."
+    )
+    return "\n".join(lines)
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"bad_rows={policy!r}: choose one of {', '.join(POLICIES)}")
+    return policy
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file, or the byte range ``[start, end)`` of one, moved to whole loans when read."""
+
+    path: str
+    start: int = 0
+    end: int | None = None  # None: the end of the file
+    quarter: str | None = None
+
+    def read(self) -> tuple[bytes, int]:
+        """The chunk's bytes and the offset where they start in the file."""
+        with open(self.path, "rb") as f:
+            size = f.seek(0, io.SEEK_END)
+            end = size if self.end is None else min(self.end, size)
+            if self.start == 0 and end == size:
+                f.seek(0)
+                return f.read(), 0
+            start = loan_boundary(f, self.start, size)
+            stop = loan_boundary(f, end, size)
+            f.seek(start)
+            return f.read(max(0, stop - start)), start
+
+
+def _loan_id(line: bytes) -> bytes:
+    return line.split(SEPARATOR, 1)[0].strip()
+
+
+def loan_boundary(f, offset: int, size: int) -> int:
+    """The first line start at or after ``offset`` that begins a new loan.
+
+    Both neighbours of a split compute the same boundary, so each loan lands whole in exactly
+    one chunk (the per-loan features and the forward label need the whole history).
+    """
+    if offset <= 0:
+        return 0
+    if offset >= size:
+        return size
+    f.seek(offset - 1)
+    f.readline()  # to the start of the next line (or stays, if offset starts a line)
+    pos = f.tell()
+    if pos >= size:
+        return size
+    previous = _loan_id(_line_before(f, pos))
+    f.seek(pos)
+    for line in iter(f.readline, b""):
+        if _loan_id(line) != previous:
+            return pos
+        pos += len(line)
+    return size
+
+
+def _line_before(f, pos: int, block: int = 1 << 16) -> bytes:
+    """The line that ends just before ``pos`` (without its newline)."""
+    start = pos - 1  # the newline that ends it
+    parts = []
+    while start > 0:
+        step = min(block, start)
+        f.seek(start - step)
+        data = f.read(step)
+        cut = data.rfind(b"\n")
+        if cut >= 0:
+            parts.append(data[cut + 1:])
+            break
+        parts.append(data)
+        start -= step
+    return b"".join(reversed(parts))
+
+
+def lines_before(path: str, offset: int, block: int = 1 << 24) -> int:
+    """How many lines of ``path`` end before byte ``offset`` (to number lines in a chunk)."""
+    count = 0
+    with open(path, "rb") as f:
+        while offset > 0:
+            data = f.read(min(block, offset))
+            if not data:
+                break
+            count += data.count(b"\n")
+            offset -= len(data)
+    return count
+
+
+# ---------------------------------------------------------------------------------------------
+# The line layout of a chunk, computed with CuPy or NumPy
+
+
+@dataclass
+class _Layout:
+    xp: object
+    raw: object  # the bytes as a uint8 array (on the device for CuPy)
+    starts: object  # start offset of every line
+    ends: object  # end offset (exclusive, without "\r\n")
+    blank: object  # empty lines (skipped by the readers, and by us)
+    wrong: object  # non-blank lines with the wrong number of fields
+
+    @classmethod
+    def of(cls, data: bytes, xp, n_fields: int) -> _Layout:
+        raw = xp.asarray(np.frombuffer(data, dtype=np.uint8))
+        size = raw.size
+        newlines = xp.flatnonzero(raw == ord("\n"))
+        starts = xp.concatenate([xp.zeros(1, dtype=newlines.dtype), newlines + 1])
+        ends = xp.concatenate([newlines, xp.full(1, size, dtype=newlines.dtype)])
+        if size == 0 or int(starts[-1]) == size:  # the file ends with a newline
+            starts, ends = starts[:-1], ends[:-1]
+        if starts.size == 0:
+            empty = xp.zeros(0, dtype=bool)
+            return cls(xp, raw, starts, ends, empty, empty)
+        separators = _count_per_segment((raw == SEPARATOR[0]).view(xp.uint8), starts, xp)
+        carriage = (ends > starts) & (raw[xp.maximum(ends - 1, 0)] == ord("\r"))
+        ends = ends - carriage
+        blank = ends == starts
+        wrong = ~blank & (separators != n_fields - 1)
+        return cls(xp, raw, starts, ends, blank, wrong)
+
+    @property
+    def rows(self) -> int:
+        return int(self.blank.size - int(self.blank.sum()))
+
+    def filled_counts(self, n_fields: int, columns: list[int]) -> list[int]:
+        """Non-blank fields per column (for readers that turn a bad number into a null)."""
+        xp = self.xp
+        keep = ~self.blank
+        starts, ends = self.starts[keep], self.ends[keep]
+        seps = xp.flatnonzero(self.raw == SEPARATOR[0]).reshape(-1, n_fields - 1)
+        counts = []
+        for j in columns:
+            first = starts if j == 0 else seps[:, j - 1] + 1
+            last = ends if j == n_fields - 1 else seps[:, j]
+            counts.append(int((last > first).sum()))
+        return counts
+
+
+def _count_per_segment(flags, starts, xp):
+    """Sum of ``flags`` over ``[starts[i], starts[i + 1])`` (the last one to the end)."""
+    try:
+        return xp.add.reduceat(flags, starts, dtype=xp.int32)
+    except (AttributeError, NotImplementedError, TypeError):  # a CuPy without reduceat
+        return _count_by_cumsum(flags, starts, xp)
+
+
+def _count_by_cumsum(flags, starts, xp):
+    total = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(flags, dtype=xp.int64)])
+    stops = xp.concatenate([starts[1:], xp.full(1, flags.size, dtype=starts.dtype)])
+    return (total[stops] - total[starts]).astype(xp.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _text_dtype(col, backend: Backend) -> str:
+    """How the reader should hold a text column before we convert it."""
+    if backend.is_gpu:
+        return "str"  # cuDF categorizes on the device
+    # pandas builds categories in its C parser, faster than strings then astype; but it infers
+    # numeric categories when every value looks like a number ("01" -> 1), so codes such as
+    # the zero-balance codes and names (which may look like anything) stay strings.
+    if col.kind in (PERIOD, DATE, STATUS):
+        return "category"
+    vocab = schema.VOCABULARIES.get(col.name)
+    if vocab is not None and not any(v[:1].isdigit() for v in vocab):
+        return "category"
+    return "str"
+
+
+def _read_options(table: Table, backend: Backend) -> dict:
+    dtypes = {c.name: {ID: "int64", NUMBER: "float64"}.get(c.kind) or _text_dtype(c, backend)
+              for c in table.columns}
+    return dict(
+        sep="|", header=None, names=table.names, dtype=dtypes, keep_default_na=False,
+        na_values=[""], quoting=3, skip_blank_lines=True,
+    )
+
+
+def strict_parser(backend: Backend) -> bool:
+    """Whether the backend's CSV reader raises on an unparsable number. pandas does; cuDF
+    reads it as null, so the fast path compares nulls with the fields that were filled."""
+    return not backend.is_gpu
+
+
+class _Unclean(Exception):
+    """The fast path cannot vouch for the chunk: the slow path must look line by line."""
+
+
+def _categorized(series, backend: Backend):
+    """(host list of categories, codes + 1 as an array: 0 for a blank)."""
+    if str(series.dtype) != "category":
+        series = series.astype("category")
+    categories = backend.to_host(series.cat.categories)
+    codes = series.cat.codes.fillna(-1).astype("int32").values
+    return [str(c) for c in categories], codes + 1
+
+
+def _convert(kind: str, name: str, text: str, names: dict | None):
+    """(value, ok) for one distinct non-blank string of a converted column."""
+    if kind in (PERIOD, DATE):
+        number = schema.month_number(text)
+        return (number, True) if number is not None else (np.nan, False)
+    if kind == STATUS:
+        if text.strip() in schema.STATUS_UNKNOWN:
+            return schema.MISSING, True
+        return (int(text), True) if _INTEGER.match(text) else (schema.MISSING, False)
+    return schema.category_code(name, text, names), True
+
+
+_BLANK = {PERIOD: (0, False), DATE: (np.nan, True), STATUS: (schema.MISSING, True),
+          CATEGORY: (schema.MISSING, True)}
+# What each kind of column becomes.
+DTYPES = {ID: "int64", NUMBER: "float64", PERIOD: "int32", DATE: "float32", STATUS: "int32",
+          CATEGORY: "int16"}
+
+
+def empty_frame(table: Table, backend: Backend):
+    """A frame of no rows with the columns and dtypes that ``read_table`` returns."""
+    return backend.df.DataFrame(
+        {c.name: backend.df.Series([], dtype=DTYPES[c.kind]) for c in table.columns}
+    )
+
+
+def _fast(data: bytes, table: Table, backend: Backend, names: dict | None):
+    """The typed frame of a clean chunk; raises _Unclean when any check fails."""
+    xp = backend.xp
+    layout = _Layout.of(data, xp, len(table))
+    if bool(layout.wrong.any()):
+        raise _Unclean("field count")
+    rows = layout.rows
+    if rows == 0:
+        return empty_frame(table, backend)
+    numeric = [i for i, c in enumerate(table.columns) if c.kind in (ID, NUMBER)]
+    filled = None if strict_parser(backend) else layout.filled_counts(len(table), numeric)
+    del layout  # the chunk's copy on the device, before the parser makes its own
+    try:
+        frame = backend.df.read_csv(io.BytesIO(data), **_read_options(table, backend))
+    except (ValueError, TypeError, OverflowError) as exc:  # pandas: a number that is not one
+        raise _Unclean(str(exc)) from exc
+    if len(frame) != rows:
+        raise _Unclean(f"{len(frame)} rows parsed from {rows} lines")
+    for j, count in zip(numeric, filled or (), strict=False):  # none when strict
+        if int(frame[table.columns[j].name].notna().sum()) != count:
+            raise _Unclean(f"unparsable number in {table.columns[j].name}")
+    if int(frame["loan_id"].isna().sum()):
+        raise _Unclean("blank loan_id")
+    for col in table.columns:
+        if col.kind not in _BLANK:
+            continue
+        categories, index = _categorized(frame[col.name], backend)
+        blank_value, blank_ok = _BLANK[col.kind]
+        pairs = [(blank_value, blank_ok)] + [
+            _convert(col.kind, col.name, text, names) for text in categories
+        ]
+        ok = xp.asarray([p[1] for p in pairs])
+        if not bool(ok[index].all()):
+            raise _Unclean(f"bad value in {col.name}")
+        values = xp.asarray([p[0] for p in pairs], dtype=DTYPES[col.kind])
+        frame[col.name] = values[index]
+    if table is schema.ACQUISITION and int(frame["loan_id"].nunique()) != len(frame):
+        raise _Unclean("duplicate loan_id")
+    return frame
+
+
+def _check_line(fields: list[str], table: Table, seen: set | None) -> str | None:
+    """Why one line is bad, or None (the slow path's rules, the same as the fast path's)."""
+    if len(fields) != len(table):
+        return f"expected {len(table)} fields, found {len(fields)}"
+    for col, text in zip(table.columns, fields, strict=True):
+        blank = text == ""
+        if col.kind == ID:
+            if blank:
+                return "loan_id is blank"
+            if not _INTEGER.match(text):
+                return f"loan_id is not an integer: {text!r}"
+        elif col.kind == PERIOD:
+            if schema.month_number(text) is None:
+                return f"{col.name} is not a date (MM/DD/YYYY): {text!r}"
+        elif blank:
+            continue
+        elif col.kind == DATE and schema.month_number(text) is None:
+            return f"{col.name} is not a date (MM/YYYY or MM/DD/YYYY): {text!r}"
+        elif col.kind == NUMBER and not _NUMBER.match(text):
+            return f"{col.name} is not a number: {text!r}"
+        elif col.kind == STATUS and not (
+            _INTEGER.match(text) or text.strip() in schema.STATUS_UNKNOWN
+        ):
+            return f"{col.name} is not an integer: {text!r}"
+    if seen is not None:
+        key = int(fields[0])
+        if key in seen:
+            return f"duplicate loan_id {key}"
+        seen.add(key)
+    return None
+
+
+def _slow(data: bytes, table: Table) -> tuple[bytes, list[tuple[int, str]]]:
+    """Good lines joined again, and (0-based line index in the chunk, reason) of bad ones."""
+    good, bad = [], []
+    seen = set() if table is schema.ACQUISITION else None
+    for index, raw in enumerate(data.split(b"\n")):
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        if not line:
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad.append((index, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
+            continue
+        reason = _check_line(text.split("|"), table, seen)
+        if reason is None:
+            good.append(line)
+        else:
+            bad.append((index, reason))
+    return b"".join(line + b"\n" for line in good), bad
+
+
+@dataclass
+class ReadResult:
+    frame: object
+    bad: list[BadRow] = field(default_factory=list)
+    rows: int = 0  # rows read (kept)
+
+
+def read_table(source: Source, table: Table, backend: Backend, policy: str = "error",
+               names: dict | None = None) -> ReadResult:
+    """Read one chunk of a performance or acquisition file into a typed frame.
+
+    Numbers are float64 (blank: NaN), dates month numbers (float32, blank: NaN), the reporting
+    period an int32 month number, the status int32 (blank/unknown: -1), categorical fields
+    int16 codes (see ``schema.vocabulary``).
+    """
+    check_policy(policy)
+    data, offset = source.read()
+    try:
+        frame = _fast(data, table, backend, names)
+        return ReadResult(frame, [], len(frame))
+    except _Unclean as unclean:
+        first_problem = str(unclean)
+    clean, bad_lines = _slow(data, table)
+    if not bad_lines:
+        raise RuntimeError(
+            f"{source.path} (bytes {offset}-{offset + len(data)}): the reader rejected the "
+            f"chunk ({first_problem}) but no line breaks the file format; please report this"
+        )
+    base = lines_before(source.path, offset)
+    bad = [BadRow(source.path, base + index + 1, reason) for index, reason in bad_lines]
+    if policy == "error":
+        raise BadRowsError(bad)
+    frame = _fast(clean, table, backend, names)
+    return ReadResult(frame, bad, len(frame))
+
+
+def read_names(path: str | None) -> dict[str, str] | None:
+    """names.csv: ``seller_name|short name`` lines after a header line."""
+    if path is None:
+        return None
+    mapping = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if number == 1 or not line:
+                continue
+            parts = line.split("|")
+            if len(parts) != 2:
+                raise ValueError(
+                    f"{path}:{number}: expected 'seller name|short name', found {line!r} "
+                    "(names.csv is pipe-delimited with a header line)"
+                )
+            mapping[parts[0].strip()] = parts[1].strip()
+    return mapping

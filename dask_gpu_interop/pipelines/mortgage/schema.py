@@ -1,0 +1,193 @@
+"""The Fannie Mae loan-level layout (the classic RAPIDS mortgage files) and the feature table.
+
+One place says what each column is, how it is read, and what it becomes, so that the reader,
+the generator, the ETL and the tests cannot disagree. Dates become month numbers
+(``year * 12 + month - 1``): integers that pandas and cuDF handle alike and that make "twelve
+months later" plain arithmetic. Categorical columns become integer codes from fixed
+vocabularies, so that a code means the same thing in every partition and on every backend.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Kinds of column: how a field is read and checked.
+ID = "id"  # loan id: a required integer
+PERIOD = "period"  # the reporting month: a required date
+DATE = "date"  # MM/YYYY or MM/DD/YYYY, may be blank
+NUMBER = "number"  # a decimal number, may be blank
+STATUS = "status"  # delinquency status: an integer, blank or X/XX (unknown)
+CATEGORY = "category"  # a short code or a name, may be blank
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """One of the two file kinds: its columns in file order."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def of_kind(self, *kinds: str) -> list[str]:
+        return [c.name for c in self.columns if c.kind in kinds]
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+
+def _table(name: str, spec: str) -> Table:
+    cols = []
+    for item in spec.split():
+        col, kind = item.split(":")
+        cols.append(Column(col, kind))
+    return Table(name, tuple(cols))
+
+
+PERFORMANCE = _table("performance", """
+    loan_id:id monthly_reporting_period:period servicer:category interest_rate:number
+    current_actual_upb:number loan_age:number remaining_months_to_legal_maturity:number
+    adj_remaining_months_to_maturity:number maturity_date:date msa:number
+    current_loan_delinquency_status:status mod_flag:category zero_balance_code:category
+    zero_balance_effective_date:date last_paid_installment_date:date foreclosed_after:date
+    disposition_date:date foreclosure_costs:number prop_preservation_and_repair_costs:number
+    asset_recovery_costs:number misc_holding_expenses:number holding_taxes:number
+    net_sale_proceeds:number credit_enhancement_proceeds:number
+    repurchase_make_whole_proceeds:number other_foreclosure_proceeds:number
+    non_interest_bearing_upb:number principal_forgiveness_upb:number
+    repurchase_make_whole_proceeds_flag:category foreclosure_principal_write_off_amount:number
+    servicing_activity_indicator:category
+""")
+
+ACQUISITION = _table("acquisition", """
+    loan_id:id orig_channel:category seller_name:category orig_interest_rate:number
+    orig_upb:number orig_loan_term:number orig_date:date first_pay_date:date orig_ltv:number
+    orig_cltv:number num_borrowers:number dti:number borrower_credit_score:number
+    first_home_buyer:category loan_purpose:category property_type:category num_units:number
+    occupancy_status:category property_state:category zip:number
+    mortgage_insurance_percent:number product_type:category coborrow_credit_score:number
+    mortgage_insurance_type:number relocation_mortgage_indicator:category
+""")
+
+assert len(PERFORMANCE) == 31 and len(ACQUISITION) == 25
+
+# Per-loan intermediates of the classic notebook; computed, then dropped by the last-mile step.
+EVER = ("ever_30", "ever_90", "ever_180")
+FIRST_DELINQUENCY = ("delinquency_30", "delinquency_90", "delinquency_180")
+THRESHOLDS = {"30": 1, "90": 3, "180": 6}  # months behind for 30/90/180 days
+LABEL = "delinquency_12"
+LABEL_WINDOW = 12  # months T..T+11
+LABEL_STATUS_ABOVE = 3  # the label's rule: status > 3, or an unpaid balance of exactly 0
+
+# What the last-mile step drops (the classic notebook's list): ids, dates, intermediates.
+DROPPED = (
+    "loan_id", "orig_date", "first_pay_date", "seller_name", "monthly_reporting_period",
+    "last_paid_installment_date", "maturity_date", *EVER, *FIRST_DELINQUENCY,
+    "zero_balance_effective_date", "foreclosed_after", "disposition_date",
+)
+
+FEATURES: tuple[str, ...] = tuple(
+    name for name in PERFORMANCE.names + ACQUISITION.names[1:] if name not in DROPPED
+)
+assert len(FEATURES) == 45, len(FEATURES)
+
+# Delinquency status fields that mean "unknown" in the real files; read as missing.
+STATUS_UNKNOWN = ("X", "XX")
+MISSING = -1  # what missing values become in the feature table (the notebook's fill)
+
+# Closed vocabularies (Fannie Mae's glossary). Codes: position here; a value outside the list
+# gets len(list) ("other"); a blank gets MISSING.
+STATES = tuple(sorted("""
+    AK AL AR AZ CA CO CT DC DE FL GA GU HI IA ID IL IN KS KY LA MA MD ME MI MN MO MS MT NC ND NE
+    NH NJ NM NV NY OH OK OR PA PR RI SC SD TN TX UT VA VI VT WA WI WV WY
+""".split()))
+VOCABULARIES: dict[str, tuple[str, ...]] = {
+    "orig_channel": ("B", "C", "R", "T"),
+    "first_home_buyer": ("N", "U", "Y"),
+    "loan_purpose": ("C", "P", "R", "U"),
+    "property_type": ("CO", "CP", "MH", "PU", "SF"),
+    "occupancy_status": ("I", "P", "S", "U"),
+    "property_state": STATES,
+    "product_type": ("FRM",),
+    "relocation_mortgage_indicator": ("N", "Y"),
+    "mod_flag": ("N", "Y"),
+    "zero_balance_code": ("01", "02", "03", "06", "09", "15", "16", "96", "97", "98"),
+    "repurchase_make_whole_proceeds_flag": ("N", "Y"),
+    "servicing_activity_indicator": ("N", "Y"),
+}
+# Open vocabularies: institution names, mapped through names.csv to short names first.
+NAMED = ("seller_name", "servicer")
+
+# Sellers of the generated data (real names of the era) and their short names (names.csv).
+SELLERS: dict[str, str] = {
+    "BANK OF AMERICA, N.A.": "Bank of America",
+    "WELLS FARGO BANK, N.A.": "Wells Fargo",
+    "JPMORGAN CHASE BANK, NATIONAL ASSOCIATION": "JP Morgan Chase",
+    "CITIMORTGAGE, INC.": "Citi",
+    "GMAC MORTGAGE, LLC": "GMAC",
+    "SUNTRUST MORTGAGE INC.": "SunTrust",
+    "PNC BANK, N.A.": "PNC",
+    "FLAGSTAR CAPITAL MARKETS CORPORATION": "Flagstar",
+    "AMTRUST BANK": "AmTrust",
+    "FIRST TENNESSEE BANK NATIONAL ASSOCIATION": "First Tennessee",
+    "U.S. BANK N.A.": "US Bank",
+    "QUICKEN LOANS INC.": "Quicken",
+    "PROVIDENT FUNDING ASSOCIATES, L.P.": "Provident",
+    "FIFTH THIRD BANK": "Fifth Third",
+    "OTHER": "Other",
+}
+
+_DATE = re.compile(r"^(\d{2})/(?:\d{2}/)?(\d{4})$")
+
+
+def month_number(text: str) -> int | None:
+    """``"MM/YYYY"`` or ``"MM/DD/YYYY"`` -> ``year * 12 + month - 1``; None if not a date."""
+    match = _DATE.match(text)
+    if match is None:
+        return None
+    month, year = int(match.group(1)), int(match.group(2))
+    if not 1 <= month <= 12:
+        return None
+    return year * 12 + month - 1
+
+
+def month_text(number: int, day: bool = False) -> str:
+    """The inverse of :func:`month_number`: ``MM/YYYY``, or ``MM/01/YYYY`` with ``day``."""
+    year, month = divmod(int(number), 12)
+    return f"{month + 1:02d}/01/{year:04d}" if day else f"{month + 1:02d}/{year:04d}"
+
+
+def vocabulary(column: str, names: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The values whose positions are the codes of ``column`` in the feature table.
+
+    Institution names have no closed list: their vocabulary is the sorted short names of the
+    names mapping (names.csv), or of the generator's sellers when there is none.
+    """
+    if column in NAMED:
+        return tuple(sorted(set((names or SELLERS).values())))
+    return VOCABULARIES[column]
+
+
+def category_code(column: str, value: str | None, names: dict[str, str] | None = None) -> int:
+    """The code of one raw ``value`` of a categorical ``column`` (the reference definition)."""
+    if value is None or value == "":
+        return MISSING
+    if column in NAMED:
+        value = (names or SELLERS).get(value, value)
+    vocab = vocabulary(column, names)
+    return vocab.index(value) if value in vocab else len(vocab)
+
+
+def quarter_of(path: str) -> str | None:
+    """``"2007Q3"`` for ``.../Performance_2007Q3.txt_0`` or ``.../Acquisition_2007Q3.txt``."""
+    match = re.search(r"(\d{4})Q([1-4])", path.rsplit("/", 1)[-1])
+    return f"{match.group(1)}Q{match.group(2)}" if match else None

@@ -1,0 +1,165 @@
+"""The mortgage pipeline on GPUs: cuDF gives pandas' table, bad rows are caught the same way,
+training runs on the device, and one chunk's ETL stays within a few times its size."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+
+import dask
+import numpy as np
+import pandas as pd
+import pytest
+
+from dask_gpu_interop import device
+from dask_gpu_interop.pipelines.mortgage import etl, read, schema
+from dask_gpu_interop.pipelines.mortgage import generate as gen
+
+
+def _ready() -> tuple[bool, str]:
+    if device.gpu_count() == 0:
+        return False, "no CUDA GPU visible"
+    missing = [m for m in ("cudf", "cupy", "dask_cudf", "rmm") if importlib.util.find_spec(m) is None]
+    return (not missing, f"{', '.join(missing)} not installed")
+
+
+READY, WHY = _ready()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not READY, reason=WHY)]
+
+SAMPLE = "/work/shared/data/mortgage-2007Q3-sample"
+SAMPLE_PERF = os.path.join(SAMPLE, "Performance_2007Q3.txt_0")
+SAMPLE_ACQ = os.path.join(SAMPLE, "Acquisition_2007Q3.txt")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def local_threads():
+    with dask.config.set(scheduler="threads", num_workers=1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("mortgage-gpu"))
+    spec = gen.Spec(2006, 2007, loans_per_quarter=300, loans_per_part=120, seed=7)
+    gen.generate(directory, spec)
+    return etl.find_dataset(directory)
+
+
+def _both(perf, acq, names=None, **kwargs):
+    cpu = etl.run(perf, acq, names, device="cpu", **kwargs)
+    gpu = etl.run(perf, acq, names, device="gpu", **kwargs)
+    return cpu, gpu
+
+
+def _host(frame):
+    return frame.compute().to_pandas().reset_index(drop=True)
+
+
+def _same_table(cpu, gpu):
+    want = cpu.frame.compute().reset_index(drop=True)
+    got = _host(gpu.frame)
+    assert list(got.columns) == list(want.columns)
+    pd.testing.assert_series_equal(got.dtypes, want.dtypes)
+    # parsers may round a decimal differently in the last bit of a float64
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6, atol=0)
+    for name in (schema.LABEL, *[c for c in want.columns if want[c].dtype.kind in "iu"]):
+        assert got[name].tolist() == want[name].tolist(), name
+    assert (gpu.rows, gpu.bad_count) == (cpu.rows, cpu.bad_count)
+
+
+@pytest.mark.parametrize("partition_size", ["256MiB", "200KiB"])
+def test_cudf_and_pandas_give_the_same_feature_table(dataset, partition_size):
+    cpu, gpu = _both(*dataset, partition_size=partition_size)
+    _same_table(cpu, gpu)
+    assert gpu.frame.npartitions == len(gpu.quarters)
+
+
+def test_cudf_and_pandas_give_the_same_intermediate_table(dataset):
+    cpu, gpu = _both(*dataset, intermediate=True)
+    want = cpu.frame.compute().reset_index(drop=True)
+    got = _host(gpu.frame)
+    for name in ("loan_id", "monthly_reporting_period", *schema.EVER, schema.LABEL):
+        assert got[name].tolist() == want[name].tolist(), name
+    for name in schema.FIRST_DELINQUENCY:
+        np.testing.assert_array_equal(got[name].to_numpy(float), want[name].to_numpy(float))
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
+def test_real_sample_on_both_backends():
+    cpu, gpu = _both(SAMPLE_PERF, SAMPLE_ACQ)
+    _same_table(cpu, gpu)
+    assert gpu.rows == 10_000
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
+@pytest.mark.parametrize("kind, spoil, reason", [
+    ("too many fields", lambda f: f + ["x"], "expected 31 fields, found 32"),
+    ("too few fields", lambda f: f[:-1], "expected 31 fields, found 30"),
+    ("bad number", lambda f: f[:4] + ["12x.5"] + f[5:], "current_actual_upb is not a number"),
+    ("bad integer id", lambda f: ["10x"] + f[1:], "loan_id is not an integer"),
+    ("bad date", lambda f: f[:1] + ["2007-01-01"] + f[2:], "monthly_reporting_period is not"),
+])
+def test_bad_rows_are_caught_on_the_gpu_too(tmp_path, kind, spoil, reason):
+    """cuDF reads an unparsable number as null instead of raising: the check must see it."""
+    with open(SAMPLE_PERF) as f:
+        rows = [line.rstrip("\n").split("|") for line in f][:300]
+    rows[122] = spoil(rows[122])
+    path = tmp_path / "Performance_2007Q3.txt_0"
+    path.write_text("\n".join("|".join(r) for r in rows) + "\n")
+    with pytest.raises(read.BadRowsError, match=re.escape(f"{path}:123: {reason}")):
+        etl.run(str(path), SAMPLE_ACQ, device="gpu")
+    cpu, gpu = _both(str(path), SAMPLE_ACQ, bad_rows="skip")
+    assert gpu.bad_count == 1 and gpu.rows == 299
+    _same_table(cpu, gpu)
+
+
+def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(dataset):
+    """Peak device bytes of the whole ETL of one chunk (read, features, join, last mile)."""
+    import cupy
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    perf, acq, names = dataset
+    plan = etl.plan(perf, acq, names)
+    chunk = max(plan.chunks, key=lambda c: os.path.getsize(c.path))
+    acq_frame = etl.load_acquisitions(plan.acquisitions[plan.key(chunk)], "gpu", "error",
+                                      plan.names)
+    previous = rmm.mr.get_current_device_resource()
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+    rmm.statistics.enable_statistics()
+    try:
+        rmm.statistics.push_statistics()
+        etl.process_chunk(chunk, acq_frame, "gpu", "error", plan.names)
+        peak = rmm.statistics.pop_statistics().peak_bytes
+    finally:
+        rmm.mr.set_current_device_resource(previous)
+        cupy.cuda.set_allocator(None)
+    size = os.path.getsize(chunk.path)
+    assert peak < 4 * size, f"peak {peak / size:.1f}x the chunk ({size} bytes)"
+
+
+@pytest.mark.slow
+def test_training_on_gpu_workers(dataset):
+    from dask_gpu_interop.cluster import cluster_client
+    from dask_gpu_interop.pipelines.mortgage import job
+
+    perf, acq, names = dataset
+    with cluster_client(device="gpu", n_workers=1) as (client, where):
+        assert where == "gpu"
+        result = job.run(client, "gpu", perf, acq, names, rounds=20)
+    assert result.training.auc > 0.75
+    text = "\n".join(result.lines())
+    assert "device: gpu" in text and "pool" in text
+
+
+@pytest.mark.slow
+def test_the_default_command_on_gpus():
+    from click.testing import CliRunner
+
+    from dask_gpu_interop.cli import main
+
+    result = CliRunner().invoke(main, ["mortgage", "--device", "gpu", "--years", "2007",
+                                       "--loans-per-quarter", "300", "--rounds", "10"])
+    assert result.exit_code == 0, result.output
+    assert "device=gpu" in result.output and "test AUC" in result.output
