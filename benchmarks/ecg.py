@@ -1,0 +1,289 @@
+"""ECG pipeline, stage by stage: one GPU against the machine's CPUs, side by side in one run.
+
+    python benchmarks/ecg.py                      # 20 h at 250 Hz, GPU (when present) and CPU
+    python benchmarks/ecg.py --hours 0.5 --devices cpu   # a quick look on a machine with no GPU
+
+Each device runs twice: in one process (Dask's threaded scheduler, no cluster overhead: the
+figure the "reading + segmentation + embedding of 20 h under 1 s on a GPU" goal is about), and
+on a local cluster (one dask-cuda worker for the GPU with the memory plugin; CPU workers over
+all cores). Every timed run follows an untimed warm-up on 10 minutes of ECG in the same
+process or cluster, so kernel compilation, cuFFT plans and library imports are not counted.
+The synthetic CSV is generated once and kept (``--data``, outside the checkout). Results go to
+``benchmarks/results/ecg-<machine>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STAGES = ("read", "convolve", "detect", "embed", "train", "score")
+SEGMENTATION = ("read", "convolve", "detect", "embed")
+
+
+def main(argv=None):
+    args = parse(argv)
+    from dask_gpu_interop.backend import resolve_device
+
+    devices = args.devices.split(",") if args.devices != "auto" else (
+        ["gpu", "cpu"] if resolve_device("auto") == "gpu" else ["cpu"])
+    for d in devices:
+        resolve_device(d)  # a clear error now, not after generating 20 hours of data
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    csv, truth, gen = dataset(data, args.hours, args.rate, args.seed)
+    warm_csv, _, _ = dataset(data, 10 / 60, args.rate, args.seed + 1)
+    print(f"data: {csv} ({csv.stat().st_size / 1e6:.0f} MB, {truth.summary()}){gen}", flush=True)
+
+    columns = {}
+    for device in devices:
+        for mode in ("in-process", "cluster"):
+            label = f"{device.upper()} {mode}"
+            print(f"running: {label} ...", flush=True)
+            columns[label] = measure(csv, warm_csv, truth, args, device, mode)
+            print(f"  {fmt_times(columns[label]['times'])}", flush=True)
+
+    machine = args.machine or machine_slug(devices)
+    out = Path(args.out) / f"ecg-{machine}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report(columns, args, truth, csv, argv))
+    print(out.read_text())
+    print(f"written: {out}")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--hours", type=float, default=20.0)
+    p.add_argument("--rate", type=float, default=250.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--devices", default="auto", help="gpu,cpu | cpu | gpu | auto")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="cap on VAE training steps (default: the pipeline's, 3000)")
+    p.add_argument("--cpu-workers", type=int, default=None,
+                   help="CPU cluster workers (default: 4, threads sharing all cores)")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    p.add_argument("--data", default=str(cache / "dask-gpu-interop" / "ecg"),
+                   help="where the CSVs are kept (default: %(default)s)")
+    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--machine", default=None, help="name in the results file (default: "
+                   "from the GPU model, e.g. 1xH200, or cpu16)")
+    return p.parse_args(argv)
+
+
+def dataset(folder: Path, hours: float, rate: float, seed: int):
+    """The synthetic recording (its truth is regenerated, cheaply) and its CSV, made once."""
+    from dask_gpu_interop.pipelines.ecg.synthetic import make_ecg, write_csv
+
+    truth = make_ecg(hours * 3600, rate, seed=seed)
+    path = folder / f"ecg-{hours:g}h-{rate:g}Hz-seed{seed}.csv"
+    note = ""
+    if not path.exists():
+        t0 = time.perf_counter()
+        tmp = path.with_suffix(".tmp")
+        write_csv(tmp, truth.signal)
+        tmp.rename(path)
+        note = f"; written in {time.perf_counter() - t0:.1f} s"
+    return path, truth, note
+
+
+def measure(csv, warm_csv, truth, args, device, mode) -> dict:
+    import dask
+
+    from dask_gpu_interop.pipelines.ecg.params import Params
+    from dask_gpu_interop.pipelines.ecg.pipeline import evaluate, run
+
+    rate = args.rate
+    params = Params(max_steps=args.max_steps) if args.max_steps else Params()
+    if mode == "cluster":
+        from dask_gpu_interop.cluster import cluster_client
+
+        workers = 1 if device == "gpu" else (args.cpu_workers or min(4, os.cpu_count() or 1))
+        with cluster_client(device=device, n_workers=workers) as (client, _):
+            client.run(_import_frameworks, device)
+            warm_blocks = Path(warm_csv).stat().st_size // (4 * workers) + 1
+            run(warm_csv, rate, device=device, blocksize=warm_blocks)
+            t0 = time.perf_counter()
+            result = run(csv, rate, device=device, params=params)
+            wall = time.perf_counter() - t0
+            workers = len(client.scheduler_info()["workers"])
+            threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+        where = f"{workers} worker(s), {threads} thread(s)"
+    else:
+        cores = os.cpu_count() or 1
+        size = Path(csv).stat().st_size
+        parts = 4 if device == "gpu" else 2 * cores
+        blocksize = max(1 << 20, size // parts + 1)
+        with dask.config.set(scheduler="threads"):
+            run(warm_csv, rate, device=device)
+            t0 = time.perf_counter()
+            result = run(csv, rate, device=device, params=params, blocksize=blocksize)
+            wall = time.perf_counter() - t0
+        where = f"1 process, {cores} threads"
+    scores = evaluate(result, truth)
+    return {"times": result.times, "wall": wall, "where": where, "chunks": result.chunks,
+            "beats": len(result.beats), "f1": scores["detection"]["f1"],
+            "auc": scores["outliers"]["auc"], "steps": result.model["steps"]}
+
+
+def _import_frameworks(device):
+    """Warm-up on every worker: the imports the pipeline's tasks would otherwise pay for."""
+    import numba  # noqa: F401
+    import torch  # noqa: F401
+
+    if device == "gpu":
+        import cupy  # noqa: F401
+        from numba import cuda  # noqa: F401
+
+
+def fmt_times(times: dict) -> str:
+    return ", ".join(f"{k} {v:.3f} s" for k, v in times.items())
+
+
+def report(columns: dict, args, truth, csv, argv) -> str:
+    labels = list(columns)
+    lines = [
+        f"# ECG pipeline, {truth.seconds / 3600:g} h at {truth.rate:g} Hz "
+        f"({len(truth.signal):,} samples, {len(truth.peaks):,} beats)",
+        "",
+        f"- command: `{command(argv)}`",
+        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"- machine: {machine_description()}",
+        f"- versions: {versions()}",
+        f"- data: `{csv.name}`, {csv.stat().st_size / 1e6:.0f} MB of CSV",
+        "",
+        "Seconds per stage (wall clock, after a warm-up run in the same process or cluster).",
+        "",
+        "| stage | " + " | ".join(labels) + " |" + "".join(
+            f" {s} |" for s in speedup_labels(labels)),
+        "| --- " * (1 + len(labels) + len(speedup_labels(labels))) + "|",
+    ]
+    rows = [*STAGES, "read+segment+embed", "total"]
+    for row in rows:
+        values = [stage_value(columns[label], row) for label in labels]
+        cells = [f"{v:.3f}" for v in values]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |" + "".join(
+            f" {x} |" for x in speedups(columns, labels, row)))
+    lines += [
+        "",
+        "| run | where | chunks | beats | F1 | AUC | VAE steps |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label in labels:
+        c = columns[label]
+        lines.append(f"| {label} | {c['where']} | {c['chunks']} | {c['beats']:,} | "
+                     f"{c['f1']:.4f} | {c['auc']:.4f} | {c['steps']} |")
+    gpu = columns.get("GPU in-process")
+    if gpu is not None:
+        seg = stage_value(gpu, "read+segment+embed")
+        verdict = "met" if seg < 1.0 else "not met"
+        lines += ["", f"Goal, reading + segmentation + embedding of {truth.seconds / 3600:g} h "
+                      f"under 1 s on one GPU: {seg:.3f} s in one process ({verdict})."]
+    lines += [
+        "",
+        "Notes: *read* parses the CSV into one Dask array (cuDF / pandas); *detect* includes "
+        "gathering the candidates to the client and setting the threshold; *train* is on one "
+        "worker (see `pipeline.py`). The in-process GPU run uses CuPy's and PyTorch's own "
+        "allocators; the cluster run allocates from the worker's RMM pool (GPUMemoryPlugin).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def stage_value(column: dict, row: str) -> float:
+    times = column["times"]
+    if row == "read+segment+embed":
+        return sum(times[s] for s in SEGMENTATION)
+    if row == "total":
+        return sum(times.values())
+    return times[row]
+
+
+def speedup_labels(labels):
+    return [f"GPU/CPU {mode} speedup" for mode in ("in-process", "cluster")
+            if f"GPU {mode}" in labels and f"CPU {mode}" in labels]
+
+
+def speedups(columns, labels, row):
+    out = []
+    for mode in ("in-process", "cluster"):
+        g, c = f"GPU {mode}", f"CPU {mode}"
+        if g in labels and c in labels:
+            gv, cv = stage_value(columns[g], row), stage_value(columns[c], row)
+            out.append(f"{cv / gv:.1f}x" if gv > 0 else "-")
+    return out
+
+
+def command(argv) -> str:
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(shlex.quote(a) for a in ["python", "benchmarks/ecg.py", *args])
+
+
+def gpu_names() -> list[str]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description() -> str:
+    gpus = gpu_names()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu = f"{len(gpus)} GPU(s): {gpus[0]}" if gpus else "no GPU"
+    if visible is not None:
+        gpu += f" (CUDA_VISIBLE_DEVICES={visible})"
+    mem = ""
+    try:
+        mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM"
+    except (ValueError, OSError, AttributeError):
+        pass
+    return f"{platform.node()}: {os.cpu_count()} CPU cores ({cpu_name()}){mem}; {gpu}"
+
+
+def machine_slug(devices) -> str:
+    gpus = gpu_names()
+    if "gpu" in devices and gpus:
+        model = gpus[0].split(",")[0]
+        short = re.findall(r"[A-Z]+\d+[A-Za-z]*", model.replace("NVIDIA", ""))
+        return f"1x{short[0] if short else re.sub(r'[^A-Za-z0-9]+', '-', model)}"
+    return f"cpu{os.cpu_count()}"
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("dask", "distributed", "numpy", "pandas", "numba", "numba-cuda", "torch",
+                 "cupy-cuda13x", "cupy-cuda12x", "cudf-cu13", "cudf-cu12", "rmm-cu13", "rmm-cu12"):
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+if __name__ == "__main__":
+    main()

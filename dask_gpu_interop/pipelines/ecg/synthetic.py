@@ -1,0 +1,174 @@
+"""A synthetic single-lead ECG with known beats: the ground truth for detection and outliers.
+
+Each beat is a sum of Gaussian waves (P, Q, R, S, T, after McSharry et al.'s ECGSYN), placed
+on R-R intervals with heart-rate variability (respiratory sinus arrhythmia, a 0.1 Hz Mayer
+wave and a slow drift of the mean rate). On top: white noise, baseline wander and mains hum.
+Abnormal beats are injected at known positions:
+
+- ``pvc``: premature ventricular contraction: early (60% of the R-R interval), no P wave, a
+  wide QRS, a large T wave of opposite polarity and a compensatory pause.
+- ``wide``: a bundle-branch-block-like beat on time: a wide, notched QRS (RSR') and an
+  inverted T wave.
+
+Positions are R peaks (the largest deflection) in samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = ("normal", "pvc", "wide")
+NORMAL, PVC, WIDE = range(3)
+
+# Waves of each kind: (amplitude mV, centre s relative to R, width s). The T wave's centre
+# scales with sqrt(R-R) (Bazett): see _render.
+_WAVES = {
+    NORMAL: [(0.15, -0.17, 0.022), (-0.12, -0.028, 0.009), (1.2, 0.0, 0.010),
+             (-0.28, 0.030, 0.010), (0.32, 0.25, 0.045)],
+    PVC: [(1.45, 0.0, 0.030), (-0.35, 0.075, 0.025), (-0.65, 0.30, 0.065)],
+    WIDE: [(-0.10, -0.035, 0.010), (0.95, 0.0, 0.012), (-0.30, 0.025, 0.010),
+           (0.60, 0.050, 0.014), (0.15, -0.17, 0.022), (-0.28, 0.28, 0.055)],
+}
+_T_SCALES = {NORMAL: {4}, PVC: {2}, WIDE: {5}}  # which waves move with sqrt(R-R)
+
+
+@dataclass(frozen=True)
+class SyntheticECG:
+    """The signal (mV, float32), its rate (Hz) and the truth: R peaks and each beat's kind."""
+
+    signal: np.ndarray
+    rate: float
+    peaks: np.ndarray  # int64 sample positions of R peaks
+    kinds: np.ndarray  # uint8 codes into KINDS
+
+    @property
+    def abnormal(self) -> np.ndarray:
+        return self.kinds != NORMAL
+
+    @property
+    def seconds(self) -> float:
+        return len(self.signal) / self.rate
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{int((self.kinds == k).sum())} {name}" for k, name in enumerate(KINDS))
+        return (f"{self.seconds / 60:.1f} min at {self.rate:g} Hz, {len(self.signal):,} samples, "
+                f"{len(self.peaks):,} beats ({counts})")
+
+
+def make_ecg(
+    seconds: float = 1200.0,
+    rate: float = 250.0,
+    *,
+    heart_rate: float = 72.0,
+    abnormal_fraction: float = 0.03,
+    noise: float = 0.03,
+    wander: float = 0.15,
+    seed: int = 0,
+) -> SyntheticECG:
+    """``seconds`` of ECG at ``rate`` Hz; ``abnormal_fraction`` of beats are PVC or wide."""
+    if seconds <= 0 or rate <= 0:
+        raise ValueError(f"seconds={seconds!r} and rate={rate!r} must be positive")
+    if not 0 <= abnormal_fraction < 0.5:
+        raise ValueError(f"abnormal_fraction={abnormal_fraction!r}: must lie in [0, 0.5)")
+    rng = np.random.default_rng(seed)
+    n = int(round(seconds * rate))
+    peaks_s, kinds, rr = _beat_times(seconds, heart_rate, abnormal_fraction, rng)
+    t = np.arange(n, dtype=np.float64) / rate
+    signal = _render(n, rate, peaks_s, kinds, rr, rng)
+    signal += _baseline(t, wander, rng)
+    signal += noise * rng.standard_normal(n)
+    signal += 0.01 * np.sin(2 * np.pi * 50.0 * t + rng.uniform(0, 2 * np.pi))
+    peaks = np.round(peaks_s * rate).astype(np.int64)
+    inside = (peaks >= 0) & (peaks < n)
+    return SyntheticECG(signal.astype(np.float32), float(rate), peaks[inside], kinds[inside])
+
+
+def _beat_times(seconds, heart_rate, abnormal_fraction, rng):
+    """R-peak times (s), kinds, and each beat's underlying sinus R-R interval."""
+    mean_rr = 60.0 / heart_rate
+    count = int(seconds / (0.6 * mean_rr)) + 8
+    k = np.arange(count)
+    approx_t = k * mean_rr
+    drift = 1 + 0.08 * np.sin(2 * np.pi * approx_t / 3600 + rng.uniform(0, 2 * np.pi))
+    rsa = 0.04 * np.sin(2 * np.pi * 0.25 * approx_t + rng.uniform(0, 2 * np.pi))
+    mayer = 0.025 * np.sin(2 * np.pi * 0.1 * approx_t + rng.uniform(0, 2 * np.pi))
+    jitter = np.zeros(count)
+    eps = 0.015 * rng.standard_normal(count)
+    for i in range(1, count):  # AR(1): beat-to-beat variability with memory
+        jitter[i] = 0.7 * jitter[i - 1] + eps[i]
+    sinus_rr = mean_rr * drift * (1 + rsa + mayer + jitter)
+
+    kinds = np.zeros(count, dtype=np.uint8)
+    chosen = rng.random(count) < abnormal_fraction
+    chosen[:2] = chosen[-2:] = False
+    chosen[1:] &= ~chosen[:-1]  # never two abnormal beats in a row
+    kinds[chosen] = np.where(rng.random(int(chosen.sum())) < 0.65, PVC, WIDE)
+
+    intervals = sinus_rr.copy()  # interval from beat i-1 to beat i
+    pvc = np.flatnonzero(kinds == PVC)
+    intervals[pvc] = 0.6 * sinus_rr[pvc]
+    after = pvc + 1
+    after = after[after < count]
+    intervals[after] = 2 * sinus_rr[after - 1] - intervals[after - 1]  # compensatory pause
+    times = 0.35 + np.cumsum(intervals) - intervals[0]
+    keep = times < seconds
+    return times[keep], kinds[keep], sinus_rr[keep]
+
+
+def _render(n, rate, peaks_s, kinds, rr, rng):
+    signal = np.zeros(n, dtype=np.float64)
+    resp = 1 + 0.06 * np.sin(2 * np.pi * 0.25 * peaks_s)  # breathing moves the heart's axis
+    for kind, waves in _WAVES.items():
+        sel = np.flatnonzero(kinds == kind)
+        if not len(sel):
+            continue
+        scale = resp[sel] * (1 + 0.04 * rng.standard_normal(len(sel)))
+        qt = np.sqrt(rr[sel] / 0.8)
+        for w, (amp, centre, width) in enumerate(waves):
+            shift = centre * qt if w in _T_SCALES[kind] else centre
+            width_j = width * (1 + 0.05 * rng.standard_normal(len(sel)))
+            _add_gaussians(signal, (peaks_s[sel] + shift) * rate, width_j * rate, amp * scale)
+    return signal
+
+
+def _add_gaussians(signal, centres, sigmas, amps, block=16384):
+    """Add one Gaussian per beat (vectorized, in blocks of beats to bound memory)."""
+    half = int(np.ceil(4 * sigmas.max())) if len(sigmas) else 0
+    offsets = np.arange(-half, half + 1)
+    n = len(signal)
+    for lo in range(0, len(centres), block):
+        c = centres[lo:lo + block, None]
+        idx = np.round(c).astype(np.int64) + offsets
+        values = amps[lo:lo + block, None] * np.exp(
+            -0.5 * ((idx - c) / sigmas[lo:lo + block, None]) ** 2
+        )
+        ok = (idx >= 0) & (idx < n)
+        signal += np.bincount(idx[ok], weights=values[ok], minlength=n)
+
+
+def _baseline(t, wander, rng):
+    """Baseline wander: breathing (0.15-0.3 Hz), slow drift, electrode motion."""
+    f1 = rng.uniform(0.15, 0.3)
+    base = wander * np.sin(2 * np.pi * f1 * t + rng.uniform(0, 2 * np.pi))
+    base += 0.6 * wander * np.sin(2 * np.pi * 0.05 * t + rng.uniform(0, 2 * np.pi))
+    return base
+
+
+def write_csv(path, signal, *, header: str | None = "ecg", decimals: int = 4) -> None:
+    """Write a single-column CSV (``header`` on the first line unless None), as devices export.
+
+    Formats in blocks so that 20 hours (18M rows) neither needs pandas nor a large string.
+    """
+    signal = np.asarray(signal)
+    if signal.ndim != 1:
+        raise ValueError(f"write_csv: expected a 1-D signal, got shape {signal.shape}")
+    fmt = f"%.{int(decimals)}f"
+    with open(path, "w", encoding="ascii", newline="\n") as f:
+        if header is not None:
+            f.write(f"{header}\n")
+        for lo in range(0, len(signal), 1 << 20):
+            block = signal[lo:lo + (1 << 20)]
+            f.write("\n".join(np.char.mod(fmt, block).tolist()))
+            f.write("\n")
