@@ -10,6 +10,8 @@ import time
 import click
 
 from .cli_options import cluster_options
+from .deploy_cli import COMMANDS as DEPLOY_COMMANDS
+from .deploy_cli import connect, connection_options
 
 # Sub-commands that live with their pipelines, imported only when used.
 LAZY_COMMANDS = {
@@ -62,17 +64,15 @@ def demo(cluster, rows):
 
 
 @main.command()
-@click.option("--scheduler", required=True, metavar="ADDRESS", help="The cluster's scheduler.")
+@connection_options
 @click.option("--watch", type=click.FloatRange(min=0.5), default=None, metavar="SECONDS",
               help="Refresh every SECONDS until interrupted.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def report(scheduler, watch, as_json):
+def report(scheduler, scheduler_file, tls_dir, watch, as_json):
     """Print the GPU memory report of a running cluster."""
-    from distributed import Client
-
     from .memory.report import memory_report
 
-    with Client(scheduler, timeout="10s") as client:
+    with connect(scheduler, scheduler_file, tls_dir, timeout="10s") as client:
         while True:
             rep = memory_report(client)
             if as_json:
@@ -85,6 +85,10 @@ def report(scheduler, watch, as_json):
             if not watch:
                 return
             time.sleep(watch)
+
+
+for _command in DEPLOY_COMMANDS:  # tls make|env|show, wait-for-workers, memory-plot
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,11 @@ def cluster_options(command):
     @click.option("--managed", is_flag=True, default=None, help="Managed memory (oversubscription).")
     @click.option("--async-alloc", is_flag=True, default=None, help="CUDA's async pool.")
     @click.option("--release-threshold", default=None, help="Async pool: bytes kept when idle.")
+    @click.option("--memory-plot", type=click.Path(dir_okay=False), default=None, metavar="PNG",
+                  help="Plot each worker's device memory over the run into this PNG.")
     @functools.wraps(command)
     def wrapper(*args, scheduler, device, protocol, n_workers, pool_size, maximum_pool_size,
-                managed, async_alloc, release_threshold, **kwargs):
+                managed, async_alloc, release_threshold, memory_plot, **kwargs):
         memory = {
             key: value
             for key, value in dict(
@@ -42,7 +44,7 @@ def cluster_options(command):
         }
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
-            memory=memory or None,
+            memory=memory or None, memory_plot=memory_plot,
         )
         return command(*args, cluster=cluster, **kwargs)
 

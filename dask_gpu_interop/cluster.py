@@ -36,11 +36,13 @@ def cluster_client(
     memory: dict | None = None,
     dashboard: bool = False,
     security=None,
+    memory_plot=None,
 ):
     """Yield ``(client, device)``: a Client and the device ("gpu"/"cpu") its workers use.
 
     ``memory``: GPUMemoryPlugin options for GPU workers (validated here, before anything
     starts). On a running ``scheduler`` they are registered with ``register_plugin`` when given.
+    ``memory_plot``: a PNG path; each worker's memory over the block is plotted there.
     """
     plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
     device = resolve_device(device)
@@ -50,10 +52,11 @@ def cluster_client(
         with Client(scheduler, security=security) as client:
             if plugin is not None and memory is not None:
                 client.register_plugin(plugin)
-            yield client, device
+            with _recording(client, memory_plot):
+                yield client, device
         return
     _check_protocol(protocol, device)
-    dashboard_address = ":0" if dashboard else None
+    dashboard_address = ":0"  # a free port: a fixed one clashes with other clusters
     if device == "gpu":
         from dask_cuda import LocalCUDACluster
 
@@ -76,5 +79,13 @@ def cluster_client(
             dashboard_address=dashboard_address,
             security=security,
         )
-    with cluster, Client(cluster, security=security) as client:
+    with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot):
         yield client, device
+
+
+def _recording(client, png):
+    if png is None:
+        return contextlib.nullcontext()
+    from .memory.timeline import record_memory
+
+    return record_memory(client, png=png)

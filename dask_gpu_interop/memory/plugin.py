@@ -7,7 +7,8 @@ import logging
 from distributed import WorkerPlugin
 
 from .. import device
-from . import conflicts, state
+from ..serialize import register as register_serializers
+from . import conflicts, metrics, state
 from .config import UNSET, MemoryConfig, _check_bool
 from .errors import GPUMemorySetupError
 
@@ -95,6 +96,8 @@ class GPUMemoryPlugin(WorkerPlugin):
     def install(self, worker) -> state.WorkerMemory | None:
         """Set up this worker's memory (None when it has no GPU). Raises GPUMemorySetupError."""
         label = str(getattr(worker, "address", None) or getattr(worker, "name", "worker"))
+        register_serializers()  # so this worker can receive CUDA tensors, GPU or not
+        metrics.register()  # GPU memory on the worker's /metrics (status only without a GPU)
         if device.gpu_count() == 0:
             state.log_no_gpu(label)
             return None

@@ -1,0 +1,234 @@
+"""Each worker's GPU memory over a run: sampled from the client, plotted as a PNG.
+
+    with record_memory(client, png="memory.png", interval=0.5):
+        run_pipeline(client)
+
+or, to keep the samples:
+
+    with MemoryTimeline(client, interval=0.5) as timeline:
+        run_pipeline(client)
+    timeline.plot("memory.png"); timeline.to_frame()
+
+A background thread asks every worker for its ``worker_snapshot`` (what ``memory_report``
+shows) every ``interval`` seconds. Client-side sampling needs nothing installed on the workers
+and survives workers coming and going (a worker that fails to answer is skipped for that
+sample). Spikes shorter than the interval show in the peak line, which RMM tracks itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from .report import worker_snapshot
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = (
+    "t", "time", "worker", "name", "status", "current_bytes", "peak_bytes", "pool_size",
+    "device_used_bytes", "device_total_bytes", "cuda_pool_used_bytes", "cuda_pool_reserved_bytes",
+)
+MAX_PANELS = 16
+GIB = 2**30
+
+
+class MemoryTimeline:
+    """Sample every worker's memory state every ``interval`` seconds while running.
+
+    ``source``: what to sample, returning ``{worker: snapshot dict or exception}``; by default
+    ``client.run(worker_snapshot)`` on every worker.
+    """
+
+    def __init__(self, client=None, interval: float = 1.0, *, source=None):
+        if not (isinstance(interval, (int, float)) and interval > 0):
+            raise ValueError(f"interval={interval!r}: give a number of seconds above 0")
+        if client is None and source is None:
+            raise ValueError("give a client (or a source callable)")
+        self.interval = float(interval)
+        self._source = source or (
+            lambda: client.run(worker_snapshot, on_error="return")
+        )
+        self.samples: list[dict] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0: float | None = None
+
+    def start(self) -> MemoryTimeline:
+        if self._thread is not None:
+            raise RuntimeError("this MemoryTimeline is already recording")
+        self._t0 = time.monotonic()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpu-memory-timeline", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> MemoryTimeline:
+        """Stop sampling, after one last sample (so the end of the run is always in)."""
+        if self._thread is None:
+            return self
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self.sample()
+        return self
+
+    def __enter__(self) -> MemoryTimeline:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            self.sample()
+            deadline += self.interval
+            self._stop.wait(max(0.0, deadline - time.monotonic()))
+
+    def sample(self) -> None:
+        """Take one sample of every worker now."""
+        if self._t0 is None:
+            self._t0 = time.monotonic()
+        t, now = time.monotonic() - self._t0, time.time()
+        try:
+            answers = self._source()
+        except Exception as err:  # the cluster may be restarting: keep the run going
+            self._note(f"sampling failed: {type(err).__name__}: {err}")
+            return
+        rows = []
+        for worker, snap in answers.items():
+            if isinstance(snap, BaseException):
+                self._note(f"{worker}: {type(snap).__name__}: {snap}")
+                continue
+            rows.append(_row(t, now, worker, snap))
+        with self._lock:
+            self.samples.extend(rows)
+
+    def _note(self, message: str) -> None:
+        with self._lock:
+            if len(self.errors) < 100:
+                self.errors.append(message)
+        logger.debug("memory timeline: %s", message)
+
+    def to_frame(self):
+        """The samples as a pandas DataFrame, one row per worker and sample."""
+        import pandas as pd
+
+        with self._lock:
+            return pd.DataFrame(list(self.samples), columns=list(COLUMNS))
+
+    def plot(self, path, *, title: str | None = None) -> Path:
+        """Write a PNG: one panel per worker with device memory in use, the RMM pool, and the
+        bytes allocated through RMM (current and peak) over time."""
+        return plot_timeline(self.to_frame(), path, title=title, interval=self.interval)
+
+
+def _row(t: float, now: float, worker: str, snap: dict) -> dict:
+    device = snap.get("device") or {}
+    cuda_pool = snap.get("cuda_pool") or {}
+    total, free = device.get("total"), device.get("free")
+    return {
+        "t": round(t, 3),
+        "time": now,
+        "worker": worker,
+        "name": snap.get("name") or worker,
+        "status": snap.get("status"),
+        "current_bytes": snap.get("current_bytes"),
+        "peak_bytes": snap.get("peak_bytes"),
+        "pool_size": snap.get("pool_size"),
+        "device_used_bytes": (total - free) if total is not None and free is not None else None,
+        "device_total_bytes": total,
+        "cuda_pool_used_bytes": cuda_pool.get("used_bytes"),
+        "cuda_pool_reserved_bytes": cuda_pool.get("reserved_bytes"),
+    }
+
+
+def plot_timeline(frame, path, *, title: str | None = None, interval: float | None = None) -> Path:
+    """Plot samples (``MemoryTimeline.to_frame()``) to a PNG at ``path``.
+
+    Workers without GPU numbers (CPU workers) get no panel; if none has any, the image says so,
+    so that a pipeline asked for a plot on CPUs still writes one.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    numeric = ("device_used_bytes", "pool_size", "current_bytes", "peak_bytes",
+               "cuda_pool_used_bytes", "cuda_pool_reserved_bytes")
+    gpu = frame[frame[list(numeric)].notna().any(axis=1)] if len(frame) else frame
+    workers = sorted(gpu["worker"].unique(), key=str)
+    shown = workers[:MAX_PANELS]
+    heading = title or "GPU memory per worker"
+
+    if not shown:
+        fig = Figure(figsize=(8, 2.5))
+        ax = fig.add_subplot()
+        statuses = ", ".join(sorted({str(s) for s in frame.get("status", []) if s is not None}))
+        ax.text(0.5, 0.5, "no GPU memory samples" + (f" (workers report: {statuses})" if statuses else ""),
+                ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        fig.suptitle(heading)
+    else:
+        fig = Figure(figsize=(9, 1.2 + 2.2 * len(shown)), layout="constrained")
+        axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
+        lines = (
+            ("device_used_bytes", "device in use (all processes)", dict(color="0.5", lw=1.0)),
+            ("pool_size", "RMM pool", dict(color="tab:blue", ls="--", lw=1.0)),
+            ("cuda_pool_reserved_bytes", "CUDA pool reserved", dict(color="tab:purple", ls="--", lw=1.0)),
+            ("current_bytes", "allocated through RMM", dict(color="tab:orange", lw=1.6)),
+            ("cuda_pool_used_bytes", "CUDA pool used (RMM + XGBoost)", dict(color="tab:green", lw=1.2)),
+            ("peak_bytes", "peak through RMM", dict(color="tab:red", ls=":", lw=1.2)),
+        )
+        for ax, worker in zip(axes, shown, strict=True):
+            rows = gpu[gpu["worker"] == worker].sort_values("t")
+            for column, label, style in lines:
+                values = rows[column]
+                if values.notna().any():
+                    ax.plot(rows["t"], values.astype(float) / GIB, label=label, **style)
+            total = rows["device_total_bytes"].dropna()
+            if len(total):
+                ax.axhline(float(total.iloc[-1]) / GIB, color="black", lw=0.6, label="device total")
+                ax.set_ylim(0, float(total.iloc[-1]) / GIB * 1.05)
+            name = rows["name"].iloc[-1]
+            ax.set_title(str(name) if name == worker else f"{name}  ({worker})", fontsize=9, loc="left")
+            ax.set_ylabel("GiB")
+            ax.grid(True, alpha=0.3)
+        axes[0].legend(fontsize=7, loc="upper left", ncols=3)
+        axes[-1].set_xlabel("seconds since start" + (f" (sampled every {interval:g} s)" if interval else ""))
+        if len(workers) > len(shown):
+            heading += f" (first {len(shown)} of {len(workers)} workers)"
+        fig.suptitle(heading)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(fig).print_png(str(path))
+    return path
+
+
+@contextmanager
+def record_memory(client, png=None, *, interval: float = 1.0, title: str | None = None, csv=None):
+    """Record memory while the block runs and write the PNG (and CSV) at the end. If the block
+    fails they are still written, as well as can be: the plot is most useful then."""
+    timeline = MemoryTimeline(client, interval=interval)
+    timeline.start()
+    try:
+        yield timeline
+    except BaseException:
+        timeline.stop()
+        try:
+            _write(timeline, png, csv, title)
+        except Exception:
+            logger.exception("memory timeline: writing %s failed", png or csv)
+        raise
+    timeline.stop()
+    _write(timeline, png, csv, title)
+
+
+def _write(timeline: MemoryTimeline, png, csv, title) -> None:
+    if png is not None:
+        timeline.plot(png, title=title)
+    if csv is not None:
+        timeline.to_frame().to_csv(csv, index=False)
