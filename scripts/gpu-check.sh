@@ -5,6 +5,9 @@
 #
 # Sections: probe memory-tests memory-bench serialize-tests convert-tests transfer-bench
 #           mortgage-tests mortgage-bench ecg-tests ecg-bench
+# Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
+# TRANSFER_ARGS, MORTGAGE_ARGS, ECG_ARGS; DASK_GPU_INTEROP_UPSTREAM_TESTS: a directory with
+# distributed's protocol tests (its wheel ships none), run with our serializers registered.
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
 # `source .gpukit/install.sh` first. Logs and results go to $OUT (default /tmp/gpu-check):
 # log.txt, summary.md and results.tar.gz (benchmark tables, junit files).
@@ -74,15 +77,15 @@ want() {  # the section was asked for (or none were), and its code exists
 
 SECTIONS=("$@")
 want probe scripts && section probe 120 probe
-want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py --junitxml="$OUT/results/memory-tests.xml"
+want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py ${MEMORY_TESTS_K:+-k "$MEMORY_TESTS_K"} --junitxml="$OUT/results/memory-tests.xml"
 want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
 for name in serialize convert mortgage ecg; do
   files=$(ls tests/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
-want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results"
-want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 600 python3 benchmarks/mortgage.py --out "$OUT/results"
-want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results"
+want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
+want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 600 python3 benchmarks/mortgage.py --out "$OUT/results" ${MORTGAGE_ARGS:-}
+want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results" ${ECG_ARGS:-}
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
 cat "$SUMMARY"
