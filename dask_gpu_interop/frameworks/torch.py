@@ -47,12 +47,14 @@ def _backend(torch) -> str:
 def bind(torch, resource, state) -> Binding:
     global _bound
     if state.mode == "async" and _backend(torch) == ASYNC:
-        return Binding(
-            "torch",
-            SHARED,
+        detail = (
             "PyTorch's cudaMallocAsync backend, on the device's default pool that RMM's async "
-            "mode draws from (in the CUDA pool numbers, not RMM's statistics)",
+            "mode draws from (in the CUDA pool numbers, not RMM's statistics)"
         )
+        if state.plan.release_threshold is not None:
+            _keep_release_threshold(torch, state)
+            detail += "; the pool's release threshold re-applied after PyTorch started"
+        return Binding("torch", SHARED, detail)
     if _bound:
         return Binding("torch", BOUND, _COUNTED)
     from rmm.allocators.torch import rmm_torch_allocator
@@ -71,6 +73,23 @@ def bind(torch, resource, state) -> Binding:
         )
     _bound = True
     return Binding("torch", BOUND, _COUNTED)
+
+
+def _keep_release_threshold(torch, state) -> None:
+    """PyTorch raises the pool's release threshold to the maximum when its allocator first
+    allocates on a device (seen with torch 2.11: 2**64 - 1 instead of the 1 GiB asked for).
+    Let that happen now, then set the plugin's threshold back."""
+    from cuda.bindings import runtime
+
+    from ..memory.stack import set_pool_attribute
+
+    torch.empty(1, device="cuda")
+    torch.cuda.synchronize()
+    set_pool_attribute(
+        state.stack.async_pool_handle,
+        runtime.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold,
+        state.plan.release_threshold,
+    )
 
 
 def natively_initialized() -> bool:
