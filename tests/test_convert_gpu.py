@@ -27,6 +27,11 @@ LIBRARIES = ["cudf", "cupy", "numba", "torch", "jax"]
 def _available(name: str) -> bool:
     if importlib.util.find_spec(name) is None:
         return False
+    if name == "cudf":  # its Python package can be there without libcudf
+        try:
+            import cudf  # noqa: F401
+        except Exception:
+            return False
     if name == "jax":
         import jax
 

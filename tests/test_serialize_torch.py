@@ -54,7 +54,8 @@ def _bytes(t):
     """Raw bytes in logical order, for dtypes with no copy kernel too."""
     same = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
     t = t.view(same) if same is not None else t
-    return t.contiguous().reshape(-1).view(torch.uint8)
+    # clone, not contiguous(): a size-1 dim with stride 0 counts as contiguous and stays so
+    return t.clone(memory_format=torch.contiguous_format).reshape(-1).view(torch.uint8)
 
 
 VIEWS = {
@@ -428,3 +429,27 @@ def test_registration_chains_onto_distributeds_lazy_entry():
         """
     )
     assert out.strip() == "ok"
+
+
+def test_dask_cuda_learns_which_tensors_are_on_the_device(monkeypatch):
+    """dask-cuda's default test (hasattr __cuda_array_interface__) raises for float8 and
+    requires-grad CUDA tensors; we register the tensor's own answer (module stand-in: the real
+    Dispatch, with dask-cuda's default, as in dask_cuda/is_device_object.py)."""
+    import sys
+    import types
+
+    from dask.utils import Dispatch
+
+    from dask_gpu_interop.serialize import dask_cuda as teach
+
+    dispatch = Dispatch(name="is_device_object")
+    dispatch.register(object)(lambda o: hasattr(o, "__cuda_array_interface__"))
+    module = types.ModuleType("dask_cuda.is_device_object")
+    module.is_device_object = dispatch
+    monkeypatch.setitem(sys.modules, "dask_cuda.is_device_object", module)
+    teach.register()
+    teach.register()  # idempotent
+    t = torch.zeros(3, requires_grad=True)
+    assert dispatch(t) is False
+    assert dispatch(torch.nn.Parameter(torch.zeros(2))) is False
+    assert dispatch(object()) is False

@@ -15,6 +15,8 @@ import importlib
 import sys
 import threading
 
+from . import dask_cuda
+
 #: Our serializer modules, by the top-level modules whose objects they serialize.
 FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
@@ -48,6 +50,7 @@ def register(frameworks=None) -> None:
     if unknown:
         raise ValueError(f"no serializers for {unknown}; choose from {sorted(FRAMEWORKS)}")
     with _lock:
+        dask_cuda.register()
         for framework in names:
             now = False
             for toplevel in FRAMEWORKS[framework]:

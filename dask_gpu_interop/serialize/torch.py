@@ -100,7 +100,15 @@ def rebuild(spec: ArraySpec, flat: torch.Tensor) -> torch.Tensor:
         raise HeaderError(f"buffer holds {flat.numel()} bytes, the header needs {spec.nbytes}")
     if flat.data_ptr() % spec.dtype.itemsize:
         flat = flat.clone()  # misaligned for the element type (a host frame at an odd offset)
-    return flat.view(dtype).as_strided(spec.shape, spec.strides)
+    typed = flat.view(dtype)
+    # A tensor of its own over the same memory, not a view of ``flat``: autograd treats views
+    # differently (``detach_()`` refuses them, as distributed's own tests found), and a sent
+    # tensor arrives as a leaf.
+    try:
+        out = torch.empty(0, dtype=dtype, device=flat.device)
+        return out.set_(typed.untyped_storage(), typed.storage_offset(), spec.shape, spec.strides)
+    except (RuntimeError, TypeError):  # dtypes without kernels for empty/set_ (bit shells)
+        return typed.as_strided(spec.shape, spec.strides)
 
 
 # --- framing ---------------------------------------------------------------------------------
