@@ -241,10 +241,16 @@ def _text_dtype(col, backend: Backend) -> str:
 def _read_options(table: Table, backend: Backend) -> dict:
     dtypes = {c.name: {ID: "int64", NUMBER: "float64"}.get(c.kind) or _text_dtype(c, backend)
               for c in table.columns}
-    return dict(
+    options = dict(
         sep="|", header=None, names=table.names, dtype=dtypes, keep_default_na=False,
         na_values=[""], quoting=3, skip_blank_lines=True,
     )
+    if not backend.is_gpu:
+        # pandas' C parser reads in internal blocks and unites their categories; a block where
+        # a column is all blank gets categories of another dtype, and pandas 3.0 then fails
+        # ("dtype of categories must be the same", seen on generated 2000Q4 data). One block.
+        options["low_memory"] = False
+    return options
 
 
 def strict_parser(backend: Backend) -> bool:
