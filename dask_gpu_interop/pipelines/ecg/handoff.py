@@ -45,7 +45,7 @@ def to_torch(array):
         return convert_to_torch(array, copy=False)  # stream-ordered; managed memory too
     import torch
 
-    return torch.from_numpy(array)
+    return torch.from_dlpack(array)  # read-only arrays too (from_numpy warns on those)
 
 
 def from_torch(tensor, backend: Backend):
