@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import socket
 import subprocess
@@ -37,8 +38,14 @@ import traceback
 from dask.utils import format_bytes, parse_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIGS = ("gpu1-pool", "gpu1-cudamalloc", "gpu2-pool", "gpu2-cudamalloc", "cpu")
+CONFIGS = ("gpu1-pool", "gpu1-cudamalloc", "gpu2-pool", "gpu2-cudamalloc", "cpu")  # and gpuN-*
+CONFIG = re.compile(r"^(?:gpu(?P<gpus>[1-9][0-9]*)-(?:pool|cudamalloc)|cpu)$")
 DEFAULT_CONFIGS = "gpu1-pool,gpu1-cudamalloc,gpu2-pool,cpu"
+
+
+def gpu_count(config: str) -> int:
+    """GPUs a configuration uses: N of gpuN-pool / gpuN-cudamalloc, 0 for cpu."""
+    return int(CONFIG.match(config).group("gpus") or 0)
 
 
 def say(text: str) -> None:
@@ -160,7 +167,7 @@ def cluster_for(config: str, args):
                             threads_per_worker=1) as (client, device):
             yield client, device
         return
-    gpus = int(config[3])
+    gpus = gpu_count(config)
     if config.endswith("-pool"):
         memory = {k: v for k, v in (("pool_size", args.pool_size),
                                     ("maximum_pool_size", args.maximum_pool_size)) if v}
@@ -363,7 +370,8 @@ def main(argv=None) -> int:
     parser.add_argument("--loans-per-part", type=int, default=40_000,
                         help="loans per generated performance file (about 10 KB each)")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS,
-                        help=f"comma-separated, of: {', '.join(CONFIGS)}")
+                        help=f"comma-separated, of: {', '.join(CONFIGS)}, gpuN-pool, "
+                             "gpuN-cudamalloc (N GPUs)")
     parser.add_argument("--partition-size", default="512MiB",
                         help="at most this much text per ETL task (device memory per task)")
     parser.add_argument("--rounds", type=int, default=100)
@@ -378,16 +386,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = set(configs) - set(CONFIGS)
+    unknown = [c for c in configs if not CONFIG.match(c)]
     if unknown:
-        parser.error(f"unknown configurations {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
+        parser.error(f"unknown configurations {sorted(unknown)}; choose from {', '.join(CONFIGS)}, "
+                     "or gpuN-pool / gpuN-cudamalloc for N GPUs")
     parse_bytes(args.partition_size)  # fails early on a bad size
 
     from dask_gpu_interop.pipelines.mortgage import etl
 
     info = machine()
     gpus = info["gpu_count"]
-    skipped = [c for c in configs if c.startswith("gpu") and int(c[3]) > gpus]
+    skipped = [c for c in configs if gpu_count(c) > gpus]
     if skipped:
         say(f"skipping {', '.join(skipped)}: {gpus} GPU(s) visible")
     configs = [c for c in configs if c not in skipped]
