@@ -34,40 +34,17 @@ from distributed.protocol import deserialize, dumps, loads, serialize, to_serial
 import dask_gpu_interop.serialize as ser  # noqa: E402
 from dask_gpu_interop.serialize import dtypes  # noqa: E402
 
+from . import torch_cases  # noqa: E402
+from .torch_cases import SHAPES, VIEWS, same_bytes  # noqa: E402
+
 ser.register()
 
 DTYPES = [getattr(torch, n) for n in sorted(dtypes.TORCH) if hasattr(torch, n)]
-SHAPES = [(), (0,), (5,), (4, 3), (2, 0, 3), (3, 4, 5)]
-VIEWS = {
-    "contiguous": lambda x: x,
-    "transposed": lambda x: x.transpose(0, -1) if x.dim() > 1 else x,
-    "sliced": lambda x: x[::2] if x.dim() else x,
-    "narrowed": lambda x: x[..., 1:] if x.dim() else x,
-    "expanded": lambda x: x[:1].expand(3, *x.shape[1:]) if x.dim() else x,
-}
 FAMILIES = {"cuda": ("cuda", "dask", "pickle"), "dask": ("dask", "pickle")}
-_SAME = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def sample(dtype, shape, device="cuda"):
-    numel = 1
-    for d in shape:
-        numel *= d
-    size = torch.empty((), dtype=dtype).element_size()
-    high = 2 if dtype is torch.bool else 256
-    raw = torch.randint(0, high, (numel * size,), dtype=torch.uint8, device=device)
-    return raw.view(dtype).reshape(shape)
-
-
-def host_bytes(t) -> bytes:
-    same = _SAME.get(t.element_size())
-    t = t.detach()
-    t = t.view(same) if same is not None else t
-    return bytes(t.contiguous().reshape(-1).view(torch.uint8).cpu().numpy())
-
-
-def same(a, b) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and host_bytes(a) == host_bytes(b)
+    return torch_cases.sample(dtype, shape, device)
 
 
 def in_place(obj):
@@ -104,7 +81,7 @@ def test_every_dtype_and_shape(family, dtype, shape):
         assert all(isinstance(f, memoryview) for f in frames)
     y = deserialize(header, as_received(frames))
     assert y.device == torch.device("cuda", torch.cuda.current_device())
-    assert same(x, y)
+    assert same_bytes(x, y)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -114,14 +91,14 @@ def test_every_view(family, dtype, view):
     x = VIEWS[view](sample(dtype, (4, 3, 2)))
     header, frames = serialize(x, serializers=FAMILIES[family])
     y = deserialize(header, as_received(frames))
-    assert same(x, y)
+    assert same_bytes(x, y)
 
 
 def test_wire_format_in_both_families():
     x = sample(torch.bfloat16, (64, 32)).t()
     for family in FAMILIES.values():
         msg = loads(dumps({"x": to_serialize(x)}, serializers=family), deserializers=family)
-        assert same(x, msg["x"])
+        assert same_bytes(x, msg["x"])
 
 
 def test_received_buffer_becomes_the_tensor_without_a_copy():
@@ -194,7 +171,7 @@ def test_lands_on_the_receivers_current_device_not_the_senders(family):
     with torch.cuda.device(0):
         y = deserialize(header, frames)
     assert y.device == torch.device("cuda", 0)
-    assert same(x, y)
+    assert same_bytes(x, y)
 
 
 def test_jax_arrays_on_the_gpu():

@@ -29,43 +29,11 @@ from dask_gpu_interop.serialize.header import HeaderError  # noqa: E402
 ser.register()
 from dask_gpu_interop.serialize import torch as st_torch  # noqa: E402
 
+from .torch_cases import SHAPES, VIEWS, raw_bytes, same_bytes, sample  # noqa: E402
+
 DTYPES = [getattr(torch, name) for name in sorted(dtypes.TORCH) if hasattr(torch, name)]
 
 
-def sample(dtype, shape):
-    """Distinct bit patterns for any dtype (random bytes, viewed)."""
-    numel = int(np.prod(shape)) if shape else 1
-    size = torch.empty((), dtype=dtype).element_size()
-    high = 2 if dtype is torch.bool else 256  # other bytes are not valid booleans
-    raw = torch.randint(0, high, (numel * size,), dtype=torch.uint8)
-    return raw.view(dtype).reshape(shape)
-
-
-def same_bytes(a, b) -> bool:
-    """Bitwise equality (NaN-safe, works for dtypes torch cannot compare)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.numel() == 0:
-        return True
-    return torch.equal(_bytes(a), _bytes(b))
-
-
-def _bytes(t):
-    """Raw bytes in logical order, for dtypes with no copy kernel too."""
-    same = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
-    t = t.view(same) if same is not None else t
-    # clone, not contiguous(): a size-1 dim with stride 0 counts as contiguous and stays so
-    return t.clone(memory_format=torch.contiguous_format).reshape(-1).view(torch.uint8)
-
-
-VIEWS = {
-    "contiguous": lambda x: x,
-    "transposed": lambda x: x.transpose(0, -1) if x.dim() > 1 else x,
-    "sliced": lambda x: x[::2] if x.dim() else x,
-    "narrowed": lambda x: x[..., 1:] if x.dim() else x,
-    "expanded": lambda x: x[:1].expand(3, *x.shape[1:]) if x.dim() else x,
-}
-SHAPES = [(), (0,), (5,), (4, 3), (2, 0, 3), (3, 4, 5)]
 
 
 # --- the dtype table -------------------------------------------------------------------------
@@ -340,7 +308,7 @@ def test_tampered_torch_headers_are_refused_or_consistent(message, family):
     # Accepted: the tensor is exactly the first frame's bytes, nothing more, nothing less.
     assert y.numel() * y.element_size() == len(frames[0])
     if y.numel() and y.is_contiguous():
-        assert bytes(_bytes(y.detach()).numpy()) == frames[0]
+        assert bytes(raw_bytes(y.detach()).numpy()) == frames[0]
 
 
 # --- registration --------------------------------------------------------------------------
