@@ -15,7 +15,8 @@ from distributed import LocalCluster
 from dask_gpu_interop.cli import main
 from dask_gpu_interop.pipelines.mortgage import schema
 
-SAMPLE = "/work/shared/data/mortgage-2007Q3-sample"
+from .mortgage_sample import SAMPLE
+
 CPU = ["--device", "cpu", "--workers", "2"]
 
 

@@ -16,9 +16,8 @@ from dask_gpu_interop.backend import Backend
 from dask_gpu_interop.pipelines.mortgage import etl, features, read, schema
 from dask_gpu_interop.pipelines.mortgage import generate as gen
 
-SAMPLE = "/work/shared/data/mortgage-2007Q3-sample"
-SAMPLE_PERF = os.path.join(SAMPLE, "Performance_2007Q3.txt_0")
-SAMPLE_ACQ = os.path.join(SAMPLE, "Acquisition_2007Q3.txt")
+from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
+
 needs_sample = pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
 
 
@@ -192,6 +191,23 @@ def test_label_does_not_depend_on_row_order():
     assert in_order[schema.LABEL].tolist()[30:] == [1] * 4 + [0] * 2 + [1]
 
 
+def test_feature_table_is_the_joined_table_after_the_last_mile(dataset):
+    """The column-at-a-time table equals the plain one (join, then last mile), also for loans
+    without an acquisition row and for rows out of order."""
+    cpu = Backend("cpu")
+    perf_path = sorted(glob.glob(os.path.join(dataset, "perf", "*")))[0]
+    acq_path = glob.glob(os.path.join(dataset, "acq", f"*{schema.quarter_of(perf_path)}*"))[0]
+    perf = features.performance_features(
+        read.read_table(read.Source(perf_path), schema.PERFORMANCE, cpu).frame)
+    acq = read.read_table(read.Source(acq_path), schema.ACQUISITION, cpu).frame
+    acq = acq.iloc[::3]  # two loans in three have no acquisition row
+    perf = perf.sample(frac=1.0, random_state=4)
+    want = features.last_mile(features.join_acquisition(perf, acq))
+    got = features.feature_table(perf.copy(), acq)
+    assert (want["orig_upb"] == schema.MISSING).any()
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # The real files
 
@@ -262,21 +278,6 @@ def test_chunks_hold_whole_loans_and_cover_every_line(dataset):
                 assert not a & b
         seen.append(pieces)
     assert seen
-
-
-def test_filled_counts_of_the_non_strict_reader_path():
-    """The check that cuDF's reader needs (it reads a bad number as null), run with NumPy."""
-    data = b"1||3\n\n4|5|\r\n|x|\n"
-    layout = read._Layout.of(data, np, 3)
-    assert not layout.wrong.any() and layout.rows == 3
-    assert layout.filled_counts(3, [0, 1, 2]) == [2, 2, 1]
-
-
-def test_separator_counts_without_reduceat():
-    flags = (np.random.default_rng(1).random(1000) < 0.3).astype(np.uint8)
-    starts = np.unique(np.r_[0, np.random.default_rng(2).integers(1, 1000, 50)])
-    np.testing.assert_array_equal(read._count_by_cumsum(flags, starts, np),
-                                  np.add.reduceat(flags, starts, dtype=np.int32))
 
 
 @needs_sample

@@ -16,6 +16,8 @@ from dask_gpu_interop import device
 from dask_gpu_interop.pipelines.mortgage import etl, read, schema
 from dask_gpu_interop.pipelines.mortgage import generate as gen
 
+from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
+
 
 def _ready() -> tuple[bool, str]:
     if device.gpu_count() == 0:
@@ -27,9 +29,6 @@ def _ready() -> tuple[bool, str]:
 READY, WHY = _ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not READY, reason=WHY)]
 
-SAMPLE = "/work/shared/data/mortgage-2007Q3-sample"
-SAMPLE_PERF = os.path.join(SAMPLE, "Performance_2007Q3.txt_0")
-SAMPLE_ACQ = os.path.join(SAMPLE, "Acquisition_2007Q3.txt")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -163,3 +162,45 @@ def test_the_default_command_on_gpus():
                                        "--loans-per-quarter", "300", "--rounds", "10"])
     assert result.exit_code == 0, result.output
     assert "device=gpu" in result.output and "test AUC" in result.output
+
+
+def _random_lines(seed=5, size=200_000):
+    rng = np.random.default_rng(seed)
+    alphabet = np.frombuffer(b"|||||ab1.\r\n", dtype=np.uint8)
+    return bytes(rng.choice(alphabet, size))
+
+
+@pytest.mark.parametrize("text", ["random", "sample"])
+def test_the_layout_kernel_agrees_with_numpy(text):
+    import cupy
+
+    from dask_gpu_interop.pipelines.mortgage import lines
+
+    if text == "sample":
+        if not os.path.isdir(SAMPLE):
+            pytest.skip("the real sample is absent")
+        data = open(SAMPLE_PERF, "rb").read()
+    else:
+        data = _random_lines()
+    raw = np.frombuffer(data, dtype=np.uint8)
+    want = lines.of(raw, np, filled=True)
+    got = lines.of(cupy.asarray(raw), cupy, filled=True)
+    for name in ("starts", "ends", "separators", "filled"):
+        np.testing.assert_array_equal(cupy.asnumpy(getattr(got, name)), getattr(want, name), name)
+    assert got.rows == want.rows
+    assert got.filled_counts(list(range(31))) == want.filled_counts(list(range(31)))
+
+
+def test_parsing_on_the_device_gives_what_cudf_reads_from_host_bytes(dataset):
+    """The reader parses the chunk's device copy; cuDF's own read_csv of the bytes agrees."""
+    import cupy
+
+    from dask_gpu_interop.backend import Backend
+
+    perf = dataset[0][0]
+    data = open(perf, "rb").read()
+    got = read.parse_device(cupy.asarray(np.frombuffer(data, dtype=np.uint8)), schema.PERFORMANCE)
+    want = read.parse_host(data, schema.PERFORMANCE, Backend("gpu"))
+    assert list(got.columns) == list(want.columns)
+    assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
+    pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())

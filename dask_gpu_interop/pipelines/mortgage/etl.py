@@ -27,6 +27,7 @@ from dask.utils import format_bytes, parse_bytes
 from ...backend import Backend
 from . import features, read, schema
 from .read import BadRow, Source
+from .stages import stage
 
 DEFAULT_PARTITION_SIZE = "256MiB"
 KEPT_BAD_ROWS = 1000  # bad rows a report keeps in full (all are counted)
@@ -176,11 +177,16 @@ def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
                   intermediate: bool = False, out: str | None = None, index: int = 0):
     """Read, featurize, join and clean one chunk: (frame or rows written, report)."""
     backend = Backend(device)
-    result = read.read_table(source, schema.PERFORMANCE, backend, policy, names)
-    frame = features.performance_features(result.frame)
-    frame = features.join_acquisition(frame, acquisitions[0])
-    if not intermediate:
-        frame = features.last_mile(frame)
+    with stage("read"):
+        result = read.read_table(source, schema.PERFORMANCE, backend, policy, names)
+    frame, result.frame = result.frame, None  # the frame's columns are freed as they are used
+    with stage("features"):
+        frame = features.performance_features(frame)
+    if intermediate:
+        frame = features.join_acquisition(frame, acquisitions[0])
+    else:
+        with stage("table"):
+            frame = features.feature_table(frame, acquisitions[0])
     report = ChunkReport.of(source.path, result)
     if out is None:
         return frame, report
@@ -202,8 +208,11 @@ def meta(device: str = "cpu", intermediate: bool = False):
     cpu = Backend("cpu")
     perf = read.empty_frame(schema.PERFORMANCE, cpu)
     acq = read.empty_frame(schema.ACQUISITION, cpu)
-    frame = features.join_acquisition(features.performance_features(perf), acq)
-    frame = frame if intermediate else features.last_mile(frame)
+    frame = features.performance_features(perf)
+    if intermediate:
+        frame = features.join_acquisition(frame, acq)
+    else:
+        frame = features.feature_table(frame, acq)
     return frame if device == "cpu" else Backend(device).df.DataFrame(frame)
 
 

@@ -12,6 +12,7 @@ minimum gives, for every row, the month of the loan's next "bad" row, in one pas
 from __future__ import annotations
 
 from . import schema
+from .stages import stage
 
 _LOAN_SHIFT = 2**20  # month numbers (year * 12 + month) are far below 2**20
 _NEVER = 2**62
@@ -37,19 +38,32 @@ def _sorted_by_loan_and_month(frame) -> bool:
 def performance_features(perf):
     """Add ever_30/90/180 (int8), delinquency_30/90/180 (first month at 30/90/180+ days behind,
     a float32 month number, missing when never) and the label delinquency_12 (int8)."""
-    work = perf.reset_index(drop=True)
-    in_order = _sorted_by_loan_and_month(work)
-    if not in_order:  # bad rows last among equal (loan, month), so that the rows before them
-        work = work.assign(_bad=_bad(work).astype("int8"))  # see them
-        work = work.sort_values(["loan_id", PERIOD, "_bad"]).drop(columns="_bad")
-    status = work[STATUS]
-    month = work[PERIOD].astype("int64")
-    new_loan = work["loan_id"].diff().fillna(1) != 0
-    key = new_loan.astype("int64").cumsum() * _LOAN_SHIFT + month
-    next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
-    label = (next_bad.values - key.values) < schema.LABEL_WINDOW
+    with stage("order"):
+        work = perf.reset_index(drop=True)
+        in_order = _sorted_by_loan_and_month(work)
+        if not in_order:  # bad rows last among equal (loan, month), so that the rows before
+            work = work.assign(_bad=_bad(work).astype("int8"))  # them see them
+            work = work.sort_values(["loan_id", PERIOD, "_bad"]).drop(columns="_bad")
+    with stage("label"):
+        status = work[STATUS]
+        month = work[PERIOD].astype("int64")
+        new_loan = work["loan_id"].diff().fillna(1) != 0
+        key = new_loan.astype("int64").cumsum() * _LOAN_SHIFT + month
+        next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
+        label = (next_bad.values - key.values) < schema.LABEL_WINDOW
 
-    out = work.copy()
+    with stage("per loan"):
+        per_loan = _per_loan(work, status)
+    for name, values in per_loan.items():  # work is this function's own frame: no copy
+        work[name] = values
+    work[schema.LABEL] = label.astype("int8")
+    if not in_order:
+        work = work.sort_index()
+    return work
+
+
+def _per_loan(work, status) -> dict:
+    out = {}
     worst = work.groupby("loan_id")[STATUS].transform("max")
     for name, threshold in schema.THRESHOLDS.items():
         out[f"ever_{name}"] = (worst >= threshold).astype("int8")
@@ -58,9 +72,6 @@ def performance_features(perf):
         out[f"delinquency_{name}"] = (
             first.groupby("loan_id")["_m"].transform("min").astype("float32")
         )
-    out[schema.LABEL] = label.astype("int8")
-    if not in_order:
-        out = out.sort_index()
     return out
 
 
@@ -79,3 +90,42 @@ def last_mile(frame):
     out = out.where(out == out, schema.MISSING)  # NaN as well as null (cuDF keeps both)
     out[schema.LABEL] = frame[schema.LABEL].astype("int32")
     return out
+
+
+def feature_table(perf, acq):
+    """``last_mile(join_acquisition(perf, acq))``, built one column at a time.
+
+    The wide joined frame never exists. ``perf`` is consumed: each of its columns is popped,
+    converted and added to the table, so that (when nothing else holds ``perf``) its memory
+    comes back as the table grows. Acquisition features are converted on the small
+    acquisition frame, then gathered to the rows.
+    """
+    with stage("rows"):
+        at = _acquisition_rows(perf["loan_id"], acq)
+    with stage("acquisition"):
+        names = [n for n in schema.FEATURES if n in acq.columns]
+        # a last row of missing values, for loans without an acquisition row
+        small = acq[names].reset_index(drop=True).reindex(range(len(acq) + 1))
+    out = {}
+    with stage("columns"):
+        for name in schema.FEATURES:
+            if name in perf.columns:
+                out[name] = _clean(perf.pop(name)).reset_index(drop=True)
+            else:
+                out[name] = _clean(small[name]).take(at).reset_index(drop=True)
+        out[schema.LABEL] = perf.pop(schema.LABEL).astype("int32").reset_index(drop=True)
+    return type(perf)(out)
+
+
+def _clean(column):
+    """One feature column as the table holds it: float32, missing (null or NaN) as -1."""
+    column = column.astype("float32").fillna(schema.MISSING)
+    return column.where(column == column, schema.MISSING)
+
+
+def _acquisition_rows(loan_id, acq):
+    """For each performance row, the row of its loan in ``acq``; ``len(acq)`` for none."""
+    rows = loan_id.reset_index(drop=True).to_frame("loan_id").reset_index()
+    have = acq[["loan_id"]].reset_index(drop=True).reset_index().rename(columns={"index": "_at"})
+    found = rows.merge(have, on="loan_id", how="left").sort_values("index")
+    return found["_at"].fillna(len(acq)).astype("int64").values

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...backend import Backend
-from . import schema
+from . import lines, schema
 from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS, Table
+from .stages import stage
 
 POLICIES = ("error", "warn", "skip")
 SEPARATOR = b"|"
@@ -156,70 +157,6 @@ def lines_before(path: str, offset: int, block: int = 1 << 24) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The line layout of a chunk, computed with CuPy or NumPy
-
-
-@dataclass
-class _Layout:
-    xp: object
-    raw: object  # the bytes as a uint8 array (on the device for CuPy)
-    starts: object  # start offset of every line
-    ends: object  # end offset (exclusive, without "\r\n")
-    blank: object  # empty lines (skipped by the readers, and by us)
-    wrong: object  # non-blank lines with the wrong number of fields
-
-    @classmethod
-    def of(cls, data: bytes, xp, n_fields: int) -> _Layout:
-        raw = xp.asarray(np.frombuffer(data, dtype=np.uint8))
-        size = raw.size
-        newlines = xp.flatnonzero(raw == ord("\n"))
-        starts = xp.concatenate([xp.zeros(1, dtype=newlines.dtype), newlines + 1])
-        ends = xp.concatenate([newlines, xp.full(1, size, dtype=newlines.dtype)])
-        if size == 0 or int(starts[-1]) == size:  # the file ends with a newline
-            starts, ends = starts[:-1], ends[:-1]
-        if starts.size == 0:
-            empty = xp.zeros(0, dtype=bool)
-            return cls(xp, raw, starts, ends, empty, empty)
-        separators = _count_per_segment((raw == SEPARATOR[0]).view(xp.uint8), starts, xp)
-        carriage = (ends > starts) & (raw[xp.maximum(ends - 1, 0)] == ord("\r"))
-        ends = ends - carriage
-        blank = ends == starts
-        wrong = ~blank & (separators != n_fields - 1)
-        return cls(xp, raw, starts, ends, blank, wrong)
-
-    @property
-    def rows(self) -> int:
-        return int(self.blank.size - int(self.blank.sum()))
-
-    def filled_counts(self, n_fields: int, columns: list[int]) -> list[int]:
-        """Non-blank fields per column (for readers that turn a bad number into a null)."""
-        xp = self.xp
-        keep = ~self.blank
-        starts, ends = self.starts[keep], self.ends[keep]
-        seps = xp.flatnonzero(self.raw == SEPARATOR[0]).reshape(-1, n_fields - 1)
-        counts = []
-        for j in columns:
-            first = starts if j == 0 else seps[:, j - 1] + 1
-            last = ends if j == n_fields - 1 else seps[:, j]
-            counts.append(int((last > first).sum()))
-        return counts
-
-
-def _count_per_segment(flags, starts, xp):
-    """Sum of ``flags`` over ``[starts[i], starts[i + 1])`` (the last one to the end)."""
-    try:
-        return xp.add.reduceat(flags, starts, dtype=xp.int32)
-    except (AttributeError, NotImplementedError, TypeError):  # a CuPy without reduceat
-        return _count_by_cumsum(flags, starts, xp)
-
-
-def _count_by_cumsum(flags, starts, xp):
-    total = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(flags, dtype=xp.int64)])
-    stops = xp.concatenate([starts[1:], xp.full(1, flags.size, dtype=starts.dtype)])
-    return (total[stops] - total[starts]).astype(xp.int32)
-
-
-# ---------------------------------------------------------------------------------------------
 # Parsing
 
 
@@ -299,25 +236,84 @@ def empty_frame(table: Table, backend: Backend):
 
 
 def _fast(data: bytes, table: Table, backend: Backend, names: dict | None):
-    """The typed frame of a clean chunk; raises _Unclean when any check fails."""
+    """The typed frame of a clean chunk; raises _Unclean when any check fails.
+
+    On the GPU the chunk goes to the device once: the layout checks and cuDF's parser both
+    read that copy, which is freed as soon as the frame is parsed."""
     xp = backend.xp
-    layout = _Layout.of(data, xp, len(table))
-    if bool(layout.wrong.any()):
-        raise _Unclean("field count")
-    rows = layout.rows
-    if rows == 0:
-        return empty_frame(table, backend)
-    numeric = [i for i, c in enumerate(table.columns) if c.kind in (ID, NUMBER)]
-    filled = None if strict_parser(backend) else layout.filled_counts(len(table), numeric)
-    del layout  # the chunk's copy on the device, before the parser makes its own
-    try:
-        frame = backend.df.read_csv(io.BytesIO(data), **_read_options(table, backend))
-    except (ValueError, TypeError, OverflowError) as exc:  # pandas: a number that is not one
-        raise _Unclean(str(exc)) from exc
+    with stage("to device"):
+        raw = xp.asarray(np.frombuffer(data, dtype=np.uint8))
+    with stage("layout"):
+        layout = lines.of(raw, xp, filled=not strict_parser(backend))
+        if bool(layout.wrong(len(table)).any()):
+            raise _Unclean("field count")
+        rows = layout.rows
+        if rows == 0:
+            return empty_frame(table, backend)
+        numeric = [i for i, c in enumerate(table.columns) if c.kind in (ID, NUMBER)]
+        filled = None if strict_parser(backend) else layout.filled_counts(numeric)
+        del layout
+    with stage("parse"):
+        try:
+            frame = _parse(raw, data, table, backend)
+        except (ValueError, TypeError, OverflowError) as exc:  # pandas: a number that is not
+            raise _Unclean(str(exc)) from exc
+        del raw
+    with stage("convert"):
+        return _checked_and_converted(frame, rows, filled, numeric, table, backend, names)
+
+
+def _parse(raw, data: bytes, table: Table, backend: Backend):
+    """The backend's CSV reader on the chunk: cuDF reads the device copy ``raw``."""
+    if backend.is_gpu:
+        return parse_device(raw, table)
+    return parse_host(data, table, backend)
+
+
+def parse_host(data: bytes, table: Table, backend: Backend):
+    """pandas (or cuDF, which copies the bytes to the device itself) on host bytes."""
+    return backend.df.read_csv(io.BytesIO(data), **_read_options(table, backend))
+
+
+class _DeviceBytes:
+    """A device buffer as libcudf's reader takes it (``ptr`` and ``size``); keeps it alive."""
+
+    def __init__(self, array):
+        self.array = array
+        self.ptr = int(array.data.ptr)
+        self.size = int(array.nbytes)
+
+
+def parse_device(raw, table: Table):
+    """cuDF's CSV reader on bytes already on the device (a CuPy uint8 array): no second copy
+    of the chunk. Same options and result as :func:`parse_host` with cuDF."""
+    import cudf
+    import pylibcudf as plc
+
+    kinds = {ID: plc.TypeId.INT64, NUMBER: plc.TypeId.FLOAT64}
+    dtypes = {c.name: plc.DataType(kinds.get(c.kind, plc.TypeId.STRING)) for c in table.columns}
+    options = (
+        plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo([_DeviceBytes(raw)]))
+        .quoting(plc.io.types.QuoteStyle.NONE)
+        .skip_blank_lines(True)
+        .keep_default_na(False)
+        .na_filter(True)
+        .build()
+    )
+    options.set_header(-1)
+    options.set_names(table.names)
+    options.set_delimiter("|")
+    options.set_na_values([""])
+    options.set_dtypes(dtypes)
+    return cudf.DataFrame.from_pylibcudf(plc.io.csv.read_csv(options))
+
+
+def _checked_and_converted(frame, rows, filled, numeric, table, backend, names):
+    xp = backend.xp
     if len(frame) != rows:
         raise _Unclean(f"{len(frame)} rows parsed from {rows} lines")
     for j, count in zip(numeric, filled or (), strict=False):  # none when strict
-        if int(frame[table.columns[j].name].notna().sum()) != count:
+        if int(frame[table.columns[j].name].count()) != count:
             raise _Unclean(f"unparsable number in {table.columns[j].name}")
     if int(frame["loan_id"].isna().sum()):
         raise _Unclean("blank loan_id")
@@ -408,13 +404,15 @@ def read_table(source: Source, table: Table, backend: Backend, policy: str = "er
     int16 codes (see ``schema.vocabulary``).
     """
     check_policy(policy)
-    data, offset = source.read()
+    with stage("file"):
+        data, offset = source.read()
     try:
         frame = _fast(data, table, backend, names)
         return ReadResult(frame, [], len(frame))
     except _Unclean as unclean:
         first_problem = str(unclean)
-    clean, bad_lines = _slow(data, table)
+    with stage("slow path"):
+        clean, bad_lines = _slow(data, table)
     if not bad_lines:
         raise RuntimeError(
             f"{source.path} (bytes {offset}-{offset + len(data)}): the reader rejected the "

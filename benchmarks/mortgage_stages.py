@@ -1,0 +1,192 @@
+"""Where one chunk of the mortgage ETL spends its time and device memory, stage by stage.
+
+    python benchmarks/mortgage_stages.py --data /tmp/mortgage-stages --device gpu
+    python benchmarks/mortgage_stages.py --data /tmp/mortgage-stages --device cpu
+
+One process, no cluster: the largest chunk of a generated dataset (made on first use) goes
+through ``etl.process_chunk`` once to warm up, then ``--repeats`` times under a stage profile
+(``pipelines/mortgage/stages.py``). On the GPU the plugin's pool is installed in the process,
+with RMM statistics, so each stage's peak device memory is measured and shown against the
+chunk's size. The table goes to stdout and, with the command and the machine, to
+``--out`` (markdown and JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+
+from dask.utils import format_bytes, parse_bytes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from mortgage import machine, machine_name, say  # noqa: E402
+
+
+def dataset(directory: str, gb: float, years: str, seed: int):
+    """(perf files, acq files, names.csv) of the dataset in ``directory``, made if absent."""
+    import dask
+
+    from dask_gpu_interop.pipelines.mortgage import etl
+    from dask_gpu_interop.pipelines.mortgage import generate as gen
+
+    try:
+        return etl.find_dataset(directory)
+    except FileNotFoundError:
+        pass
+    first, last = gen.parse_years(years)
+    loans = gen.loans_for_size(int(gb * 1e9), first, last, seed=seed)
+    spec = gen.Spec(first, last, loans_per_quarter=loans, seed=seed, loans_per_part=loans)
+    say(f"generating ~{gb} GB in {directory} ({loans:,} loans per quarter) ...")
+    with dask.config.set(scheduler="processes"):
+        made = gen.generate(directory, spec)
+    say(f"generated {format_bytes(made.bytes)} in {made.seconds:.1f} s")
+    return etl.find_dataset(directory)
+
+
+def install_pool() -> str:
+    """The plugin's default pool in this process, with RMM statistics on top."""
+    from dask_gpu_interop.memory.config import MemoryConfig
+    from dask_gpu_interop.memory.state import install
+
+    state = install(MemoryConfig.from_options(), owner="stages-benchmark", label="benchmark")
+    return state.stack.description()
+
+
+def profile_chunk(the_plan, device: str, repeats: int) -> dict:
+    from dask_gpu_interop.pipelines.mortgage import etl
+    from dask_gpu_interop.pipelines.mortgage.stages import Profile
+
+    chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
+    acq = etl.load_acquisitions(the_plan.acquisitions[the_plan.key(chunk)], device, "error",
+                                the_plan.names)
+    etl.process_chunk(chunk, acq, device, "error", the_plan.names)  # warm-up
+    runs = []
+    for _ in range(repeats):
+        with Profile(device) as profile, profile.stage("chunk"):
+            frame, _ = etl.process_chunk(chunk, acq, device, "error", the_plan.names)
+        runs.append(profile.records)
+        rows = len(frame)
+        del frame
+    stages = {}
+    for name in runs[0]:
+        seconds = [r[name].seconds for r in runs]
+        peaks = [r[name].peak_bytes for r in runs if r[name].peak_bytes is not None]
+        stages[name] = {"seconds": statistics.median(seconds), "min_seconds": min(seconds),
+                        "calls": runs[0][name].calls, "peak_bytes": max(peaks) if peaks else None}
+    return {"chunk": chunk.path, "chunk_bytes": chunk.end - chunk.start, "rows": rows,
+            "stages": stages}
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    import cupy
+
+    times = []
+    for _ in range(repeats):
+        cupy.cuda.runtime.deviceSynchronize()
+        started = time.perf_counter()
+        fn()
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def parser_variants(the_plan, repeats: int) -> dict:
+    """cuDF's reader on the chunk's device copy (what the ETL does) against cuDF's own
+    read_csv of host bytes (which copies them to the device itself), and the copy alone."""
+    import cupy
+    import numpy as np
+
+    from dask_gpu_interop.backend import Backend
+    from dask_gpu_interop.pipelines.mortgage import read, schema
+
+    chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
+    data, _ = chunk.read()
+    host = np.frombuffer(data, dtype=np.uint8)
+    raw = cupy.asarray(host)
+    return {
+        "copy to device": _median_seconds(lambda: cupy.asarray(host), repeats),
+        "parse the device copy": _median_seconds(
+            lambda: read.parse_device(raw, schema.PERFORMANCE), repeats),
+        "cudf.read_csv of host bytes": _median_seconds(
+            lambda: read.parse_host(data, schema.PERFORMANCE, Backend("gpu")), repeats),
+    }
+
+
+def markdown(info: dict, result: dict, command: str, memory: str | None) -> str:
+    size = result["chunk_bytes"]
+    total = result["stages"]["chunk"]["seconds"]
+    lines = [
+        f"# Mortgage ETL, one chunk by stage, on {machine_name(info)} ({result['device']})",
+        "",
+        f"Measured {time.strftime('%Y-%m-%dT%H:%M')} with:",
+        "", "```", command, "```", "",
+        f"- machine: {info.get('cpu')}; GPUs: {', '.join(info.get('gpus', [])) or 'none'}",
+        f"- versions: {', '.join(f'{k} {v}' for k, v in info.get('versions', {}).items())}",
+        f"- chunk: {os.path.basename(result['chunk'])}, {format_bytes(size)}, "
+        f"{result['rows']:,} rows; median of {result['repeats']} runs after a warm-up"
+        + (f"; device memory: {memory}" if memory else ""),
+        "",
+        "| stage | seconds | share | GB/s of CSV | peak device | peak / chunk |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, s in result["stages"].items():
+        peak = s["peak_bytes"]
+        depth = name.count("/")
+        label = ("&nbsp;&nbsp;" * depth) + name.rsplit("/", 1)[-1]
+        lines.append(
+            f"| {label} | {s['seconds']:.4f} | {s['seconds'] / total:.0%} | "
+            f"{size / s['seconds'] / 1e9:.2f} | "
+            f"{format_bytes(peak) if peak is not None else '-'} | "
+            f"{f'{peak / size:.2f}x' if peak is not None else '-'} |")
+    if result.get("variants"):
+        lines += ["", "| parser variant (same chunk) | seconds | GB/s of CSV |",
+                  "| --- | ---: | ---: |"]
+        lines += [f"| {name} | {sec:.4f} | {size / sec / 1e9:.2f} |"
+                  for name, sec in result["variants"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="/tmp/mortgage-stages")
+    parser.add_argument("--gb", type=float, default=1.2,
+                        help="size to generate when absent (one file per quarter)")
+    parser.add_argument("--years", default="2007")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--partition-size", default="512MiB")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    perf, acq, names = dataset(args.data, args.gb, args.years, args.seed)
+    the_plan = etl.plan(perf, acq, names, parse_bytes(args.partition_size))
+    memory = install_pool() if args.device == "gpu" else None
+    result = profile_chunk(the_plan, args.device, args.repeats)
+    result.update(device=args.device, repeats=args.repeats, memory=memory)
+    if args.device == "gpu":
+        result["variants"] = parser_variants(the_plan, args.repeats)
+    info = machine()
+    command = "python " + " ".join(shlex.quote(a) for a in [
+        os.path.relpath(__file__), *(sys.argv[1:] if argv is None else argv)])
+    text = markdown(info, result, command, memory)
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"mortgage-stages-{args.device}-{machine_name(info)}")
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    with open(stem + ".json", "w") as f:
+        json.dump({"command": command, "machine": info, **result}, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

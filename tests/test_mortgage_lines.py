@@ -1,0 +1,54 @@
+"""The line layout behind the reader's checks, with NumPy (the CUDA kernel is compared with
+this in tests/test_mortgage_gpu.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_gpu_interop.pipelines.mortgage import lines
+
+
+def _of(data: bytes, filled=True):
+    return lines.of(np.frombuffer(data, dtype=np.uint8), np, filled=filled)
+
+
+def test_lines_fields_and_blanks():
+    layout = _of(b"1||3\n\n4|5|\r\n|x|\n")
+    assert layout.starts.tolist() == [0, 5, 6, 12]
+    assert layout.ends.tolist() == [4, 5, 10, 15]  # "\r" is not part of the line
+    assert layout.blank.tolist() == [False, True, False, False]
+    assert layout.separators.tolist() == [2, 0, 2, 2]
+    assert not layout.wrong(3).any() and layout.rows == 3
+    assert layout.filled_counts([0, 1, 2]) == [2, 2, 1]
+
+
+@pytest.mark.parametrize("data, rows", [(b"", 0), (b"\n", 0), (b"a|b", 1), (b"a|b\n", 1),
+                                        (b"a|b\n\n\nc|d", 2)])
+def test_ends_with_or_without_a_newline(data, rows):
+    layout = _of(data)
+    assert layout.rows == rows
+    assert not layout.wrong(2).any()
+
+
+def test_wrong_field_counts_are_found():
+    layout = _of(b"1|2|3\n1|2\n1|2|3|4\n\n1|2|3\n")
+    assert layout.wrong(3).tolist() == [False, True, True, False, False]
+
+
+def test_filled_mask_matches_a_split_of_every_line():
+    rng = np.random.default_rng(3)
+    alphabet = np.array(list(b"|||ab1.\r"), dtype=np.uint8)
+    text = bytes(rng.choice(alphabet, 5000))
+    text = b"\n".join(text[i:i + rng.integers(0, 60)] for i in range(0, 5000, 40))
+    layout = _of(text)
+    for i, (s, e) in enumerate(zip(layout.starts.tolist(), layout.ends.tolist(), strict=True)):
+        fields = text[s:e].split(b"|")
+        assert layout.separators[i] == len(fields) - 1
+        want = sum(1 << j for j, f in enumerate(fields[:32]) if f)
+        assert int(layout.filled[i]) == want
+
+
+def test_filled_counts_need_the_mask():
+    with pytest.raises(ValueError, match="filled=True"):
+        _of(b"1|2\n", filled=False).filled_counts([0])
