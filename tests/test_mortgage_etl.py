@@ -270,7 +270,7 @@ def test_chunks_hold_whole_loans_and_cover_every_line(dataset):
     seen = []
     for pieces in (1, 3, 7, 40):
         bounds = [round(i * size / pieces) for i in range(pieces + 1)]
-        chunks = [read.Source(path, a, b).read()[0] for a, b in pairwise(bounds)]
+        chunks = [read.Source(path, a, b).read()[0].tobytes() for a, b in pairwise(bounds)]
         assert b"".join(chunks) == open(path, "rb").read()
         loans = [{line.split(b"|")[0] for line in c.splitlines()} for c in chunks]
         for i, a in enumerate(loans):

@@ -204,3 +204,19 @@ def test_parsing_on_the_device_gives_what_cudf_reads_from_host_bytes(dataset):
     assert list(got.columns) == list(want.columns)
     assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
     pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())
+
+
+def test_text_columns_read_slice_by_slice_give_the_same_table(dataset, monkeypatch):
+    """Chunks here are smaller than one text slice: make slices small so that a chunk's text
+    columns are parsed and converted in many pieces, then joined."""
+    monkeypatch.setattr(read, "TEXT_SLICE", 20_000)
+    cpu, gpu = _both(*dataset, intermediate=True)
+    want = cpu.frame.compute().reset_index(drop=True)
+    got = _host(gpu.frame)
+    for name in schema.PERFORMANCE.names:
+        kind = dict((c.name, c.kind) for c in schema.PERFORMANCE.columns)[name]
+        if kind in (schema.NUMBER, schema.DATE):
+            np.testing.assert_allclose(got[name].to_numpy(float), want[name].to_numpy(float),
+                                       rtol=1e-6, err_msg=name)
+        else:
+            assert got[name].tolist() == want[name].tolist(), name

@@ -52,3 +52,18 @@ def test_filled_mask_matches_a_split_of_every_line():
 def test_filled_counts_need_the_mask():
     with pytest.raises(ValueError, match="filled=True"):
         _of(b"1|2\n", filled=False).filled_counts([0])
+
+
+def test_text_slices_start_at_lines_and_cover_the_chunk(monkeypatch):
+    from dask_gpu_interop.pipelines.mortgage import read
+
+    data = b"".join(b"%d|%s\n" % (i, b"x" * (i % 17)) for i in range(2000))
+    layout = _of(data)
+    monkeypatch.setattr(read, "TEXT_SLICE", 1000)
+    slices = read._slices(layout.starts, len(data), np)
+    assert slices[0][0] == 0 and slices[-1][1] == len(data)
+    assert all(b == c for (_, b), (c, _) in zip(slices, slices[1:]))
+    assert all(a == 0 or data[a - 1:a] == b"\n" for a, _ in slices)
+    assert 15 <= len(slices) <= 30
+    monkeypatch.setattr(read, "TEXT_SLICE", 10 * len(data))
+    assert read._slices(layout.starts, len(data), np) == [(0, len(data))]

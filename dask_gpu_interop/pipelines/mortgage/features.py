@@ -120,7 +120,9 @@ def feature_table(perf, acq):
 def _clean(column):
     """One feature column as the table holds it: float32, missing (null or NaN) as -1."""
     column = column.astype("float32").fillna(schema.MISSING)
-    return column.where(column == column, schema.MISSING)
+    if column.hasnans:  # cuDF's fillna leaves NaN (not null) as it is
+        column = column.where(column == column, schema.MISSING)
+    return column
 
 
 def _acquisition_rows(loan_id, acq):
