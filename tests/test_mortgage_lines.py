@@ -3,6 +3,8 @@ this in tests/test_mortgage_gpu.py)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,7 @@ def test_text_slices_start_at_lines_and_cover_the_chunk(monkeypatch):
     monkeypatch.setattr(read, "TEXT_SLICE", 1000)
     slices = read._slices(layout.starts, len(data), np)
     assert slices[0][0] == 0 and slices[-1][1] == len(data)
-    assert all(b == c for (_, b), (c, _) in zip(slices, slices[1:]))
+    assert all(b == c for (_, b), (c, _) in pairwise(slices))
     assert all(a == 0 or data[a - 1:a] == b"\n" for a, _ in slices)
     assert 15 <= len(slices) <= 30
     monkeypatch.setattr(read, "TEXT_SLICE", 10 * len(data))
