@@ -253,11 +253,14 @@ def run_config(config: str, args, the_plan) -> dict:
                 peaks = {a: s.get("peak_bytes") for a, s in
                          client.run(_device_peak_on_worker).items()}
             out["device_peak_bytes"] = peaks
-        say(f"  training ({args.rounds} rounds) ...")
-        trained = train.train(client, result.frame, result.quarters, device, rounds=args.rounds)
-        out.update(dmatrix_seconds=trained.dmatrix_seconds, train_seconds=trained.train_seconds,
-                   auc=trained.auc, holdout=trained.holdout, train_rows=trained.train_rows)
-        say(f"  training: {trained.seconds:.1f} s, test AUC {trained.auc:.4f}")
+        if args.rounds:
+            say(f"  training ({args.rounds} rounds) ...")
+            trained = train.train(client, result.frame, result.quarters, device,
+                                  rounds=args.rounds)
+            out.update(dmatrix_seconds=trained.dmatrix_seconds,
+                       train_seconds=trained.train_seconds, auc=trained.auc,
+                       holdout=trained.holdout, train_rows=trained.train_rows)
+            say(f"  training: {trained.seconds:.1f} s, test AUC {trained.auc:.4f}")
         out["host_peak_bytes"] = {a: m["peak_rss"] for a, m in job.host_memory(client).items()}
         del result
     return out
@@ -322,8 +325,9 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
             f"| {r['config']} | {r['workers']} | {r['etl_seconds']:.2f} | {gbs:.3f} | "
             f"{f'{gbs / gpus:.3f}' if gpus else '-'} | {r['rows'] / r['etl_seconds']:,.0f} | "
             f"{f'{speed:.1f}x' if speed else '-'} | "
-            f"{r['dmatrix_seconds'] + r['train_seconds']:.1f} | {r['auc']:.4f} | "
-            f"{format_bytes(device_peak) if device_peak else '-'} | {chunk} | "
+            + (f"{r['dmatrix_seconds'] + r['train_seconds']:.1f} | {r['auc']:.4f} | "
+               if "auc" in r else "- | - | ")
+            + f"{format_bytes(device_peak) if device_peak else '-'} | {chunk} | "
             f"{format_bytes(_max(r.get('host_peak_bytes')) or 0)} |"
         )
     lines += ["", "## Goals (issue 4)", ""]
@@ -345,9 +349,10 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
     if one and plain:
         lines.append(f"- the pool's effect on the ETL (1 GPU): {plain['etl_seconds']:.2f} s with "
                      f"cudaMalloc vs {one['etl_seconds']:.2f} s with the pool "
-                     f"({plain['etl_seconds'] / one['etl_seconds']:.2f}x); training "
-                     f"{plain['dmatrix_seconds'] + plain['train_seconds']:.1f} s vs "
-                     f"{one['dmatrix_seconds'] + one['train_seconds']:.1f} s")
+                     f"({plain['etl_seconds'] / one['etl_seconds']:.2f}x)"
+                     + (f"; training {plain['dmatrix_seconds'] + plain['train_seconds']:.1f} s "
+                        f"vs {one['dmatrix_seconds'] + one['train_seconds']:.1f} s"
+                        if "auc" in one and "auc" in plain else ""))
     ratios = [r["chunk_peak_ratio"] for r in by.values() if r.get("chunk_peak_ratio")]
     if ratios:
         lines.append(f"- device memory of one chunk's ETL: at most {max(ratios):.1f}x the chunk "
@@ -374,7 +379,7 @@ def main(argv=None) -> int:
                              "gpuN-cudamalloc (N GPUs)")
     parser.add_argument("--partition-size", default="512MiB",
                         help="at most this much text per ETL task (device memory per task)")
-    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=100, help="boosting rounds; 0: no training")
     parser.add_argument("--bad-rows", default="error", choices=("error", "warn", "skip"))
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
     parser.add_argument("--pool-size", default=None, help="the plugin's RMM pool (e.g. 0.5)")

@@ -281,6 +281,24 @@ def test_chunks_hold_whole_loans_and_cover_every_line(dataset):
 
 
 @needs_sample
+def test_text_columns_coded_from_field_hashes_equal_the_parsed_strings():
+    """The GPU reader's coding of text columns (field hashes, one text per distinct hash),
+    run with NumPy, against pandas' parsed strings converted the plain way."""
+    from dask_gpu_interop.pipelines.mortgage import lines
+
+    cpu = Backend("cpu")
+    raw = np.fromfile(SAMPLE_PERF, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    parsed = read.parse_host(raw, schema.PERFORMANCE, cpu)
+    text = [c for c in schema.PERFORMANCE.columns if c.kind not in (schema.ID, schema.NUMBER)]
+    want = read._converted(parsed, text, cpu, None, {})
+    for col in text:
+        got = read._coded(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, col, np,
+                          None, {})
+        np.testing.assert_array_equal(got, want[col.name], col.name)
+
+
+@needs_sample
 def test_the_lenient_parser_check_passes_clean_data(dataset, monkeypatch):
     """The null-versus-filled check that guards cuDF's reader finds nothing in clean data
     (run here with pandas), so a clean chunk never takes the slow path on GPUs."""

@@ -113,13 +113,25 @@ def test_bad_rows_are_caught_on_the_gpu_too(tmp_path, kind, spoil, reason):
     _same_table(cpu, gpu)
 
 
-def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(dataset):
-    """Peak device bytes of the whole ETL of one chunk (read, features, join, last mile)."""
+@pytest.fixture(scope="module")
+def medium(tmp_path_factory):
+    """A quarter's performance file of about 60 MB: big enough that fixed costs do not
+    decide the ratio of a chunk's peak device memory to its size."""
+    directory = str(tmp_path_factory.mktemp("mortgage-medium"))
+    spec = gen.Spec(2007, 2007, loans_per_quarter=6000, loans_per_part=6000, seed=11)
+    with dask.config.set(scheduler="processes"):
+        gen.generate(directory, spec)
+    return etl.find_dataset(directory)
+
+
+def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(medium):
+    """Peak device bytes of the whole ETL of one chunk (read, features, join, feature table),
+    the result included, from RMM's statistics."""
     import cupy
     import rmm
     from rmm.allocators.cupy import rmm_cupy_allocator
 
-    perf, acq, names = dataset
+    perf, acq, names = medium
     plan = etl.plan(perf, acq, names)
     chunk = max(plan.chunks, key=lambda c: os.path.getsize(c.path))
     acq_frame = etl.load_acquisitions(plan.acquisitions[plan.key(chunk)], "gpu", "error",
@@ -135,7 +147,8 @@ def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(dataset):
         rmm.mr.set_current_device_resource(previous)
         cupy.cuda.set_allocator(None)
     size = os.path.getsize(chunk.path)
-    assert peak < 4 * size, f"peak {peak / size:.1f}x the chunk ({size} bytes)"
+    assert size > 30e6
+    assert peak < 3.5 * size, f"peak {peak / size:.2f}x the chunk ({size} bytes)"
 
 
 @pytest.mark.slow
@@ -206,17 +219,20 @@ def test_parsing_on_the_device_gives_what_cudf_reads_from_host_bytes(dataset):
     pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())
 
 
-def test_text_columns_read_slice_by_slice_give_the_same_table(dataset, monkeypatch):
-    """Chunks here are smaller than one text slice: make slices small so that a chunk's text
-    columns are parsed and converted in many pieces, then joined."""
-    monkeypatch.setattr(read, "TEXT_SLICE", 20_000)
-    cpu, gpu = _both(*dataset, intermediate=True)
-    want = cpu.frame.compute().reset_index(drop=True)
-    got = _host(gpu.frame)
-    for name in schema.PERFORMANCE.names:
-        kind = dict((c.name, c.kind) for c in schema.PERFORMANCE.columns)[name]
-        if kind in (schema.NUMBER, schema.DATE):
-            np.testing.assert_allclose(got[name].to_numpy(float), want[name].to_numpy(float),
-                                       rtol=1e-6, err_msg=name)
-        else:
-            assert got[name].tolist() == want[name].tolist(), name
+def test_the_field_hash_kernel_agrees_with_numpy():
+    import cupy
+
+    from dask_gpu_interop.pipelines.mortgage import lines
+
+    if not os.path.isdir(SAMPLE):
+        pytest.skip("the real sample is absent")
+    raw = np.fromfile(SAMPLE_PERF, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    device = cupy.asarray(raw)
+    starts, ends = cupy.asarray(layout.starts), cupy.asarray(layout.ends)
+    for field, col in enumerate(schema.PERFORMANCE.columns):
+        if col.kind in (schema.ID, schema.NUMBER):
+            continue
+        want = lines.field_hashes(raw, layout.starts, layout.ends, field, np)
+        got = lines.field_hashes(device, starts, ends, field, cupy)
+        np.testing.assert_array_equal(cupy.asnumpy(got), want, col.name)

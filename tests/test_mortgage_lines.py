@@ -3,8 +3,6 @@ this in tests/test_mortgage_gpu.py)."""
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 import pytest
 
@@ -56,16 +54,12 @@ def test_filled_counts_need_the_mask():
         _of(b"1|2\n", filled=False).filled_counts([0])
 
 
-def test_text_slices_start_at_lines_and_cover_the_chunk(monkeypatch):
-    from dask_gpu_interop.pipelines.mortgage import read
-
-    data = b"".join(b"%d|%s\n" % (i, b"x" * (i % 17)) for i in range(2000))
-    layout = _of(data)
-    monkeypatch.setattr(read, "TEXT_SLICE", 1000)
-    slices = read._slices(layout.starts, len(data), np)
-    assert slices[0][0] == 0 and slices[-1][1] == len(data)
-    assert all(b == c for (_, b), (c, _) in pairwise(slices))
-    assert all(a == 0 or data[a - 1:a] == b"\n" for a, _ in slices)
-    assert 15 <= len(slices) <= 30
-    monkeypatch.setattr(read, "TEXT_SLICE", 10 * len(data))
-    assert read._slices(layout.starts, len(data), np) == [(0, len(data))]
+def test_field_hashes_are_equal_for_equal_texts_and_zero_for_blanks():
+    data = b"a|01/2007|x\nb||x\nc|01/2007|\r\nd|01/2008|y\n"
+    raw = np.frombuffer(data, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    dates = lines.field_hashes(raw, layout.starts, layout.ends, 1, np)
+    assert dates[0] == dates[2] != dates[3] and dates[1] == 0
+    assert (dates[[0, 3]] % 2 == 1).all()
+    last = lines.field_hashes(raw, layout.starts, layout.ends, 2, np)
+    assert last[0] == last[1] != last[3] and last[2] == 0  # "\r" is not part of the field

@@ -97,23 +97,28 @@ def feature_table(perf, acq):
 
     The wide joined frame never exists. ``perf`` is consumed: each of its columns is popped,
     converted and added to the table, so that (when nothing else holds ``perf``) its memory
-    comes back as the table grows. Acquisition features are converted on the small
-    acquisition frame, then gathered to the rows.
+    comes back as the table grows. The acquisition features are converted on the small
+    acquisition frame, then gathered to the rows in one step.
     """
     with stage("rows"):
         at = _acquisition_rows(perf["loan_id"], acq)
-    with stage("acquisition"):
-        names = [n for n in schema.FEATURES if n in acq.columns]
-        # a last row of missing values, for loans without an acquisition row
-        small = acq[names].reset_index(drop=True).reindex(range(len(acq) + 1))
     out = {}
-    with stage("columns"):
+    with stage("performance columns"):
         for name in schema.FEATURES:
             if name in perf.columns:
                 out[name] = _clean(perf.pop(name)).reset_index(drop=True)
-            else:
-                out[name] = _clean(small[name]).take(at).reset_index(drop=True)
-        out[schema.LABEL] = perf.pop(schema.LABEL).astype("int32").reset_index(drop=True)
+        label = perf.pop(schema.LABEL).astype("int32").reset_index(drop=True)
+    with stage("acquisition columns"):
+        names = [n for n in schema.FEATURES if n not in out]
+        # a last row of missing values, for loans without an acquisition row
+        small = acq[names].reset_index(drop=True).reindex(range(len(acq) + 1))
+        small = small.astype("float32").fillna(schema.MISSING)
+        small = small.where(small == small, schema.MISSING)  # NaN as well as null
+        gathered = small.take(at).reset_index(drop=True)
+    for name in names:
+        out[name] = gathered[name]
+    out = {name: out[name] for name in schema.FEATURES}
+    out[schema.LABEL] = label
     return type(perf)(out)
 
 

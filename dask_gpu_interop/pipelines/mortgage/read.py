@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -107,6 +108,24 @@ class Source:
 
 def _host_bytes(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, dtype=np.uint8)
+
+
+_pinned = threading.local()
+
+
+def pinned_bytes(nbytes: int) -> np.ndarray:
+    """Page-locked host memory for a chunk on its way to the GPU (the copy runs at full speed
+    from it). One buffer per thread, grown when needed and reused: valid until this thread
+    reads its next chunk."""
+    import cupy
+
+    array = getattr(_pinned, "array", None)
+    if array is None or array.size < nbytes:
+        _pinned.array = None  # free the old buffer before taking a larger one
+        size = max(nbytes, 1 if array is None else array.size * 5 // 4)
+        memory = cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(size), 0)
+        array = _pinned.array = np.frombuffer(memory, dtype=np.uint8, count=size)
+    return array[:nbytes]
 
 
 READ_BLOCK = 16 << 20  # bytes each thread reads at a time
@@ -245,15 +264,8 @@ class _Unclean(Exception):
 def _categorized(series, backend: Backend):
     """(host list of the distinct strings, their index + 1 per row as an array: 0 for a
     blank)."""
-    if not backend.is_gpu:
-        codes, uniques = series.factorize()
-        return [str(c) for c in uniques], codes + 1
-    # cuDF's factorize joins and sorts the whole column; a binary search of each string in
-    # the few distinct ones, sorted, is one pass
-    distinct = series.drop_duplicates().dropna().sort_values().reset_index(drop=True)
-    codes = distinct.searchsorted(series)
-    index = backend.xp.where(series.isna().values, 0, codes + 1)
-    return [str(c) for c in backend.to_host(distinct)], index
+    codes, uniques = series.factorize()
+    return [str(c) for c in backend.to_host(uniques)], codes + 1
 
 
 def _convert(kind: str, name: str, text: str, names: dict | None):
@@ -282,17 +294,14 @@ def empty_frame(table: Table, backend: Backend):
     )
 
 
-TEXT_SLICE = 32 << 20  # bytes of the chunk whose text columns cuDF parses at a time
-
-
 def _fast(data, table: Table, backend: Backend, names: dict | None):
     """The typed frame of a clean chunk; raises _Unclean when any check fails.
 
-    On the GPU the chunk goes to the device once, and the layout checks and cuDF's parser
-    all read that copy. cuDF's reader holds a text column as strings plus per-field
-    bookkeeping, several times the text itself, so the numbers are parsed in one pass and
-    the text columns (dates, codes) slice by slice, each slice turned into small integers
-    at once: one chunk's reading needs a few times the chunk, not seven.
+    On the GPU the chunk goes to the device once, and the checks and cuDF's parser read that
+    copy. cuDF parses only the numbers: a text column (dates, statuses, codes) would be held
+    as strings plus per-field bookkeeping, several times the text itself, only to be turned
+    into small integers. Instead each text field is hashed in place, and each distinct hash
+    is converted once, from one line that has it (``_coded``).
     """
     xp = backend.xp
     if not isinstance(data, np.ndarray):
@@ -310,35 +319,30 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
         filled = None
         if not strict_parser(backend):
             filled = layout.filled_counts([table.columns.index(c) for c in numeric])
-        slices = _slices(layout.starts, raw.size, xp) if backend.is_gpu else [(0, raw.size)]
-        del layout
+        blank = layout.blank
+        starts, ends = layout.starts, layout.ends
+        if bool(blank.any()):  # the readers skip blank lines
+            starts, ends = starts[~blank], ends[~blank]
+        del layout, blank
     text = [c for c in table.columns if c.kind not in (ID, NUMBER)]
     memo: dict = {}
     try:
         if backend.is_gpu:
             with stage("parse numbers"):
                 frame = parse_device(raw, table, [c.name for c in numeric])
-            parts = []
-            for start, stop in slices:
-                with stage("parse text"):
-                    part = parse_device(raw[start:stop], table, [c.name for c in text])
-                with stage("convert text"):
-                    parts.append(_converted(part, text, backend, names, memo))
-                del part
+            with stage("code text"):
+                converted = {c.name: _coded(raw, data, starts, ends, table, c, xp, names, memo)
+                             for c in text}
             del raw
-            converted = {c.name: _joined([p[c.name] for p in parts], xp) for c in text}
         else:
             with stage("parse"):
                 frame = parse_host(data, table, backend)
-            with stage("convert text"):
+            with stage("code text"):
                 converted = _converted(frame, text, backend, names, memo)
     except (ValueError, TypeError, OverflowError) as exc:  # pandas: a number that is not one
         raise _Unclean(str(exc)) from exc
     with stage("check numbers"):
         _check_numbers(frame, rows, filled, numeric)
-    for col in text:
-        if len(converted[col.name]) != rows:
-            raise _Unclean(f"{len(converted[col.name])} rows of {col.name} from {rows} lines")
     frame = backend.df.DataFrame(
         {c.name: converted[c.name] if c.name in converted else frame[c.name]
          for c in table.columns})
@@ -347,20 +351,31 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     return frame
 
 
-def _slices(starts, size: int, xp) -> list[tuple[int, int]]:
-    """``[start, stop)`` byte ranges of about TEXT_SLICE each that begin at line starts."""
-    pieces = -(-size // TEXT_SLICE)
-    if pieces <= 1:
-        return [(0, size)]
-    targets = xp.asarray([size * i // pieces for i in range(1, pieces)], dtype=starts.dtype)
-    at = xp.minimum(xp.searchsorted(starts, targets), starts.size - 1)
-    cuts = sorted({int(c) for c in starts[at].tolist()} - {0})
-    bounds = [0, *cuts, size]
-    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-
-
-def _joined(arrays: list, xp):
-    return arrays[0] if len(arrays) == 1 else xp.concatenate(arrays)
+def _coded(raw, data, starts, ends, table: Table, col, xp, names, memo):
+    """One text column of the chunk as numbers, from the bytes on the device: hash the field
+    on every line, find the distinct hashes, convert each from the text of its first line."""
+    field = table.columns.index(col)
+    hashes = lines.field_hashes(raw, starts, ends, field, xp)
+    distinct, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
+    del hashes
+    pairs = []
+    for h, a, b in zip(distinct.tolist(), starts[first].tolist(), ends[first].tolist(),
+                       strict=True):
+        if h == 0:
+            pairs.append(_BLANK[col.kind])
+            continue
+        try:
+            text = data[a:b].tobytes().split(b"|")[field].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Unclean(f"{col.name} is not UTF-8") from exc
+        key = (col.name, text)
+        if key not in memo:
+            memo[key] = _convert(col.kind, col.name, text, names)
+        pairs.append(memo[key])
+    if not all(ok for _, ok in pairs):
+        raise _Unclean(f"bad value in {col.name}")
+    values = xp.asarray([value for value, _ in pairs], dtype=DTYPES[col.kind])
+    return values[inverse.ravel()]
 
 
 def parse_host(data, table: Table, backend: Backend):
@@ -419,9 +434,9 @@ def _check_numbers(frame, rows: int, filled: list[int] | None, numeric) -> None:
 
 
 def _converted(frame, columns, backend: Backend, names: dict | None, memo: dict) -> dict:
-    """The text ``columns`` of ``frame`` as arrays of numbers (month numbers, statuses,
-    codes): each distinct string is checked and converted once (``memo`` keeps them across
-    slices), then the codes are mapped on the device through a small lookup table."""
+    """The text ``columns`` of a parsed ``frame`` as arrays of numbers (month numbers,
+    statuses, codes): each distinct string is checked and converted once, then the codes are
+    mapped through a small lookup table."""
     xp = backend.xp
     out = {}
     for col in columns:
@@ -512,7 +527,7 @@ def read_table(source: Source, table: Table, backend: Backend, policy: str = "er
     """
     check_policy(policy)
     with stage("file"):
-        data, offset = source.read()
+        data, offset = source.read(pinned_bytes if backend.is_gpu else None)
     try:
         frame = _fast(data, table, backend, names)
         return ReadResult(frame, [], len(frame))
