@@ -83,6 +83,29 @@ def profile_chunk(the_plan, device: str, repeats: int) -> dict:
             "stages": stages}
 
 
+def profile_all(the_plan, device: str) -> dict:
+    """Every chunk of the plan, one after the other in this thread, results kept (as the
+    ETL persists them): stage totals, to set against the ETL's time on a cluster."""
+    from dask_gpu_interop.pipelines.mortgage import etl
+    from dask_gpu_interop.pipelines.mortgage.stages import Profile
+
+    kept = []
+    started = time.perf_counter()
+    with Profile(device) as profile:
+        with profile.stage("acquisitions"):
+            acq = {key: etl.load_acquisitions(sources, device, "error", the_plan.names)
+                   for key, sources in the_plan.acquisitions.items()}
+        for chunk in the_plan.chunks:
+            with profile.stage("chunk"):
+                kept.append(etl.process_chunk(chunk, acq[the_plan.key(chunk)], device, "error",
+                                              the_plan.names)[0])
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "chunks": len(the_plan.chunks),
+            "input_bytes": the_plan.input_bytes, "rows": sum(len(f) for f in kept),
+            "stages": {name: {"seconds": r.seconds, "calls": r.calls}
+                       for name, r in profile.records.items()}}
+
+
 def _median_seconds(fn, repeats: int) -> float:
     import cupy
 
@@ -144,6 +167,15 @@ def markdown(info: dict, result: dict, command: str, memory: str | None) -> str:
             f"{size / s['seconds'] / 1e9:.2f} | "
             f"{format_bytes(peak) if peak is not None else '-'} | "
             f"{f'{peak / size:.2f}x' if peak is not None else '-'} |")
+    whole = result.get("all_chunks")
+    if whole:
+        lines += ["", f"Every chunk of the dataset in one thread: {whole['chunks']} chunks, "
+                  f"{format_bytes(whole['input_bytes'])}, {whole['rows']:,} rows in "
+                  f"{whole['seconds']:.2f} s ({whole['input_bytes'] / whole['seconds'] / 1e9:.2f}"
+                  " GB/s)", "", "| stage | seconds (total) | share |", "| --- | ---: | ---: |"]
+        for name, s in whole["stages"].items():
+            label = ("&nbsp;&nbsp;" * name.count("/")) + name.rsplit("/", 1)[-1]
+            lines.append(f"| {label} | {s['seconds']:.3f} | {s['seconds'] / whole['seconds']:.0%} |")
     if result.get("variants"):
         lines += ["", "| parser variant (same chunk) | seconds | GB/s of CSV |",
                   "| --- | ---: | ---: |"]
@@ -162,25 +194,35 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--partition-size", default="512MiB")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--all-chunks", action="store_true",
+                        help="also run every chunk of the dataset, one after the other")
+    parser.add_argument("--numbers-per-parse", type=int, default=None,
+                        help="numeric columns cuDF parses at a time (read.NUMBERS_PER_PARSE)")
+    parser.add_argument("--name", default=None, help="results file name suffix")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
 
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from dask_gpu_interop.pipelines.mortgage import etl, read
 
+    if args.numbers_per_parse:
+        read.NUMBERS_PER_PARSE = args.numbers_per_parse
     perf, acq, names = dataset(args.data, args.gb, args.years, args.seed)
     the_plan = etl.plan(perf, acq, names, parse_bytes(args.partition_size))
     memory = install_pool() if args.device == "gpu" else None
     result = profile_chunk(the_plan, args.device, args.repeats)
     result.update(device=args.device, repeats=args.repeats, memory=memory)
+    result["numbers_per_parse"] = read.NUMBERS_PER_PARSE
     if args.device == "gpu":
         result["variants"] = parser_variants(the_plan, args.repeats)
+    if args.all_chunks:
+        result["all_chunks"] = profile_all(the_plan, args.device)
     info = machine()
     command = "python " + " ".join(shlex.quote(a) for a in [
         os.path.relpath(__file__), *(sys.argv[1:] if argv is None else argv)])
     text = markdown(info, result, command, memory)
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"mortgage-stages-{args.device}-{machine_name(info)}")
+    stem = os.path.join(args.out, f"mortgage-stages-{args.device}-{args.name or machine_name(info)}")
     with open(stem + ".md", "w") as f:
         f.write(text)
     with open(stem + ".json", "w") as f:

@@ -118,7 +118,7 @@ def medium(tmp_path_factory):
     """A quarter's performance file of about 60 MB: big enough that fixed costs do not
     decide the ratio of a chunk's peak device memory to its size."""
     directory = str(tmp_path_factory.mktemp("mortgage-medium"))
-    spec = gen.Spec(2007, 2007, loans_per_quarter=6000, loans_per_part=6000, seed=11)
+    spec = gen.Spec(2007, 2007, loans_per_quarter=12000, loans_per_part=12000, seed=11)
     with dask.config.set(scheduler="processes"):
         gen.generate(directory, spec)
     return etl.find_dataset(directory)

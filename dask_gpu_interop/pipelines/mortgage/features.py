@@ -11,6 +11,8 @@ minimum gives, for every row, the month of the loan's next "bad" row, in one pas
 
 from __future__ import annotations
 
+import sys
+
 from . import schema
 from .stages import stage
 
@@ -48,30 +50,36 @@ def performance_features(perf):
         status = work[STATUS]
         month = work[PERIOD].astype("int64")
         new_loan = work["loan_id"].diff().fillna(1) != 0
-        key = new_loan.astype("int64").cumsum() * _LOAN_SHIFT + month
+        run = new_loan.astype("int64").cumsum()  # 1, 2, ...: the loan's place in the chunk
+        key = run * _LOAN_SHIFT + month
         next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
         label = (next_bad.values - key.values) < schema.LABEL_WINDOW
+        del key, next_bad, month
 
     with stage("per loan"):
-        per_loan = _per_loan(work, status)
+        per_loan = _per_loan(work, status, run.values - 1)
     for name, values in per_loan.items():  # work is this function's own frame: no copy
-        work[name] = values
+        work[name] = values.reset_index(drop=True) if hasattr(values, "reset_index") else values
     work[schema.LABEL] = label.astype("int8")
     if not in_order:
         work = work.sort_index()
     return work
 
 
-def _per_loan(work, status) -> dict:
+def _per_loan(work, status, run) -> dict:
+    """ever_* and delinquency_* of every row: one group-by over the loans, then each loan's
+    values gathered to its rows (``run``: the loan's place among the chunk's sorted loans)."""
+    months = {f"_m{name}": work[PERIOD].where(status >= threshold)
+              for name, threshold in schema.THRESHOLDS.items()}
+    frame = work[["loan_id"]].assign(_worst=status, **months)
+    aggregations = {"_worst": "max", **{name: "min" for name in months}}
+    loans = frame.groupby("loan_id", sort=True).agg(aggregations)  # in the rows' loan order
+    del frame, months
     out = {}
-    worst = work.groupby("loan_id")[STATUS].transform("max")
     for name, threshold in schema.THRESHOLDS.items():
-        out[f"ever_{name}"] = (worst >= threshold).astype("int8")
-    for name, threshold in schema.THRESHOLDS.items():
-        first = work[["loan_id"]].assign(_m=work[PERIOD].where(status >= threshold))
-        out[f"delinquency_{name}"] = (
-            first.groupby("loan_id")["_m"].transform("min").astype("float32")
-        )
+        out[f"ever_{name}"] = (loans["_worst"] >= threshold).astype("int8").take(run).values
+    for name in schema.THRESHOLDS:
+        out[f"delinquency_{name}"] = loans[f"_m{name}"].astype("float32").take(run)
     return out
 
 
@@ -97,8 +105,9 @@ def feature_table(perf, acq):
 
     The wide joined frame never exists. ``perf`` is consumed: each of its columns is popped,
     converted and added to the table, so that (when nothing else holds ``perf``) its memory
-    comes back as the table grows. The acquisition features are converted on the small
-    acquisition frame, then gathered to the rows in one step.
+    comes back as the table grows. Acquisition features are converted on the small
+    acquisition frame, then gathered to the rows. Columns are handled as NumPy or CuPy
+    arrays: a few light array operations each, instead of several data-frame ones.
     """
     with stage("rows"):
         at = _acquisition_rows(perf["loan_id"], acq)
@@ -106,28 +115,31 @@ def feature_table(perf, acq):
     with stage("performance columns"):
         for name in schema.FEATURES:
             if name in perf.columns:
-                out[name] = _clean(perf.pop(name)).reset_index(drop=True)
-        label = perf.pop(schema.LABEL).astype("int32").reset_index(drop=True)
+                out[name] = _clean(perf.pop(name))
+        label = perf.pop(schema.LABEL).astype("int32").values
     with stage("acquisition columns"):
-        names = [n for n in schema.FEATURES if n not in out]
-        # a last row of missing values, for loans without an acquisition row
-        small = acq[names].reset_index(drop=True).reindex(range(len(acq) + 1))
-        small = small.astype("float32").fillna(schema.MISSING)
-        small = small.where(small == small, schema.MISSING)  # NaN as well as null
-        gathered = small.take(at).reset_index(drop=True)
-    for name in names:
-        out[name] = gathered[name]
+        for name in schema.FEATURES:
+            if name not in out:
+                values = _clean(acq[name])
+                xp = _array_module(values)
+                padded = xp.concatenate([values, xp.full(1, schema.MISSING, dtype=values.dtype)])
+                out[name] = padded[at]  # the last entry: loans without an acquisition row
     out = {name: out[name] for name in schema.FEATURES}
     out[schema.LABEL] = label
     return type(perf)(out)
 
 
 def _clean(column):
-    """One feature column as the table holds it: float32, missing (null or NaN) as -1."""
-    column = column.astype("float32").fillna(schema.MISSING)
-    if column.hasnans:  # cuDF's fillna leaves NaN (not null) as it is
-        column = column.where(column == column, schema.MISSING)
-    return column
+    """One feature column as the table holds it: a float32 array, missing (null or NaN) as
+    -1."""
+    values = column.astype("float64").fillna(schema.MISSING).values  # nulls gone
+    xp = _array_module(values)
+    return xp.where(xp.isnan(values), schema.MISSING, values).astype(xp.float32)
+
+
+def _array_module(values):
+    """NumPy or CuPy, whichever holds ``values``."""
+    return sys.modules[type(values).__module__.split(".")[0]]
 
 
 def _acquisition_rows(loan_id, acq):
