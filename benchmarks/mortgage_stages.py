@@ -196,22 +196,17 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-chunks", action="store_true",
                         help="also run every chunk of the dataset, one after the other")
-    parser.add_argument("--numbers-per-parse", type=int, default=None,
-                        help="numeric columns cuDF parses at a time (read.NUMBERS_PER_PARSE)")
     parser.add_argument("--name", default=None, help="results file name suffix")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
 
-    from dask_gpu_interop.pipelines.mortgage import etl, read
+    from dask_gpu_interop.pipelines.mortgage import etl
 
-    if args.numbers_per_parse:
-        read.NUMBERS_PER_PARSE = args.numbers_per_parse
     perf, acq, names = dataset(args.data, args.gb, args.years, args.seed)
     the_plan = etl.plan(perf, acq, names, parse_bytes(args.partition_size))
     memory = install_pool() if args.device == "gpu" else None
     result = profile_chunk(the_plan, args.device, args.repeats)
     result.update(device=args.device, repeats=args.repeats, memory=memory)
-    result["numbers_per_parse"] = read.NUMBERS_PER_PARSE
     if args.device == "gpu":
         result["variants"] = parser_variants(the_plan, args.repeats)
     if args.all_chunks:

@@ -328,13 +328,15 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     memo: dict = {}
     try:
         if backend.is_gpu:
+            # numbers first: libcudf's reader takes its own copy of the chunk for the parse,
+            # and the text codes are best not alive yet at that moment (measured: 3.9x the
+            # chunk at the peak this way, 4.1x the other way round)
+            with stage("parse numbers"):
+                frame = parse_device(raw, table, [c.name for c in numeric])
             with stage("code text"):
                 converted = {c.name: _coded(raw, data, starts, ends, table, c, xp, names, memo)
                              for c in text}
-            del starts, ends
-            with stage("parse numbers"):
-                frame = _parse_numbers(raw, table, numeric, backend)
-            del raw
+            del raw, starts, ends
         else:
             with stage("parse"):
                 frame = parse_host(data, table, backend)
@@ -350,21 +352,6 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     if table is schema.ACQUISITION and int(frame["loan_id"].nunique()) != len(frame):
         raise _Unclean("duplicate loan_id")
     return frame
-
-
-NUMBERS_PER_PARSE = 9  # numeric columns cuDF parses at a time
-
-
-def _parse_numbers(raw, table: Table, numeric, backend: Backend):
-    """The numeric columns, NUMBERS_PER_PARSE at a time: the reader's working memory grows
-    with the columns it parses at once, and a chunk's peak is set here."""
-    names = [c.name for c in numeric]
-    columns = {}
-    for i in range(0, len(names), NUMBERS_PER_PARSE):
-        part = parse_device(raw, table, names[i:i + NUMBERS_PER_PARSE])
-        columns.update({name: part[name] for name in part.columns})
-        del part
-    return backend.df.DataFrame(columns)
 
 
 def _coded(raw, data, starts, ends, table: Table, col, xp, names, memo):
