@@ -4,9 +4,11 @@
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
 # Sections: probe memory-tests memory-bench serialize-tests convert-tests transfer-bench
-#           mortgage-tests mortgage-bench ecg-tests ecg-bench
+#           mortgage-tests mortgage-stages mortgage-bench ecg-tests ecg-bench
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
-# TRANSFER_ARGS, MORTGAGE_ARGS, ECG_ARGS; DASK_GPU_INTEROP_UPSTREAM_TESTS: a directory with
+# TRANSFER_ARGS, MORTGAGE_STAGES_ARGS, MORTGAGE_ARGS, ECG_ARGS;
+# DASK_GPU_INTEROP_MORTGAGE_SAMPLE: the real Fannie Mae sample rows (tests that need them skip
+# without them; on the lent machines carry a copy, e.g. in .gpukit/mortgage-sample); DASK_GPU_INTEROP_UPSTREAM_TESTS: a directory with
 # distributed's protocol tests (its wheel ships none), run with our serializers registered.
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
 # `source .gpukit/install.sh` first. Logs and results go to $OUT (default /tmp/gpu-check):
@@ -84,6 +86,7 @@ for name in serialize convert mortgage ecg; do
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
+want mortgage-stages benchmarks/mortgage_stages.py && section mortgage-stages 600 python3 benchmarks/mortgage_stages.py --device gpu --out "$OUT/results" ${MORTGAGE_STAGES_ARGS:-}
 want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 600 python3 benchmarks/mortgage.py --out "$OUT/results" ${MORTGAGE_ARGS:-}
 want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results" ${ECG_ARGS:-}
 
