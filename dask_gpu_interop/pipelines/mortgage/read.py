@@ -1,16 +1,18 @@
 """Reading the pipe-delimited files into typed frames, with every bad row found and reported.
 
-The fast path parses a whole chunk with the backend's CSV reader (cuDF or pandas) and proves
-the chunk clean with vectorized checks (CuPy or NumPy): every line has the right number of
-fields, no number or date failed to parse, the required fields are there. Only when a check
+The fast path parses a whole chunk with the backend's CSV reader (cuDF on the chunk's device
+copy, or pandas) and proves the chunk clean with vectorized checks (CuPy or NumPy, see
+``lines.py``): every line has the right number of fields, no number or date failed to parse,
+the required fields are there. Only when a check
 fails does the slow path look at the chunk line by line, in Python, to say which lines are bad
 and why; the policy then raises (``error``), or drops them with a warning (``warn``) or
 silently but counted (``skip``). Rows are never lost without a count, and a crash always says
 which file and line.
 
-Dates, statuses and categorical fields are few distinct strings per chunk: they are read as
-categories, each distinct string is checked and converted once on the host, and the codes
-are mapped on the device through a small lookup table.
+Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
+string is checked and converted once on the host, and the codes are mapped through a small
+lookup table. pandas finds the distinct strings in its parsed columns; on the GPU they are
+found from a hash of each field, without building string columns (``_coded``).
 """
 
 from __future__ import annotations
