@@ -59,7 +59,7 @@ def performance_features(perf):
     with stage("per loan"):
         per_loan = _per_loan(work, status, run.values - 1)
     for name, values in per_loan.items():  # work is this function's own frame: no copy
-        work[name] = values.reset_index(drop=True) if hasattr(values, "reset_index") else values
+        work[name] = values
     work[schema.LABEL] = label.astype("int8")
     if not in_order:
         work = work.sort_index()
@@ -77,10 +77,10 @@ def _per_loan(work, status, run) -> dict:
     del frame, months
     out = {}
     for name, threshold in schema.THRESHOLDS.items():
-        out[f"ever_{name}"] = (loans["_worst"] >= threshold).astype("int8").take(run).values
+        out[f"ever_{name}"] = (loans["_worst"] >= threshold).astype("int8")
     for name in schema.THRESHOLDS:
-        out[f"delinquency_{name}"] = loans[f"_m{name}"].astype("float32").take(run)
-    return out
+        out[f"delinquency_{name}"] = loans[f"_m{name}"].astype("float32")
+    return {name: values.take(run).reset_index(drop=True) for name, values in out.items()}
 
 
 def join_acquisition(perf, acq):

@@ -363,24 +363,39 @@ def _coded(raw, data, starts, ends, table: Table, col, xp, names, memo):
     hashes = lines.field_hashes(raw, starts, ends, field, xp)
     distinct, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
     del hashes
-    pairs = []
-    for h, a, b in zip(distinct.tolist(), starts[first].tolist(), ends[first].tolist(),
-                       strict=True):
-        if h == 0:
-            pairs.append(_BLANK[col.kind])
-            continue
-        try:
-            text = data[a:b].tobytes().split(b"|")[field].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _Unclean(f"{col.name} is not UTF-8") from exc
+    at = [(a, b) for h, a, b in zip(distinct.tolist(), starts[first].tolist(),
+                                    ends[first].tolist(), strict=True) if h != 0]
+    try:
+        texts = [data[a:b].tobytes().split(b"|")[field].decode("utf-8") for a, b in at]
+    except UnicodeDecodeError as exc:
+        raise _Unclean(f"{col.name} is not UTF-8") from exc
+    values = _values_of(col, texts, names, memo)
+    if len(at) < len(distinct):  # hash 0, a blank field, sorts first
+        values = [_blank_value(col)] + values
+    return xp.asarray(values, dtype=DTYPES[col.kind])[inverse.ravel()]
+
+
+def _values_of(col, texts: list[str], names: dict | None, memo: dict) -> list:
+    """The value of each distinct non-blank text of ``col``, each converted once per chunk
+    (``memo``); raises _Unclean when one is not a valid value."""
+    values = []
+    for text in texts:
         key = (col.name, text)
         if key not in memo:
             memo[key] = _convert(col.kind, col.name, text, names)
-        pairs.append(memo[key])
-    if not all(ok for _, ok in pairs):
-        raise _Unclean(f"bad value in {col.name}")
-    values = xp.asarray([value for value, _ in pairs], dtype=DTYPES[col.kind])
-    return values[inverse.ravel()]
+        value, ok = memo[key]
+        if not ok:
+            raise _Unclean(f"bad value in {col.name}")
+        values.append(value)
+    return values
+
+
+def _blank_value(col):
+    """What a blank field of ``col`` becomes; raises _Unclean where a blank is not allowed."""
+    value, ok = _BLANK[col.kind]
+    if not ok:
+        raise _Unclean(f"blank {col.name}")
+    return value
 
 
 def parse_host(data, table: Table, backend: Backend):
@@ -446,19 +461,9 @@ def _converted(frame, columns, backend: Backend, names: dict | None, memo: dict)
     out = {}
     for col in columns:
         categories, index = _categorized(frame[col.name], backend)
-        blank_value, blank_ok = _BLANK[col.kind]
-        if not blank_ok and bool((index == 0).any()):
-            raise _Unclean(f"blank {col.name}")
-        pairs = [(blank_value, blank_ok)]
-        for text in categories:
-            key = (col.name, text)
-            if key not in memo:
-                memo[key] = _convert(col.kind, col.name, text, names)
-            pairs.append(memo[key])
-        if not all(ok for _, ok in pairs[1:]):
-            raise _Unclean(f"bad value in {col.name}")
-        values = xp.asarray([value for value, _ in pairs], dtype=DTYPES[col.kind])
-        out[col.name] = values[index]
+        values = _values_of(col, categories, names, memo)
+        blank = _blank_value(col) if bool((index == 0).any()) else _BLANK[col.kind][0]
+        out[col.name] = xp.asarray([blank] + values, dtype=DTYPES[col.kind])[index]
     return out
 
 
