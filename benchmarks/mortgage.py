@@ -188,6 +188,35 @@ def cluster_for(config: str, args):
 # ---------------------------------------------------------------------------------------------
 # One configuration
 
+# XGBoost's device memory for training, per byte of the feature table (float32 features): its
+# quantile matrix (about 9 bits per feature and row at 256 bins), gradients and predictions.
+# An estimate, checked against the device's free memory before training starts.
+TRAINING_NEED = 0.45
+
+
+def _device_free_on_worker() -> int:
+    from dask_gpu_interop.device import memory_info
+
+    return memory_info()[0]
+
+
+def training_room(client, frame) -> dict:
+    """Whether XGBoost is likely to fit next to the persisted feature table on every GPU.
+
+    In pool mode the pool keeps what the ETL needed at its peak, and XGBoost (no RMM in the
+    PyPI wheels) allocates beside it: the device's free memory is what it has.
+    """
+    free = client.run(_device_free_on_worker)
+    table = int(frame.memory_usage(index=True).sum().compute())
+    need = int(table / max(len(free), 1) * TRAINING_NEED)
+    least = min(free.values())
+    short = need > least
+    why = (f"XGBoost needs about {format_bytes(need)} per GPU ({TRAINING_NEED} x the "
+           f"{format_bytes(table // max(len(free), 1))} feature table each GPU holds); the "
+           f"fullest GPU has {format_bytes(least)} free (more GPUs, or --no-train-guard to try)")
+    return {"table_bytes": table, "need_per_gpu": need, "least_free": least, "short": short,
+            "why": why}
+
 
 def _chunk_peak(chunk, acquisitions, device, names) -> dict:
     """Peak device bytes of the whole ETL of one chunk, on a worker (RMM statistics)."""
@@ -253,14 +282,25 @@ def run_config(config: str, args, the_plan) -> dict:
                 peaks = {a: s.get("peak_bytes") for a, s in
                          client.run(_device_peak_on_worker).items()}
             out["device_peak_bytes"] = peaks
-        if args.rounds:
+        room = (training_room(client, result.frame)
+                if args.rounds and device == "gpu" and args.train_guard else None)
+        if room and room["short"]:
+            out["train_skipped"] = room["why"]
+            say(f"  training skipped: {room['why']}")
+        elif args.rounds:
             say(f"  training ({args.rounds} rounds) ...")
-            trained = train.train(client, result.frame, result.quarters, device,
-                                  rounds=args.rounds)
-            out.update(dmatrix_seconds=trained.dmatrix_seconds,
-                       train_seconds=trained.train_seconds, auc=trained.auc,
-                       holdout=trained.holdout, train_rows=trained.train_rows)
-            say(f"  training: {trained.seconds:.1f} s, test AUC {trained.auc:.4f}")
+            try:
+                trained = train.train(client, result.frame, result.quarters, device,
+                                      rounds=args.rounds)
+            except Exception as exc:  # the ETL's figures are still worth having
+                out["train_error"] = "".join(
+                    traceback.format_exception_only(type(exc), exc)).strip()
+                say(f"  training failed: {out['train_error']}")
+            else:
+                out.update(dmatrix_seconds=trained.dmatrix_seconds,
+                           train_seconds=trained.train_seconds, auc=trained.auc,
+                           holdout=trained.holdout, train_rows=trained.train_rows)
+                say(f"  training: {trained.seconds:.1f} s, test AUC {trained.auc:.4f}")
         out["host_peak_bytes"] = {a: m["peak_rss"] for a, m in job.host_memory(client).items()}
         del result
     return out
@@ -326,10 +366,21 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
             f"{f'{gbs / gpus:.3f}' if gpus else '-'} | {r['rows'] / r['etl_seconds']:,.0f} | "
             f"{f'{speed:.1f}x' if speed else '-'} | "
             + (f"{r['dmatrix_seconds'] + r['train_seconds']:.1f} | {r['auc']:.4f} | "
-               if "auc" in r else "- | - | ")
+               if "auc" in r else "skipped | - | " if "train_skipped" in r
+               else "failed | - | " if "train_error" in r else "- | - | ")
             + f"{format_bytes(device_peak) if device_peak else '-'} | {chunk} | "
             f"{format_bytes(_max(r.get('host_peak_bytes')) or 0)} |"
         )
+    notes = []
+    for r in results:
+        if "train_skipped" in r:
+            notes.append(f"- {r['config']}: training skipped: {r['train_skipped']}")
+        elif "train_error" in r:
+            notes.append(f"- {r['config']}: training failed: "
+                         f"{r['train_error'].splitlines()[-1][:300]}")
+    if notes:
+        lines += [""] + notes
+    lines += scaling_lines(results)
     lines += ["", "## Goals (issue 4)", ""]
 
     def goal(text, value, target, fmt="{:.2f}"):
@@ -363,6 +414,57 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
     return "\n".join(lines)
 
 
+# Issue 7: 8 GPUs at least 6.5x one GPU for the ETL (strong scaling efficiency 0.81).
+SCALING_GOAL = 6.5 / 8
+
+
+def scaling(results: list[dict]) -> list[dict]:
+    """Strong scaling of the gpuN-pool configurations against the fewest GPUs measured (one,
+    when gpu1-pool ran): ETL and training speed-up, and efficiency = speed-up / GPU ratio."""
+    runs = sorted((gpu_count(r["config"]), r) for r in results
+                  if "error" not in r and re.match(r"^gpu\d+-pool$", r["config"]))
+    if len(runs) < 2:
+        return []
+    base_gpus, base = runs[0]
+    trained = [(n, r) for n, r in runs if "auc" in r]
+    rows = []
+    for n, r in runs:
+        row = {"gpus": n, "etl_seconds": r["etl_seconds"],
+               "etl_speedup": base["etl_seconds"] / r["etl_seconds"]}
+        row["etl_efficiency"] = row["etl_speedup"] / (n / base_gpus)
+        if "auc" in r and trained:
+            first_n, first = trained[0]
+            seconds = r["dmatrix_seconds"] + r["train_seconds"]
+            row.update(train_seconds=seconds, train_base_gpus=first_n,
+                       train_speedup=(first["dmatrix_seconds"] + first["train_seconds"]) / seconds)
+        rows.append(row)
+    return rows
+
+
+def scaling_lines(results: list[dict]) -> list[str]:
+    rows = scaling(results)
+    if not rows:
+        return []
+    base = rows[0]["gpus"]
+    lines = ["", f"## Strong scaling (issue 7): the same data on more GPUs, against {base} GPU(s)",
+             "", "| GPUs | ETL s | ETL speed-up | efficiency | train s | train speed-up |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        train = (f"{row['train_seconds']:.1f} | {row['train_speedup']:.2f}x (vs "
+                 f"{row['train_base_gpus']})" if "train_seconds" in row else "- | -")
+        lines.append(f"| {row['gpus']} | {row['etl_seconds']:.2f} | {row['etl_speedup']:.2f}x | "
+                     f"{row['etl_efficiency']:.0%} | {train} |")
+    lines.append("")
+    for row in rows[1:]:
+        if base != 1:
+            continue
+        mark = "met" if row["etl_efficiency"] >= SCALING_GOAL else "NOT met"
+        lines.append(f"- ETL on {row['gpus']} GPUs: {row['etl_speedup']:.2f}x one GPU (goal "
+                     f"{SCALING_GOAL * row['gpus']:.2f}x, the 8-GPU goal of 6.5x pro rata: "
+                     f"{mark})")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -386,6 +488,9 @@ def main(argv=None) -> int:
     parser.add_argument("--maximum-pool-size", default=None)
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
+    parser.add_argument("--no-train-guard", dest="train_guard", action="store_false",
+                        help="train even when XGBoost is unlikely to fit beside the feature "
+                             "table on the GPUs")
     parser.add_argument("--machine", default=None, help="name in the results file")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)

@@ -2,11 +2,13 @@
 
     python benchmarks/transfer.py [--sizes 64MiB,1GiB,4GiB] [--protocols ucx,tcp]
                                   [--kinds cupy,torch,cudf] [--repeats 7] [--tcp-repeats 3]
-                                  [--pool-size 0.5] [--setup preload|plugin] [--out DIR]
+                                  [--pool-size 0.5] [--setup preload|plugin] [--pairs first|all]
+                                  [--out DIR]
 
-Moves CuPy arrays, torch tensors and cuDF frames from worker 0 to worker 1 of a
-LocalCUDACluster with the GPUMemoryPlugin, over UCX and over TCP, and measures a raw peer
-copy GPU0 -> GPU1 (torch) as the ceiling. Anchors (DESIGN.md, 2xH200, dask-cuda 26.10): UCX
+Moves CuPy arrays, torch tensors and cuDF frames from the worker on GPU 0 to the worker on
+GPU 1 of a LocalCUDACluster with the GPUMemoryPlugin (``--pairs all``: between every ordered
+pair of GPUs, one worker per GPU), over UCX and over TCP, and measures a raw peer copy of the
+same pairs (torch, benchmarks/peer.py) as the ceiling. Anchors (DESIGN.md, 2xH200, dask-cuda 26.10): UCX
 19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP 1.1 GB/s; peer copy 396 GB/s.
 Goals (issue 3): torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at
 64 MiB.
@@ -40,6 +42,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer  # noqa: E402  (benchmarks/peer.py: the raw copies)
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -157,39 +162,13 @@ def machine_name() -> str:
     return f"{len(names)}x{short}"
 
 
-def peer_copy(sizes: list[int], repeats: int) -> dict:
-    """Raw torch copy cuda:0 -> cuda:1, in a child process (its memory goes with it)."""
-    code = f"""
-import json, statistics, time, torch
-out = {{"peer_access": torch.cuda.can_device_access_peer(0, 1), "runs": {{}}}}
-for n in {sizes!r}:
-    src = torch.ones(n, dtype=torch.uint8, device="cuda:0")
-    dst = torch.empty(n, dtype=torch.uint8, device="cuda:1")
-    dst.copy_(src); torch.cuda.synchronize(0); torch.cuda.synchronize(1)
-    times = []
-    for _ in range({repeats}):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize(0); torch.cuda.synchronize(1)
-        times.append(time.perf_counter() - t0)
-    out["runs"][str(n)] = times
-    del src, dst
-    torch.cuda.empty_cache()
-print(json.dumps(out))
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if result.returncode != 0:
-        return {"error": result.stderr.strip().splitlines()[-1] if result.stderr else "failed"}
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 @contextlib.contextmanager
-def cluster(protocol: str, pool_size: str, setup: str):
+def cluster(protocol: str, pool_size: str, setup: str, workers: int = 2):
     if setup == "preload":
         from dask_gpu_interop.cluster import cluster_client
 
         with cluster_client(
-            device="gpu", n_workers=2, protocol=protocol, memory={"pool_size": pool_size}
+            device="gpu", n_workers=workers, protocol=protocol, memory={"pool_size": pool_size}
         ) as (client, _):
             yield client
         return
@@ -200,7 +179,7 @@ def cluster(protocol: str, pool_size: str, setup: str):
 
     with (
         LocalCUDACluster(
-            n_workers=2, protocol=protocol, threads_per_worker=1, dashboard_address=None
+            n_workers=workers, protocol=protocol, threads_per_worker=1, dashboard_address=None
         ) as local,
         Client(local) as client,
     ):
@@ -208,10 +187,19 @@ def cluster(protocol: str, pool_size: str, setup: str):
         yield client
 
 
-def measure(client, kind: str, nbytes: int, repeats: int) -> dict:
+def gpu_of_worker() -> int:
+    """The GPU this worker uses (dask-cuda lists it first in CUDA_VISIBLE_DEVICES)."""
+    return int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+
+
+def workers_by_gpu(client) -> dict[int, str]:
+    return {gpu: address for address, gpu in client.run(gpu_of_worker).items()}
+
+
+def measure(client, kind: str, nbytes: int, repeats: int, w0: str, w1: str) -> dict:
+    """``kind`` data made on worker ``w0``, used on worker ``w1``."""
     from distributed import wait
 
-    w0, w1 = sorted(client.scheduler_info()["workers"])[:2]
     times, worker_times, arrived = [], [], None
     for r in range(repeats + 1):  # the first run warms up (allocations, IPC handles)
         x = client.submit(make, kind, nbytes, r, workers=[w0], pure=False)
@@ -230,8 +218,7 @@ def measure(client, kind: str, nbytes: int, repeats: int) -> dict:
     return {"times": times, "worker_times": worker_times, "arrived": arrived}
 
 
-def empty_round_trip(client, repeats: int) -> list[float]:
-    _, w1 = sorted(client.scheduler_info()["workers"])[:2]
+def empty_round_trip(client, repeats: int, w1: str) -> list[float]:
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
@@ -252,31 +239,39 @@ def run(args) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "env": {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV)},
         "versions": versions(),
-        "peer": peer_copy(args.sizes, args.repeats),
+        "peer": peer.measure(args.sizes, args.repeats, args.pairs,
+                             with_concurrent=args.pairs == "all"),
         "protocols": {},
     }
+    gpus = gpu_count()
     for protocol in args.protocols:
         if protocol == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
             results["protocols"][protocol] = {"skipped": "distributed-ucxx is not installed"}
             continue
         repeats = args.tcp_repeats if protocol == "tcp" else args.repeats
-        entry = {"rows": {}}
+        entry = {"rows": {}, "pairs": {}, "empty_at": {}}
+        pairs = peer.ordered_pairs(gpus, args.pairs)
         try:
-            with cluster(protocol, args.pool_size, args.setup) as client:
+            workers = gpus if args.pairs == "all" else 2
+            with cluster(protocol, args.pool_size, args.setup, workers) as client:
                 client.run(register_serializers)
                 register_serializers()
-                entry["empty"] = empty_round_trip(client, max(repeats, 10))
-                for kind in args.kinds:
-                    for nbytes in args.sizes:
-                        print(f"{protocol} {kind} {human(nbytes)} ...", flush=True)
-                        try:
-                            entry["rows"][f"{kind}:{nbytes}"] = measure(
-                                client, kind, nbytes, repeats
-                            )
-                        except Exception as err:  # one failure must not lose the other rows
-                            entry["rows"][f"{kind}:{nbytes}"] = {
-                                "error": f"{type(err).__name__}: {err}"
-                            }
+                on = workers_by_gpu(client)
+                for gpu in sorted({j for _, j in pairs}):
+                    entry["empty_at"][str(gpu)] = empty_round_trip(client, max(repeats, 10), on[gpu])
+                entry["empty"] = entry["empty_at"]["1"]
+                for i, j in pairs:
+                    rows = entry["pairs"].setdefault(f"{i}->{j}", {})
+                    for kind in args.kinds:
+                        for nbytes in args.sizes:
+                            print(f"{protocol} {i}->{j} {kind} {human(nbytes)} ...", flush=True)
+                            try:
+                                rows[f"{kind}:{nbytes}"] = measure(
+                                    client, kind, nbytes, repeats, on[i], on[j]
+                                )
+                            except Exception as err:  # one failure must not lose the others
+                                rows[f"{kind}:{nbytes}"] = {"error": f"{type(err).__name__}: {err}"}
+                entry["rows"] = entry["pairs"].get("0->1", {})
         except Exception as err:
             entry["error"] = f"{type(err).__name__}: {err}"
         results["protocols"][protocol] = entry
@@ -309,14 +304,15 @@ def report(results: dict, args) -> str:
         f"{args.tcp_repeats} (TCP) after one warm-up; the empty-task round trip is subtracted",
         "",
     ]
-    peer = results["peer"]
+    peer_result = results["peer"]
+    first = (peer_result.get("pairs") or {}).get("0->1")
     lines += ["## Raw peer copy GPU0 -> GPU1 (torch): the ceiling", ""]
-    if "error" in peer:
-        lines += [f"failed: {peer['error']}", ""]
+    if first is None:
+        lines += [f"failed: {peer_result.get('error', 'not measured')}", ""]
     else:
-        lines += [f"peer access: {peer['peer_access']}", "",
+        lines += [f"peer access: {first['peer_access']}", "",
                   "| size | median ms | GB/s | anchor |", "| --- | --- | --- | --- |"]  # fmt: skip
-        for n, times in peer["runs"].items():
+        for n, times in first["runs"].items():
             med = statistics.median(times)
             anchor = ANCHORS.get(("peer", int(n)), "")
             lines.append(
@@ -367,6 +363,8 @@ def report(results: dict, args) -> str:
                     f"| {anchor} |"
                 )
         lines.append("")
+    if args.pairs == "all":
+        lines += pair_matrices(results, args)
     lines += [
         "## Goals (issue 3)",
         "",
@@ -375,6 +373,55 @@ def report(results: dict, args) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def matrix(title: str, gpus: list[int], value) -> list[str]:
+    """A source x destination table; ``value(i, j)`` is the cell's text."""
+    lines = [title, "", "| from \\ to | " + " | ".join(f"GPU {j}" for j in gpus) + " |",
+             "| --- |" + " ---: |" * len(gpus)]
+    for i in gpus:
+        cells = ["-" if i == j else value(i, j) for j in gpus]
+        lines.append(f"| GPU {i} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def pair_bandwidth(entry: dict, pair: str, kind: str, nbytes: int) -> float | None:
+    """GB/s of one pair's transfer, the destination's empty round trip subtracted."""
+    row = entry.get("pairs", {}).get(pair, {}).get(f"{kind}:{nbytes}")
+    if not row or "error" in row or not row.get("times"):
+        return None
+    empty = statistics.median(entry["empty_at"].get(pair.split("->")[1]) or [0.0])
+    return nbytes / max(statistics.median(row["times"]) - empty, 1e-9) / 1e9
+
+
+def pair_matrices(results: dict, args) -> list[str]:
+    """Every ordered pair: the raw peer copy and each protocol's transfer, GB/s."""
+    peer_result = results["peer"]
+    pairs = peer_result.get("pairs") or {}
+    gpus = sorted({int(g) for p in pairs for g in p.split("->")}) or list(range(2))
+    lines = ["## Every pair of GPUs", ""]
+    ceiling = peer.summary(peer_result)
+    if "links_GBps" in ceiling:
+        links = ceiling["links_GBps"]
+        lines += matrix(f"### Raw peer copy, {human(ceiling['link_size'])}, GB/s (one pair at a "
+                        "time)", gpus, lambda i, j: f"{links[f'{i}->{j}']:.1f}")
+        lines.append(f"- sum of the links, each measured alone: "
+                     f"{ceiling['sum_of_links_GBps']:.0f} GB/s")
+    if "concurrent_GBps" in ceiling:
+        lines.append(f"- every GPU copying to every other at once: "
+                     f"{ceiling['concurrent_GBps']:.0f} GB/s in aggregate")
+    lines.append("")
+    for protocol, entry in results["protocols"].items():
+        if not entry.get("pairs"):
+            continue
+        for kind in args.kinds:
+            for nbytes in args.sizes:
+                def cell(i, j, entry=entry, kind=kind, nbytes=nbytes):
+                    bw = pair_bandwidth(entry, f"{i}->{j}", kind, nbytes)
+                    return "failed" if bw is None else f"{bw:.1f}"
+                lines += matrix(f"### {protocol.upper()}, {kind}, {human(nbytes)}: GB/s end to "
+                                "end, the destination's empty round trip subtracted", gpus, cell)
+    return lines
 
 
 def main(argv=None) -> None:
@@ -388,6 +435,10 @@ def main(argv=None) -> None:
     parser.add_argument("--setup", choices=("preload", "plugin"), default="preload",
                         help="preload: cluster_client (workers start with our preload); "
                         "plugin: LocalCUDACluster + client.register_plugin")  # fmt: skip
+    parser.add_argument("--pairs", choices=("first", "all"), default="first",
+                        help="first: GPU 0 -> GPU 1 on a 2-worker cluster; all: every ordered "
+                        "pair, one worker per GPU (use fewer --kinds/--sizes: pairs x kinds x "
+                        "sizes transfers)")  # fmt: skip
     parser.add_argument("--machine", default=None, help="name for the results file")
     parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
     args = parser.parse_args(argv)
