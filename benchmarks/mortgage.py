@@ -13,6 +13,7 @@ after every configuration so that a failure later keeps what was measured.
 
 Configurations:
   gpu1-pool, gpu2-pool               LocalCUDACluster with the GPUMemoryPlugin (RMM pool)
+  gpu1-async, gpu2-async             the same with the plugin's CUDA async pool (async_alloc)
   gpu1-cudamalloc, gpu2-cudamalloc   LocalCUDACluster without the plugin: RMM's and CuPy's
                                      allocations go straight to cudaMalloc (counted by RMM's
                                      statistics adaptor, which does not pool)
@@ -38,8 +39,9 @@ import traceback
 from dask.utils import format_bytes, parse_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIGS = ("gpu1-pool", "gpu1-cudamalloc", "gpu2-pool", "gpu2-cudamalloc", "cpu")  # and gpuN-*
-CONFIG = re.compile(r"^(?:gpu(?P<gpus>[1-9][0-9]*)-(?:pool|cudamalloc)|cpu)$")
+CONFIGS = ("gpu1-pool", "gpu1-cudamalloc", "gpu1-async", "gpu2-pool", "gpu2-cudamalloc",
+           "cpu")  # and gpuN-*
+CONFIG = re.compile(r"^(?:gpu(?P<gpus>[1-9][0-9]*)-(?:pool|cudamalloc|async)|cpu)$")
 DEFAULT_CONFIGS = "gpu1-pool,gpu1-cudamalloc,gpu2-pool,cpu"
 
 
@@ -168,9 +170,11 @@ def cluster_for(config: str, args):
             yield client, device
         return
     gpus = gpu_count(config)
-    if config.endswith("-pool"):
+    if config.endswith(("-pool", "-async")):
         memory = {k: v for k, v in (("pool_size", args.pool_size),
                                     ("maximum_pool_size", args.maximum_pool_size)) if v}
+        if config.endswith("-async"):
+            memory = {"async_alloc": True}
         with cluster_client(device="gpu", n_workers=gpus, protocol=args.protocol,
                             memory=memory) as (client, device):
             yield client, device
@@ -257,7 +261,7 @@ def probe(client, device: str, the_plan) -> dict:
 
 def run_config(config: str, args, the_plan) -> dict:
     from dask_gpu_interop.memory.report import memory_report
-    from dask_gpu_interop.pipelines.mortgage import etl, job, train
+    from dask_gpu_interop.pipelines.mortgage import etl, job, stages, train
 
     out = {"config": config}
     started = time.perf_counter()
@@ -270,8 +274,12 @@ def run_config(config: str, args, the_plan) -> dict:
         if device == "gpu":
             out.update(probe(client, device, the_plan))
         say(f"  ETL of {format_bytes(the_plan.input_bytes)} ...")
+        if args.stages:
+            client.run(stages.start_process_profile, device)
         result = etl.run_plan(the_plan, device=device, bad_rows=args.bad_rows,
                               progress=sys.stdout.isatty())
+        if args.stages:
+            out["stages"] = client.run(stages.stop_process_profile)
         out.update(etl_seconds=result.seconds, rows=result.rows, input_bytes=result.input_bytes,
                    partitions=result.partitions, bad_rows=result.bad_count)
         say(f"  ETL: {result.summary()}")
@@ -381,6 +389,7 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
     if notes:
         lines += [""] + notes
     lines += scaling_lines(results)
+    lines += stage_lines(results)
     lines += ["", "## Goals (issue 4)", ""]
 
     def goal(text, value, target, fmt="{:.2f}"):
@@ -465,6 +474,37 @@ def scaling_lines(results: list[dict]) -> list[str]:
     return lines
 
 
+def stage_totals(run: dict) -> dict[str, float]:
+    """Seconds per stage of the timed ETL, averaged over the workers (``--stages``), and the
+    rest of each worker's ETL time outside any stage (scheduling, transfers, waiting)."""
+    per_worker = [w for w in (run.get("stages") or {}).values() if w]
+    if not per_worker:
+        return {}
+    names = list(dict.fromkeys(name for w in per_worker for name in w))
+    out = {name: sum(w.get(name, {}).get("seconds", 0.0) for w in per_worker) / len(per_worker)
+           for name in names}  # fmt: skip
+    top = sum(seconds for name, seconds in out.items() if "/" not in name)
+    out["outside the stages"] = run["etl_seconds"] - top
+    return out
+
+
+def stage_lines(results: list[dict]) -> list[str]:
+    runs = [(r["config"], stage_totals(r)) for r in results if "error" not in r]
+    runs = [(config, totals) for config, totals in runs if totals]
+    if not runs:
+        return []
+    names = list(dict.fromkeys(name for _, totals in runs for name in totals))
+    lines = ["", "## Where each worker's ETL time goes (--stages: each stage timed after a "
+             "device sync, seconds averaged over the workers)", "",
+             "| stage | " + " | ".join(config for config, _ in runs) + " |",
+             "| --- |" + " ---: |" * len(runs)]
+    for name in names:
+        label = "&nbsp;&nbsp;" * name.count("/") + name.rsplit("/", 1)[-1]
+        lines.append(f"| {label} | " + " | ".join(
+            f"{totals[name]:.2f}" if name in totals else "-" for _, totals in runs) + " |")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -488,6 +528,9 @@ def main(argv=None) -> int:
     parser.add_argument("--maximum-pool-size", default=None)
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
+    parser.add_argument("--stages", action="store_true",
+                        help="profile the timed ETL on every worker, stage by stage (adds a "
+                             "device sync at each stage's ends)")
     parser.add_argument("--no-train-guard", dest="train_guard", action="store_false",
                         help="train even when XGBoost is unlikely to fit beside the feature "
                              "table on the GPUs")

@@ -92,9 +92,8 @@ def profile_all(the_plan, device: str) -> dict:
     kept = []
     started = time.perf_counter()
     with Profile(device) as profile:
-        with profile.stage("acquisitions"):
-            acq = {key: etl.load_acquisitions(sources, device, "error", the_plan.names)
-                   for key, sources in the_plan.acquisitions.items()}
+        acq = {key: etl.load_acquisitions(sources, device, "error", the_plan.names)
+               for key, sources in the_plan.acquisitions.items()}  # its own "acquisitions" stage
         for chunk in the_plan.chunks:
             with profile.stage("chunk"):
                 kept.append(etl.process_chunk(chunk, acq[the_plan.key(chunk)], device, "error",

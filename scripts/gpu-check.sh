@@ -71,13 +71,11 @@ print("gpus:", device.gpu_count(), device.current_device())
 PY
 }
 
-mortgage_data() {  # a generated dataset, reused when already there
-  python3 - "${MORTGAGE_DATA:?set MORTGAGE_DATA}" "${MORTGAGE_GB:-10}" <<'PY'
-import sys
-sys.path.insert(0, "benchmarks")
-import mortgage
-print(mortgage.dataset(sys.argv[1], float(sys.argv[2]), "2000-2016", 0, 40_000, None))
-PY
+mortgage_data() {  # a generated dataset, reused when already there (-c, not stdin: the
+  # generator's worker processes re-import the main module)
+  python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import mortgage
+print(mortgage.dataset(sys.argv[1], float(sys.argv[2]), "2000-2016", 0, 40_000, None))' \
+    "${MORTGAGE_DATA:?set MORTGAGE_DATA}" "${MORTGAGE_GB:-10}"
 }
 
 want() {  # the section was asked for (or none were), and its code exists

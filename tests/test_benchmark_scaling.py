@@ -158,3 +158,19 @@ def test_scaling_script_takes_every_gpu_in_powers_of_two():
     assert dry(1)["CONFIGS"] == "gpu1-pool"
     assert "--protocol ucx" in dry(4)["MORTGAGE_ARGS"]
     assert "--pairs all" in dry(4)["TRANSFER_ARGS"]
+
+
+def test_stage_totals_average_the_workers_and_count_the_time_outside_stages():
+    run = {"config": "gpu2-pool", "etl_seconds": 10.0, "stages": {
+        "w1": {"read": {"seconds": 4.0}, "read/parse": {"seconds": 3.0},
+               "table": {"seconds": 2.0}},
+        "w2": {"read": {"seconds": 6.0}, "read/parse": {"seconds": 5.0},
+               "acquisitions": {"seconds": 2.0}},
+    }}  # fmt: skip
+    totals = mortgage.stage_totals(run)
+    assert totals["read"] == 5.0 and totals["read/parse"] == 4.0
+    assert totals["table"] == 1.0 and totals["acquisitions"] == 1.0
+    assert totals["outside the stages"] == 10.0 - (5.0 + 1.0 + 1.0)
+    assert mortgage.stage_totals({"etl_seconds": 1.0}) == {}
+    table = "\n".join(mortgage.stage_lines([run]))
+    assert "| &nbsp;&nbsp;parse | 4.00 |" in table

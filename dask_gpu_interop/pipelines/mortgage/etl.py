@@ -160,10 +160,11 @@ def load_acquisitions(sources: list[Source], device: str, policy: str, names):
     """(acquisition frame, reports) of the files that one group of chunks joins."""
     backend = Backend(device)
     frames, reports = [], []
-    for source in sources:
-        result = read.read_table(source, schema.ACQUISITION, backend, policy, names)
-        frames.append(result.frame)
-        reports.append(ChunkReport.of(source.path, result))
+    with stage("acquisitions"):
+        for source in sources:
+            result = read.read_table(source, schema.ACQUISITION, backend, policy, names)
+            frames.append(result.frame)
+            reports.append(ChunkReport.of(source.path, result))
     frame = frames[0] if len(frames) == 1 else backend.df.concat(frames, ignore_index=True)
     if len(frames) > 1 and int(frame["loan_id"].nunique()) != len(frame):
         raise ValueError(
