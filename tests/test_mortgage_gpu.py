@@ -238,3 +238,24 @@ def test_the_field_hash_kernel_agrees_with_numpy():
         want = lines.field_hashes(raw, layout.starts, layout.ends, field, np)
         got = lines.field_hashes(device, starts, ends, field, cupy)
         np.testing.assert_array_equal(cupy.asnumpy(got), want, col.name)
+
+
+def test_the_gpu_feature_table_is_the_joined_table_after_the_last_mile(dataset):
+    """The one-kernel-per-column table equals cuDF's join + last mile, exactly: loans without
+    an acquisition row, rows out of order, nulls and NaN alike."""
+    from dask_gpu_interop.backend import Backend
+    from dask_gpu_interop.pipelines.mortgage import features
+
+    gpu = Backend("gpu")
+    perf_files, acq_files, _ = dataset
+    perf_path = perf_files[0]
+    acq_path = next(p for p in acq_files if schema.quarter_of(perf_path) in p)
+    perf = features.performance_features(
+        read.read_table(read.Source(perf_path), schema.PERFORMANCE, gpu).frame)
+    acq = read.read_table(read.Source(acq_path), schema.ACQUISITION, gpu).frame
+    acq = acq.iloc[::3]  # two loans in three have no acquisition row
+    perf = perf.sample(frac=1.0, random_state=4)
+    want = features.last_mile(features.join_acquisition(perf, acq)).to_pandas()
+    got = features.feature_table(perf.copy(), acq).to_pandas()
+    assert (want["orig_upb"] == schema.MISSING).any()
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -103,38 +103,69 @@ def last_mile(frame):
 def feature_table(perf, acq):
     """``last_mile(join_acquisition(perf, acq))``, built one column at a time.
 
-    The wide joined frame never exists. ``perf`` is consumed: each of its columns is popped,
-    converted and added to the table, so that (when nothing else holds ``perf``) its memory
-    comes back as the table grows. Acquisition features are converted on the small
-    acquisition frame, then gathered to the rows. Columns are handled as NumPy or CuPy
-    arrays: a few light array operations each, instead of several data-frame ones.
+    The wide joined frame never exists. ``perf`` is consumed: each of its columns is popped and
+    written as a float32 array in one pass (one kernel on the GPU), so that (when nothing else
+    holds ``perf``) its memory comes back as the table grows. Acquisition features are
+    converted on the small acquisition frame into one block, then gathered to the rows by a
+    single ``take``.
     """
     with stage("rows"):
         at = _acquisition_rows(perf["loan_id"], acq)
+    xp = _array_module(at)
     out = {}
     with stage("performance columns"):
         for name in schema.FEATURES:
             if name in perf.columns:
-                out[name] = _clean(perf.pop(name))
+                column = perf.pop(name)
+                out[name] = _clean_into(column, xp.empty(len(column), dtype=xp.float32))
         label = perf.pop(schema.LABEL).astype("int32").values
     with stage("acquisition columns"):
-        for name in schema.FEATURES:
-            if name not in out:
-                values = _clean(acq[name])
-                xp = _array_module(values)
-                padded = xp.concatenate([values, xp.full(1, schema.MISSING, dtype=values.dtype)])
-                out[name] = padded[at]  # the last entry: loans without an acquisition row
+        names = [name for name in schema.FEATURES if name not in out]
+        block = xp.empty((len(names), len(acq) + 1), dtype=xp.float32)
+        for i, name in enumerate(names):
+            _clean_into(acq[name], block[i, : len(acq)])
+        block[:, len(acq)] = schema.MISSING  # the row of loans without an acquisition row
+        gathered = xp.take(block, at, axis=1)  # C order: each feature's row is contiguous
+        del block
+        out.update(zip(names, gathered, strict=True))
     out = {name: out[name] for name in schema.FEATURES}
     out[schema.LABEL] = label
     return type(perf)(out)
 
 
-def _clean(column):
-    """One feature column as the table holds it: a float32 array, missing (null or NaN) as
-    -1."""
-    values = column.astype("float64").fillna(schema.MISSING).values  # nulls gone
-    xp = _array_module(values)
-    return xp.where(xp.isnan(values), schema.MISSING, values).astype(xp.float32)
+def _clean_into(column, out):
+    """Write one feature column into the float32 array ``out``, missing (null or NaN) as -1;
+    return ``out``."""
+    if type(out).__module__.startswith("cupy"):
+        if column.null_count:
+            column = column.fillna(schema.MISSING)
+        _feature_kernel()(column.values, out)  # the cast and NaN -> -1 in one pass
+        return out
+    import numpy as np
+
+    if isinstance(column.dtype, np.dtype):
+        values = column.to_numpy()  # no copy
+    else:  # pandas' nullable types: NA as NaN
+        values = column.to_numpy(dtype=np.float32, na_value=np.nan)
+    out[...] = values
+    np.putmask(out, np.isnan(out), schema.MISSING)
+    return out
+
+
+_KERNEL = None
+
+
+def _feature_kernel():
+    """CuPy kernel: any number to float32, NaN to MISSING (compiled once per dtype)."""
+    global _KERNEL
+    if _KERNEL is None:
+        import cupy
+
+        _KERNEL = cupy.ElementwiseKernel(
+            "T x", "float32 y", f"y = (x != x) ? {float(schema.MISSING)}f : (float)x",
+            "mortgage_feature",
+        )  # fmt: skip
+    return _KERNEL
 
 
 def _array_module(values):
@@ -142,9 +173,26 @@ def _array_module(values):
     return sys.modules[type(values).__module__.split(".")[0]]
 
 
+def _ids(column, fill: int):
+    """An int64 array of loan ids, nulls as ``fill``."""
+    if type(column).__module__.startswith("cudf"):
+        return (column.fillna(fill) if column.null_count else column).astype("int64").values
+    import numpy as np
+
+    if isinstance(column.dtype, np.dtype):
+        return column.to_numpy().astype(np.int64, copy=False)
+    return column.to_numpy(dtype=np.int64, na_value=fill)
+
+
 def _acquisition_rows(loan_id, acq):
-    """For each performance row, the row of its loan in ``acq``; ``len(acq)`` for none."""
-    rows = loan_id.reset_index(drop=True).to_frame("loan_id").reset_index()
-    have = acq[["loan_id"]].reset_index(drop=True).reset_index().rename(columns={"index": "_at"})
-    found = rows.merge(have, on="loan_id", how="left").sort_values("index")
-    return found["_at"].fillna(len(acq)).astype("int64").values
+    """For each performance row, the row of its loan in ``acq``; ``len(acq)`` for none (the
+    first of equal ids when an id repeats)."""
+    keys = _ids(loan_id, -1)
+    xp = _array_module(keys)
+    ids = _ids(acq["loan_id"], -2)
+    if len(ids) == 0:
+        return xp.zeros(len(keys), dtype=xp.int64)
+    order = xp.argsort(ids, kind="stable") if xp.__name__ == "numpy" else xp.argsort(ids)
+    ordered = ids[order]
+    at = xp.minimum(xp.searchsorted(ordered, keys), len(ids) - 1)
+    return xp.where(ordered[at] == keys, order[at], len(ids))
