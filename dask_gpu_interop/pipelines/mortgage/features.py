@@ -130,6 +130,10 @@ def feature_table(perf, acq):
         out.update(zip(names, gathered, strict=True))
     out = {name: out[name] for name in schema.FEATURES}
     out[schema.LABEL] = label
+    if type(perf).__module__.startswith("cudf"):
+        # No NaN is left: spare cuDF the NaN count (a reduction and a device sync) it runs on
+        # every float array it is given (measured on a 293 MiB chunk: table 59 -> 37 ms)
+        return type(perf)(out, nan_as_null=False)
     return type(perf)(out)
 
 
