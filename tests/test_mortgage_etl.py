@@ -458,3 +458,31 @@ def test_files_without_quarters_join_every_acquisition_file(dataset, tmp_path):
             f.write(open(path).read())
     got = etl.run(str(perf), str(acq)).frame.compute()
     assert (got["borrower_credit_score"] > 0).all()  # every row found its acquisition
+
+
+@needs_sample
+@pytest.mark.parametrize("path, table", [(SAMPLE_PERF, schema.PERFORMANCE),
+                                         (SAMPLE_ACQ, schema.ACQUISITION)])
+def test_pyarrow_reads_the_values_pandas_c_parser_reads(path, table):
+    """The CPU's parser (pyarrow) gives pandas' C parser's numbers bit for bit, and its text."""
+    import io as _io
+
+    raw = np.fromfile(path, dtype=np.uint8)
+    got = read.parse_host(raw, table, Backend("cpu"))
+    want = pd.read_csv(_io.BytesIO(raw.tobytes()), sep="|", header=None, names=table.names,
+                       keep_default_na=False, na_values=[""], quoting=3, dtype=str)
+    for col in table.columns:
+        if col.kind in (schema.ID, schema.NUMBER):
+            expected = want[col.name].astype("float64" if col.kind == schema.NUMBER else "int64")
+            np.testing.assert_array_equal(got[col.name].to_numpy(), expected.to_numpy(),
+                                          err_msg=col.name)
+        else:
+            texts = got[col.name].astype(object).where(got[col.name].notna(), "").tolist()
+            assert [str(t) for t in texts] == want[col.name].fillna("").tolist(), col.name
+
+
+def test_the_cpu_parser_refuses_a_short_line_that_pandas_would_pad():
+    line = "|".join(["1"] + ["x"] * (len(schema.PERFORMANCE) - 3)) + "\n"  # two fields short
+    with pytest.raises(ValueError, match="columns"):
+        read.parse_host(np.frombuffer(line.encode(), dtype=np.uint8), schema.PERFORMANCE,
+                        Backend("cpu"))

@@ -1,9 +1,10 @@
 """Reading the pipe-delimited files into typed frames, with every bad row found and reported.
 
-The fast path parses a whole chunk with the backend's CSV reader (cuDF on the chunk's device
-copy, or pandas) and proves the chunk clean with vectorized checks (CuPy or NumPy, see
-``lines.py``): every line has the right number of fields, no number or date failed to parse,
-the required fields are there. Only when a check
+The fast path parses a whole chunk with a CSV reader (cuDF on the chunk's device copy, or
+pyarrow for pandas frames) and proves the chunk clean: on the GPU with vectorized checks (CuPy,
+see ``lines.py``) that every line has the right number of fields and no number failed to parse
+(cuDF reads either as nulls); pyarrow refuses both itself. Then the required fields must be
+there and every date, status and code valid. Only when a check
 fails does the slow path look at the chunk line by line, in Python, to say which lines are bad
 and why; the policy then raises (``error``), or drops them with a warning (``warn``) or
 silently but counted (``skip``). Rows are never lost without a count, and a crash always says
@@ -11,7 +12,7 @@ which file and line.
 
 Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
 string is checked and converted once on the host, and the codes are mapped through a small
-lookup table. pandas finds the distinct strings in its parsed columns; on the GPU they are
+lookup table. On the CPU they come from pyarrow's dictionary-encoded columns; on the GPU they are
 found from a hash of each field, without building string columns (``_coded``).
 """
 
@@ -223,39 +224,19 @@ def lines_before(path: str, offset: int, block: int = 1 << 24) -> int:
 # Parsing
 
 
-def _text_dtype(col, backend: Backend) -> str:
-    """How the reader should hold a text column before we convert it."""
-    if backend.is_gpu:
-        return "str"  # cuDF categorizes on the device
-    # pandas builds categories in its C parser, faster than strings then astype; but it infers
-    # numeric categories when every value looks like a number ("01" -> 1), so codes such as
-    # the zero-balance codes and names (which may look like anything) stay strings.
-    if col.kind in (PERIOD, DATE, STATUS):
-        return "category"
-    vocab = schema.VOCABULARIES.get(col.name)
-    if vocab is not None and not any(v[:1].isdigit() for v in vocab):
-        return "category"
-    return "str"
-
-
-def _read_options(table: Table, backend: Backend) -> dict:
-    dtypes = {c.name: {ID: "int64", NUMBER: "float64"}.get(c.kind) or _text_dtype(c, backend)
-              for c in table.columns}
-    options = dict(
+def _read_options(table: Table) -> dict:
+    """cuDF's ``read_csv`` options for a table (numbers typed, text as strings)."""
+    dtypes = {c.name: {ID: "int64", NUMBER: "float64"}.get(c.kind, "str") for c in table.columns}
+    return dict(
         sep="|", header=None, names=table.names, dtype=dtypes, keep_default_na=False,
         na_values=[""], quoting=3, skip_blank_lines=True,
     )
-    if not backend.is_gpu:
-        # pandas' C parser reads in internal blocks and unites their categories; a block where
-        # a column is all blank gets categories of another dtype, and pandas 3.0 then fails
-        # ("dtype of categories must be the same", seen on generated 2000Q4 data). One block.
-        options["low_memory"] = False
-    return options
 
 
 def strict_parser(backend: Backend) -> bool:
-    """Whether the backend's CSV reader raises on an unparsable number. pandas does; cuDF
-    reads it as null, so the fast path compares nulls with the fields that were filled."""
+    """Whether the backend's CSV reader raises on an unparsable number or a wrong field count.
+    pyarrow (the CPU's) does; cuDF reads either as nulls, so on the GPU the fast path counts
+    fields per line and compares nulls with the fields that were filled."""
     return not backend.is_gpu
 
 
@@ -308,25 +289,27 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     xp = backend.xp
     if not isinstance(data, np.ndarray):
         data = np.frombuffer(data, dtype=np.uint8)
-    with stage("to device"):
-        raw = xp.asarray(data)
-    with stage("layout"):
-        layout = lines.of(raw, xp, filled=not strict_parser(backend))
-        if bool(layout.wrong(len(table)).any()):
-            raise _Unclean("field count")
-        rows = layout.rows
-        if rows == 0:
-            return empty_frame(table, backend)
-        numeric = [c for c in table.columns if c.kind in (ID, NUMBER)]
-        filled = None
-        if not strict_parser(backend):
-            filled = layout.filled_counts([table.columns.index(c) for c in numeric])
-        blank = layout.blank
-        starts, ends = layout.starts, layout.ends
-        if bool(blank.any()):  # the readers skip blank lines
-            starts, ends = starts[~blank], ends[~blank]
-        del layout, blank
+    numeric = [c for c in table.columns if c.kind in (ID, NUMBER)]
     text = [c for c in table.columns if c.kind not in (ID, NUMBER)]
+    rows, filled = None, None
+    if backend.is_gpu or not strict_parser(backend):
+        with stage("to device"):
+            raw = xp.asarray(data)
+        with stage("layout"):
+            layout = lines.of(raw, xp, filled=not strict_parser(backend))
+            if bool(layout.wrong(len(table)).any()):
+                raise _Unclean("field count")
+            rows = layout.rows
+            if rows == 0:
+                return empty_frame(table, backend)
+            if not strict_parser(backend):
+                filled = layout.filled_counts([table.columns.index(c) for c in numeric])
+            blank = layout.blank
+            starts, ends = layout.starts, layout.ends
+            if bool(blank.any()):  # the readers skip blank lines
+                starts, ends = starts[~blank], ends[~blank]
+            del layout, blank
+    # else: the host parser itself rejects a line with the wrong number of fields
     memo: dict = {}
     try:
         if backend.is_gpu:
@@ -342,9 +325,14 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
         else:
             with stage("parse"):
                 frame = parse_host(data, table, backend)
+            if rows is None:
+                rows = len(frame)
+                if rows == 0:
+                    return empty_frame(table, backend)
             with stage("code text"):
                 converted = _converted(frame, text, backend, names, memo)
-    except (ValueError, TypeError, OverflowError) as exc:  # pandas: a number that is not one
+    except (ValueError, TypeError, OverflowError) as exc:  # a number that is not one, a field
+        # too many or too few (pyarrow's ArrowInvalid is a ValueError)
         raise _Unclean(str(exc)) from exc
     with stage("check numbers"):
         _check_numbers(frame, rows, filled, numeric)
@@ -399,8 +387,38 @@ def _blank_value(col):
 
 
 def parse_host(data, table: Table, backend: Backend):
-    """pandas (or cuDF, which copies the bytes to the device itself) on host bytes."""
-    return backend.df.read_csv(io.BytesIO(data), **_read_options(table, backend))
+    """Host bytes parsed: with pyarrow for pandas, or by cuDF (which copies them to the device
+    itself)."""
+    if not backend.is_gpu:
+        return _parse_arrow(data, table)
+    return backend.df.read_csv(io.BytesIO(data), **_read_options(table))
+
+
+def _parse_arrow(data, table: Table):
+    """pandas frame of host bytes, parsed by pyarrow's CSV reader (one thread: a CPU worker
+    has one; about 3x pandas' C parser, with the same values). Strict: a line with too many or too few fields, or a
+    number that is not one, raises ArrowInvalid. Text columns come back as categoricals."""
+    import pyarrow as pa
+    from pyarrow import csv
+
+    text = pa.dictionary(pa.int32(), pa.string())
+    types = {c.name: {ID: pa.int64(), NUMBER: pa.float64()}.get(c.kind, text)
+             for c in table.columns}  # fmt: skip
+    try:
+        parsed = csv.read_csv(
+            pa.BufferReader(pa.py_buffer(data)),
+            read_options=csv.ReadOptions(column_names=table.names, use_threads=False),
+            parse_options=csv.ParseOptions(delimiter="|", quote_char=False,
+                                           ignore_empty_lines=True),
+            convert_options=csv.ConvertOptions(column_types=types, null_values=[""],
+                                               strings_can_be_null=True),
+        )  # fmt: skip
+    except pa.ArrowInvalid as exc:
+        if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
+            return empty_frame(table, Backend("cpu"))
+        raise
+    return parsed.to_pandas()
+
 
 
 class _DeviceBytes:
