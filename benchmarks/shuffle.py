@@ -259,13 +259,15 @@ def report(results: dict, machine: str) -> str:
           if e.get("seconds")}  # fmt: skip
     for method in METHODS:
         if f"ucx:{method}" in by and f"tcp:{method}" in by:
-            lines.append(f"\nUCX vs TCP ({method}): {by[f'tcp:{method}'] / by[f'ucx:{method}']:.2f}x")
+            ratio = by[f"tcp:{method}"] / by[f"ucx:{method}"]
+            lines.append(f"\nUCX vs TCP ({method}): {ratio:.2f}x")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--per-worker", default="8GiB", help="frame bytes made on each worker")
     parser.add_argument("--partitions-per-worker", type=int, default=8)
     parser.add_argument("--protocols", default="ucx,tcp")

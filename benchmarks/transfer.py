@@ -8,8 +8,9 @@
 Moves CuPy arrays, torch tensors and cuDF frames from the worker on GPU 0 to the worker on
 GPU 1 of a LocalCUDACluster with the GPUMemoryPlugin (``--pairs all``: between every ordered
 pair of GPUs, one worker per GPU), over UCX and over TCP, and measures a raw peer copy of the
-same pairs (torch, benchmarks/peer.py) as the ceiling. Anchors (DESIGN.md, 2xH200, dask-cuda 26.10): UCX
-19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP 1.1 GB/s; peer copy 396 GB/s.
+same pairs (torch, benchmarks/peer.py) as the ceiling. Anchors (DESIGN.md, 2xH200, dask-cuda
+26.10): UCX 19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP 1.1 GB/s; peer copy
+396 GB/s.
 Goals (issue 3): torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at
 64 MiB.
 
@@ -258,7 +259,9 @@ def run(args) -> dict:
                 register_serializers()
                 on = workers_by_gpu(client)
                 for gpu in sorted({j for _, j in pairs}):
-                    entry["empty_at"][str(gpu)] = empty_round_trip(client, max(repeats, 10), on[gpu])
+                    entry["empty_at"][str(gpu)] = empty_round_trip(
+                        client, max(repeats, 10), on[gpu]
+                    )
                 entry["empty"] = entry["empty_at"]["1"]
                 for i, j in pairs:
                     rows = entry["pairs"].setdefault(f"{i}->{j}", {})

@@ -12,8 +12,8 @@ which file and line.
 
 Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
 string is checked and converted once on the host, and the codes are mapped through a small
-lookup table. On the CPU they come from pyarrow's dictionary-encoded columns; on the GPU they are
-found from a hash of each field, without building string columns (``_coded``).
+lookup table. On the CPU they come from pyarrow's dictionary-encoded columns; on the GPU
+they are found from a hash of each field, without building string columns (``_coded``).
 """
 
 from __future__ import annotations
@@ -396,8 +396,9 @@ def parse_host(data, table: Table, backend: Backend):
 
 def _parse_arrow(data, table: Table):
     """pandas frame of host bytes, parsed by pyarrow's CSV reader (one thread: a CPU worker
-    has one; about 3x pandas' C parser, with the same values). Strict: a line with too many or too few fields, or a
-    number that is not one, raises ArrowInvalid. Text columns come back as categoricals."""
+    has one; about 3x pandas' C parser, with the same values). Strict: a line with too many
+    or too few fields, or a number that is not one, raises ArrowInvalid. Text columns come
+    back as categoricals."""
     import pyarrow as pa
     from pyarrow import csv
 
