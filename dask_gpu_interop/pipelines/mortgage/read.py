@@ -421,7 +421,6 @@ def _parse_arrow(data, table: Table):
     return parsed.to_pandas()
 
 
-
 class _DeviceBytes:
     """A device buffer as libcudf's reader takes it (``ptr`` and ``size``); keeps it alive."""
 
