@@ -36,14 +36,12 @@ from dask.utils import format_bytes, parse_bytes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402
+from mortgage import say  # noqa: E402
+from transfer import PROTOCOLS, machine_name  # noqa: E402
 
 ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
 METHODS = ("tasks", "p2p")
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
 # ------------------------------------------------------------------ tasks, run on the workers
@@ -289,26 +287,20 @@ def main(argv=None) -> None:
         if m not in METHODS:
             parser.error(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
     for p in args.protocols:
-        if p not in ("ucx", "tcp"):
-            parser.error(f"--protocols: {p!r} is not one of ucx, tcp")
+        if p not in PROTOCOLS:
+            parser.error(f"--protocols: {p!r} is not one of {', '.join(PROTOCOLS)}")
         if p == "ucx" and args.device == "cpu":
             parser.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
     if args.partitions_per_worker < 1:
         parser.error("--partitions-per-worker must be at least 1")
     results = run(args)
-    machine = args.machine or (peer_machine() if args.device == "gpu" else "cpu")
+    machine = args.machine or (machine_name() if args.device == "gpu" else "cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = report(results, machine)
     (out / f"shuffle-{machine}.md").write_text(text)
     (out / f"shuffle-{machine}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     print(text)
-
-
-def peer_machine() -> str:
-    from transfer import machine_name
-
-    return machine_name()
 
 
 if __name__ == "__main__":

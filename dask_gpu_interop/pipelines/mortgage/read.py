@@ -396,7 +396,7 @@ def parse_host(data, table: Table, backend: Backend):
 
 def _parse_arrow(data, table: Table):
     """pandas frame of host bytes, parsed by pyarrow's CSV reader (one thread: a CPU worker
-    has one; about 3x pandas' C parser, with the same values). Strict: a line with too many
+    has one; measured 2.5x pandas' C parser, with the same values). Strict: a line with too many
     or too few fields, or a number that is not one, raises ArrowInvalid. Text columns come
     back as categoricals."""
     import pyarrow as pa
