@@ -63,3 +63,47 @@ def test_field_hashes_are_equal_for_equal_texts_and_zero_for_blanks():
     assert (dates[[0, 3]] % 2 == 1).all()
     last = lines.field_hashes(raw, layout.starts, layout.ends, 2, np)
     assert last[0] == last[1] != last[3] and last[2] == 0  # "\r" is not part of the field
+
+
+def _decoded(found, raw, field):
+    """Each line's field text, read back through the slots (None for a blank)."""
+    data = raw.tobytes()
+    texts = {}
+    for slot in np.flatnonzero(found.hashes[field[0]]):
+        a, b = int(found.starts[field[0], slot]), int(found.ends[field[0], slot])
+        texts[int(slot)] = data[a:b].split(b"|")[field[1]]
+    return [texts.get(int(code)) for code in found.codes[field[0]]]
+
+
+def test_field_slots_give_each_line_the_text_of_its_field():
+    rng = np.random.default_rng(5)
+    words = [b"", b"01/2007", b"02/2007", b"X", b"0", b"12", b"N"]
+    rows = [[bytes(str(i), "ascii")] + [words[k] for k in rng.integers(0, len(words), 4)]
+            for i in range(300)]
+    data = b"".join(b"|".join(r) + b"\n" for r in rows)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    found = lines.field_slots(raw, layout.starts, layout.ends, [1, 3, 4], np, slots=16)
+    assert not found.full
+    for j, field in enumerate([1, 3, 4]):
+        want = [r[field] or None for r in rows]
+        assert _decoded(found, raw, (j, field)) == want
+        assert found.blank[j] == any(not r[field] for r in rows)
+        used = found.hashes[j] != 0
+        assert int(used.sum()) == len({r[field] for r in rows} - {b""})
+
+
+def test_field_slots_say_when_a_table_is_full():
+    data = b"".join(b"%d|v%d\n" % (i, i) for i in range(20))
+    raw = np.frombuffer(data, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    assert lines.field_slots(raw, layout.starts, layout.ends, [1], np, slots=16).full
+    assert not lines.field_slots(raw, layout.starts, layout.ends, [1], np, slots=32).full
+
+
+@pytest.mark.parametrize("fields, slots", [([2, 1], 16), ([1, 1], 16), ([1], 12)])
+def test_field_slots_refuse_bad_arguments(fields, slots):
+    layout = _of(b"1|2|3\n")
+    with pytest.raises(ValueError):
+        lines.field_slots(np.frombuffer(b"1|2|3\n", dtype=np.uint8), layout.starts, layout.ends,
+                          fields, np, slots=slots)

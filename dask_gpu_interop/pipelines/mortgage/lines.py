@@ -69,6 +69,60 @@ extern "C" __global__ void field_hash(const unsigned char* raw, const long long*
     out[i] = n == 0 ? 0ULL : ((h ^ (n * 0x9e3779b97f4a7c15ULL)) | 1ULL);
 }
 """
+# Every text field of a line in one walk: each field's hash goes into a small open-addressing
+# table of that field (its distinct texts are few: dates, statuses, flags, names), and the line
+# gets the slot (``slots`` for a blank field). A slot's first line is kept (to read its text
+# back). Reads come before atomics, so a text seen on most lines costs no atomic operation.
+_SLOTS_KERNEL = r"""
+extern "C" __global__ void field_slots(const unsigned char* raw, const long long* starts,
+                                       const long long* ends, const long long lines,
+                                       const int* fields, const int nfields, const int slots,
+                                       unsigned long long* keys, unsigned long long* first,
+                                       unsigned long long* blank, int* codes, int* full) {
+    long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
+    if (i >= lines) return;
+    long long k = starts[i];
+    const long long end = ends[i];
+    int f = 0;
+    for (int j = 0; j < nfields; ++j) {
+        for (; f < fields[j] && k < end; ++k) {
+            if (raw[k] == (unsigned char)'|') ++f;
+        }
+        unsigned long long h = 0xcbf29ce484222325ULL;
+        unsigned long long n = 0;
+        if (f == fields[j]) {
+            for (; k < end && raw[k] != (unsigned char)'|'; ++k, ++n) {
+                h ^= raw[k];
+                h *= 0x100000001b3ULL;
+            }
+        }
+        if (n == 0) {
+            codes[(long long)j * lines + i] = slots;
+            if (((volatile unsigned long long*)blank)[j] == 0ULL) atomicExch(&blank[j], 1ULL);
+            continue;
+        }
+        h = (h ^ (n * 0x9e3779b97f4a7c15ULL)) | 1ULL;
+        unsigned int s = (unsigned int)(h >> 32) & (unsigned int)(slots - 1);
+        int code = -1;
+        for (int probe = 0; probe < slots; ++probe) {
+            unsigned long long* cell = keys + (long long)j * slots + s;
+            unsigned long long seen = *(volatile unsigned long long*)cell;
+            if (seen == 0ULL) seen = atomicCAS(cell, 0ULL, h);
+            if (seen == 0ULL || seen == h) {
+                code = (int)s;
+                unsigned long long* at = first + (long long)j * slots + s;
+                if ((unsigned long long)i < *(volatile unsigned long long*)at)
+                    atomicMin(at, (unsigned long long)i);
+                break;
+            }
+            s = (s + 1u) & (unsigned int)(slots - 1);
+        }
+        if (code < 0) atomicExch(full, 1);
+        codes[(long long)j * lines + i] = code;
+    }
+}
+"""
+_SOURCES = {"line_shape": _KERNEL, "field_hash": _HASH_KERNEL, "field_slots": _SLOTS_KERNEL}
 _compiled: dict = {}
 
 
@@ -76,8 +130,7 @@ def _kernel(name: str = "line_shape"):
     if name not in _compiled:
         import cupy
 
-        source = _KERNEL if name == "line_shape" else _HASH_KERNEL
-        _compiled[name] = cupy.RawKernel(source, name)
+        _compiled[name] = cupy.RawKernel(_SOURCES[name], name)
     return _compiled[name]
 
 
@@ -110,7 +163,8 @@ class Lines:
             raise ValueError("Lines.of(..., filled=True) computes the filled fields")
         xp = self.xp
         mask = self.filled[~self.blank]
-        return [int(((mask >> xp.uint32(j)) & xp.uint32(1)).sum()) for j in columns]
+        counts = [((mask >> xp.uint32(j)) & xp.uint32(1)).sum() for j in columns]
+        return [int(c) for c in xp.stack(counts).tolist()] if counts else []  # one transfer
 
 
 def _bounds(raw, xp):
@@ -198,3 +252,89 @@ def _field_hashes_numpy(raw, starts, ends, field: int):
             h = ((h ^ byte) * _FNV_PRIME) & mask
         out[i] = (h ^ ((len(text) * _LENGTH_MIX) & mask)) | 1
     return out
+
+
+SLOTS = 4096  # distinct texts a field may have in a chunk before the sort-based way is used
+
+
+@dataclass
+class FieldSlots:
+    """The distinct texts of some fields of a chunk, found in one pass over the lines.
+
+    ``codes[j, i]``: line i's slot in field j's table (``slots``: the field is blank). Host
+    arrays per field and slot: ``hashes`` (0: an empty slot), and the ``starts``/``ends`` of
+    the first line whose field has that text. ``blank[j]``: some line leaves field j blank.
+    ``full``: a table ran out of slots, and the codes are not to be used.
+    """
+
+    codes: object
+    hashes: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    blank: np.ndarray
+    full: bool
+    slots: int
+
+
+def field_slots(raw, starts, ends, fields: list[int], xp, slots: int = SLOTS) -> FieldSlots:
+    """Code ``fields`` (ascending field numbers) of every line by their distinct texts.
+
+    On the GPU one thread walks one line once, for all the fields (``_SLOTS_KERNEL``); the
+    result comes to the host in one copy. With NumPy the same result comes from sorting each
+    field's hashes (the reference for tests).
+    """
+    if slots & (slots - 1):
+        raise ValueError(f"slots={slots}: must be a power of two")
+    if list(fields) != sorted(set(fields)):
+        raise ValueError(f"fields={fields}: must be ascending, without repeats")
+    lines = int(starts.size)
+    if xp is np:
+        return _field_slots_numpy(raw, starts, ends, fields, slots)
+    nfields = len(fields)
+    keys = xp.zeros((nfields, slots), dtype=xp.uint64)
+    first = xp.full((nfields, slots), np.iinfo(np.uint64).max, dtype=xp.uint64)
+    blank = xp.zeros(nfields, dtype=xp.uint64)
+    codes = xp.empty((nfields, lines), dtype=xp.int32)
+    full = xp.zeros(1, dtype=xp.int32)
+    if lines and nfields:
+        threads = 256
+        blocks = (lines + threads - 1) // threads
+        _kernel("field_slots")(
+            (blocks,), (threads,),
+            (raw, starts, ends, np.int64(lines), xp.asarray(fields, dtype=xp.int32),
+             np.int32(nfields), np.int32(slots), keys, first, blank, codes, full))
+    at = xp.minimum(first, max(lines - 1, 0)).astype(xp.int64)
+    if lines == 0:
+        at = xp.zeros_like(at)
+        starts = ends = xp.zeros(1, dtype=xp.int64)
+    found = xp.concatenate([keys.view(xp.int64).ravel(), starts[at].ravel(), ends[at].ravel(),
+                            blank.view(xp.int64), full.astype(xp.int64)]).get()  # one copy
+    size = nfields * slots
+    shape = (nfields, slots)
+    return FieldSlots(codes, found[:size].view(np.uint64).reshape(shape),
+                      found[size:2 * size].reshape(shape), found[2 * size:3 * size].reshape(shape),
+                      found[3 * size:3 * size + nfields] != 0, bool(found[-1]), slots)
+
+
+def _field_slots_numpy(raw, starts, ends, fields, slots) -> FieldSlots:
+    nfields, lines = len(fields), int(starts.size)
+    codes = np.empty((nfields, lines), dtype=np.int32)
+    hashes = np.zeros((nfields, slots), dtype=np.uint64)
+    first_starts = np.zeros((nfields, slots), dtype=np.int64)
+    first_ends = np.zeros((nfields, slots), dtype=np.int64)
+    blank = np.zeros(nfields, dtype=bool)
+    full = False
+    for j, field in enumerate(fields):
+        values = _field_hashes_numpy(raw, starts, ends, field)
+        distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        filled = distinct != 0
+        blank[j] = not filled.all()
+        if int(filled.sum()) > slots:
+            full = True
+            continue
+        slot = np.cumsum(filled) - 1  # the slot of each distinct non-blank hash
+        codes[j] = np.where(filled, slot, slots)[inverse.ravel()]
+        hashes[j, slot[filled]] = distinct[filled]
+        first_starts[j, slot[filled]] = starts[first[filled]]
+        first_ends[j, slot[filled]] = ends[first[filled]]
+    return FieldSlots(codes, hashes, first_starts, first_ends, blank, full, slots)

@@ -1,7 +1,7 @@
 """Reading the pipe-delimited files into typed frames, with every bad row found and reported.
 
-The fast path parses a whole chunk with a CSV reader (cuDF on the chunk's device copy, or
-pyarrow for pandas frames) and proves the chunk clean: on the GPU with vectorized checks (CuPy,
+The fast path parses a whole chunk with a CSV reader (libcudf, or pyarrow for pandas frames)
+and proves the chunk clean: on the GPU with vectorized checks (CuPy,
 see ``lines.py``) that every line has the right number of fields and no number failed to parse
 (cuDF reads either as nulls); pyarrow refuses both itself. Then the required fields must be
 there and every date, status and code valid. Only when a check
@@ -13,7 +13,7 @@ which file and line.
 Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
 string is checked and converted once on the host, and the codes are mapped through a small
 lookup table. On the CPU they come from pyarrow's dictionary-encoded columns; on the GPU
-they are found from a hash of each field, without building string columns (``_coded``).
+they are found from a hash of each field, without building string columns (``_coded_all``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from __future__ import annotations
 import io
 import os
 import re
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -280,11 +282,12 @@ def empty_frame(table: Table, backend: Backend):
 def _fast(data, table: Table, backend: Backend, names: dict | None):
     """The typed frame of a clean chunk; raises _Unclean when any check fails.
 
-    On the GPU the chunk goes to the device once, and the checks and cuDF's parser read that
-    copy. cuDF parses only the numbers: a text column (dates, statuses, codes) would be held
-    as strings plus per-field bookkeeping, several times the text itself, only to be turned
-    into small integers. Instead each text field is hashed in place, and each distinct hash
-    is converted once, from one line that has it (``_coded``).
+    On the GPU the checks and the text coding read the chunk's device copy; libcudf parses
+    only the numbers, from the pinned host copy, after the device copy is freed. A text column
+    (dates, statuses, codes) would be held as strings plus per-field bookkeeping, several
+    times the text itself, only to be turned into small integers. Instead each text field is
+    hashed in place, and each distinct text is converted once, from one line that has it
+    (``_coded_all``).
     """
     xp = backend.xp
     if not isinstance(data, np.ndarray):
@@ -313,15 +316,16 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     memo: dict = {}
     try:
         if backend.is_gpu:
-            # numbers first: libcudf's reader takes its own copy of the chunk for the parse,
-            # and the text codes are best not alive yet at that moment (measured: 3.9x the
-            # chunk at the peak this way, 4.1x the other way round)
-            with stage("parse numbers"):
-                frame = parse_device(raw, table, [c.name for c in numeric])
+            # Text first, then the chunk's device copy is freed and libcudf parses the numbers
+            # from the pinned host copy, a part at a time: the device copy, libcudf's own copy
+            # of its input and the numbers (1.7x the chunk as float64) are never alive at once
+            # (parsing the device copy first peaked at 3.9x the chunk)
             with stage("code text"):
-                converted = {c.name: _coded(raw, data, starts, ends, table, c, xp, names, memo)
-                             for c in text}
+                converted = _coded_all(raw, data, starts, ends, table, text, xp, names, memo)
             del raw, starts, ends
+            with stage("parse numbers"):
+                frame = parse_device(_pinned_copy(data), table, [c.name for c in numeric],
+                                     part_bytes=parse_part_bytes(len(data)))
         else:
             with stage("parse"):
                 frame = parse_host(data, table, backend)
@@ -344,15 +348,40 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     return frame
 
 
+def _coded_all(raw, data, starts, ends, table: Table, text: list, xp, names, memo) -> dict:
+    """The ``text`` columns of the chunk as numbers, from the bytes on the device: every line's
+    text fields coded by their distinct texts in one pass (``lines.field_slots``), and each
+    distinct text converted once, from the first line that has it."""
+    fields = [table.columns.index(c) for c in text]
+    found = lines.field_slots(raw, starts, ends, fields, xp, lines.SLOTS)
+    if found.full:  # more distinct texts than a table holds: each column's hashes sorted
+        return {c.name: _coded(raw, data, starts, ends, table, c, xp, names, memo) for c in text}
+    out = {}
+    for j, (col, number) in enumerate(zip(text, fields, strict=True)):
+        used = np.flatnonzero(found.hashes[j])
+        at = zip(found.starts[j, used].tolist(), found.ends[j, used].tolist(), strict=True)
+        try:
+            texts = [data[a:b].tobytes().split(b"|")[number].decode("utf-8") for a, b in at]
+        except UnicodeDecodeError as exc:
+            raise _Unclean(f"{col.name} is not UTF-8") from exc
+        values = np.full(found.slots + 1, _BLANK[col.kind][0], dtype=DTYPES[col.kind])
+        values[used] = _values_of(col, texts, names, memo)
+        if found.blank[j]:
+            values[found.slots] = _blank_value(col)
+        out[col.name] = xp.asarray(values)[found.codes[j]]
+    return out
+
+
 def _coded(raw, data, starts, ends, table: Table, col, xp, names, memo):
     """One text column of the chunk as numbers, from the bytes on the device: hash the field
-    on every line, find the distinct hashes, convert each from the text of its first line."""
+    on every line, find the distinct hashes, convert each from the text of its first line
+    (the way for a field with more distinct texts than ``lines.field_slots`` holds)."""
     field = table.columns.index(col)
     hashes = lines.field_hashes(raw, starts, ends, field, xp)
     distinct, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
     del hashes
-    at = [(a, b) for h, a, b in zip(distinct.tolist(), starts[first].tolist(),
-                                    ends[first].tolist(), strict=True) if h != 0]
+    found = xp.stack([distinct.view(xp.int64), starts[first], ends[first]]).tolist()  # one copy
+    at = [(a, b) for h, a, b in zip(*found, strict=True) if h != 0]
     try:
         texts = [data[a:b].tobytes().split(b"|")[field].decode("utf-8") for a, b in at]
     except UnicodeDecodeError as exc:
@@ -421,28 +450,97 @@ def _parse_arrow(data, table: Table):
     return parsed.to_pandas()
 
 
-class _DeviceBytes:
-    """A device buffer as libcudf's reader takes it (``ptr`` and ``size``); keeps it alive."""
+class _Span:
+    """Bytes ``[start, stop)`` of a buffer the device can read, as libcudf's reader takes
+    them (``ptr`` and ``size``): device memory (CuPy) or page-locked host memory (NumPy), whose
+    address the device shares under CUDA's unified addressing. Keeps the buffer alive."""
 
-    def __init__(self, array):
+    def __init__(self, array, start: int = 0, stop: int | None = None):
+        stop = array.size if stop is None else stop
+        base = array.data.ptr if hasattr(array.data, "ptr") else array.ctypes.data
         self.array = array
-        self.ptr = int(array.data.ptr)
-        self.size = int(array.nbytes)
+        self.ptr = int(base) + start
+        self.size = max(0, stop - start)
 
 
-def parse_device(raw, table: Table, columns: list[str] | None = None):
-    """cuDF's CSV reader on bytes already on the device (a CuPy uint8 array; a slice of one is
-    not copied either), for ``columns`` (default: all). The result is what
-    :func:`parse_host` gives with cuDF."""
+# libcudf parses a chunk's numbers a quarter at a time (its own device copy of the text is a
+# quarter of the chunk), but no part is smaller than 32 MiB: each call costs about 2 ms.
+PARSE_PARTS = 4
+PARSE_PART_MIN = 32 << 20
+
+
+def parse_part_bytes(size: int) -> int:
+    return max(PARSE_PART_MIN, -(-size // PARSE_PARTS))
+
+
+def _pinned_copy(data: np.ndarray) -> np.ndarray:
+    """``data`` if it lies in this thread's page-locked buffer (what ``read_table`` reads
+    into), else a copy there (a chunk cleaned by the slow path)."""
+    array = getattr(_pinned, "array", None)
+    if array is not None and np.may_share_memory(data, array):
+        return data
+    out = pinned_bytes(len(data))
+    out[:] = data
+    return out
+
+
+def line_cuts(data, part_bytes: int | None) -> list[int]:
+    """Offsets that cut ``data`` (a uint8 array) into parts of about ``part_bytes`` at line
+    starts: ``[0, ..., len(data)]``; ``[0, len(data)]`` when ``part_bytes`` is None."""
+    size = len(data)
+    if not part_bytes or size <= part_bytes:
+        return [0, size]
+    parts = -(-size // part_bytes)
+    cuts = [0]
+    for k in range(1, parts):
+        at = _next_line(data, k * size // parts)
+        if cuts[-1] < at < size:
+            cuts.append(at)
+    return cuts + [size]
+
+
+def _next_line(data, offset: int, window: int = 1 << 16) -> int:
+    """The offset just past the first newline at or after ``offset`` (``len(data)``: none)."""
+    xp = sys.modules[type(data).__module__.split(".")[0]]
+    while offset < len(data):
+        found = xp.flatnonzero(data[offset:offset + window] == ord("\n"))
+        if found.size:
+            return offset + int(found[0]) + 1
+        offset += window
+    return len(data)
+
+
+def parse_device(data, table: Table, columns: list[str] | None = None,
+                 part_bytes: int | None = None):
+    """cuDF's CSV reader on bytes the device can read (a CuPy uint8 array, or a NumPy one in
+    page-locked memory such as :func:`pinned_bytes`), for ``columns`` (default: all), at most
+    ``part_bytes`` of text at a time (default: all at once; each part's columns are joined
+    after, one column at a time). The result is what :func:`parse_host` gives with cuDF."""
     import cudf
     import pylibcudf as plc
 
-    columns = table.names if columns is None else columns
+    columns = table.names if columns is None else list(columns)
+    parts = [_parse_part(_Span(data, a, b), table, columns)
+             for a, b in pairwise(line_cuts(data, part_bytes))]
+    whole = []
+    for j in range(len(columns)):
+        pieces = [part[j] for part in parts]
+        for part in parts:
+            part[j] = None  # a piece is freed as soon as its column is whole
+        whole.append(pieces[0] if len(pieces) == 1 else plc.concatenate.concatenate(pieces))
+        del pieces
+    return cudf.DataFrame.from_pylibcudf(plc.Table(whole), {"columns": columns})
+
+
+def _parse_part(span: _Span, table: Table, columns: list[str]) -> list:
+    """libcudf's CSV reader on one span: the pylibcudf columns, in the order of ``columns``."""
+    import pylibcudf as plc
+
     kinds = {ID: plc.TypeId.INT64, NUMBER: plc.TypeId.FLOAT64}
     dtypes = {c.name: plc.DataType(kinds.get(c.kind, plc.TypeId.STRING))
               for c in table.columns if c.name in columns}
     options = (
-        plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo([_DeviceBytes(raw)]))
+        plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo([span]))
         .compression(plc.io.types.CompressionType.NONE)
         .quoting(plc.io.types.QuoteStyle.NONE)
         .skip_blank_lines(True)
@@ -457,7 +555,9 @@ def parse_device(raw, table: Table, columns: list[str] | None = None):
     if list(columns) != table.names:
         options.set_use_cols_names(list(columns))
     options.set_dtypes(dtypes)
-    return cudf.DataFrame.from_pylibcudf(plc.io.csv.read_csv(options))[list(columns)]
+    result = plc.io.csv.read_csv(options)
+    by_name = dict(zip(result.column_names(include_children=False), result.columns, strict=True))
+    return [by_name[name] for name in columns]
 
 
 def _check_numbers(frame, rows: int, filled: list[int] | None, numeric) -> None:
@@ -465,10 +565,16 @@ def _check_numbers(frame, rows: int, filled: list[int] | None, numeric) -> None:
     if len(frame) != rows:
         raise _Unclean(f"{len(frame)} rows parsed from {rows} lines")
     for col, count in zip(numeric, filled or (), strict=False):  # none when strict
-        if int(frame[col.name].count()) != count:
+        if len(frame) - _nulls(frame[col.name]) != count:
             raise _Unclean(f"unparsable number in {col.name}")
-    if int(frame["loan_id"].isna().sum()):
+    if _nulls(frame["loan_id"]):
         raise _Unclean("blank loan_id")
+
+
+def _nulls(series) -> int:
+    """Missing values of a column: cuDF keeps the count with the column (no device work)."""
+    count = getattr(series, "null_count", None)
+    return int(series.isna().sum()) if count is None else int(count)
 
 
 def _converted(frame, columns, backend: Backend, names: dict | None, memo: dict) -> dict:
