@@ -277,11 +277,20 @@ def probe(client, device: str, the_plan) -> dict:
     return {"chunk_bytes": size, "chunk_peak_bytes": peak, "chunk_peak_ratio": ratio}
 
 
+def _partition_sizes(args, results) -> str:
+    """The chunk size of the configurations measured (each device's own by default)."""
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    devices = sorted({"cpu" if r["config"] == "cpu" else "gpu" for r in results})
+    return ", ".join(f"{etl.partition_size_for(d, args.partition_size)} on {d.upper()}s"
+                     for d in devices)
+
+
 def run_config(config: str, args, the_plan) -> dict:
     from dask_gpu_interop.memory.report import memory_report
     from dask_gpu_interop.pipelines.mortgage import etl, job, stages, train
 
-    out = {"config": config}
+    out = {"config": config, "chunks": len(the_plan.chunks)}
     started = time.perf_counter()
     with cluster_for(config, args) as (client, device):
         workers = len(client.scheduler_info()["workers"])
@@ -366,7 +375,8 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
         f"({data['files']} performance files"
         + (f", years {data['years']}, {data['loans_per_quarter']:,} loans per quarter, "
            f"generated in {data['generate_seconds']:.0f} s" if data.get("generated") else "")
-        + f"); chunks of at most {args.partition_size}; {args.rounds} boosting rounds; "
+        + f"); chunks of at most {_partition_sizes(args, results)}; {args.rounds} boosting "
+        "rounds; "
         f"protocol {args.protocol}",
         "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
         "ETL = read + features + label + join + last mile, persisted in worker memory",
@@ -537,8 +547,9 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", default=DEFAULT_CONFIGS,
                         help=f"comma-separated, of: {', '.join(CONFIGS)}, gpuN-pool, "
                              "gpuN-cudamalloc (N GPUs)")
-    parser.add_argument("--partition-size", default="512MiB",
-                        help="at most this much text per ETL task (device memory per task)")
+    parser.add_argument("--partition-size", default=None,
+                        help="text per task (default: the ETL's own, by device: "
+                             "1GiB on GPUs, 256MiB on CPUs)")
     parser.add_argument("--rounds", type=int, default=100, help="boosting rounds; 0: no training")
     parser.add_argument("--bad-rows", default="error", choices=("error", "warn", "skip"))
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
@@ -561,7 +572,8 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown configurations {sorted(unknown)}; choose from {', '.join(CONFIGS)}, "
                      "or gpuN-pool / gpuN-cudamalloc for N GPUs")
-    parse_bytes(args.partition_size)  # fails early on a bad size
+    if args.partition_size is not None:
+        parse_bytes(args.partition_size)  # fails early on a bad size
 
     from dask_gpu_interop.pipelines.mortgage import etl
 
@@ -574,8 +586,11 @@ def main(argv=None) -> int:
     directory = os.path.abspath(args.data or f"mortgage-data-{args.gb:g}gb")
     data = dataset(directory, args.gb, args.years, args.seed, args.loans_per_part,
                    args.cpu_workers)
-    the_plan = etl.plan(*etl.find_dataset(directory), partition_size=args.partition_size)
-    say(f"{len(the_plan.chunks)} chunks of at most {args.partition_size}")
+    plans = {}
+    for device in sorted({"cpu" if c == "cpu" else "gpu" for c in configs}):
+        size = etl.partition_size_for(device, args.partition_size)
+        plans[device] = etl.plan(*etl.find_dataset(directory), partition_size=size)
+        say(f"{device}: {len(plans[device].chunks)} chunks of at most {size}")
 
     name = args.machine or machine_name(info)
     os.makedirs(args.out, exist_ok=True)
@@ -585,7 +600,7 @@ def main(argv=None) -> int:
     results = []
     for config in configs:
         try:
-            results.append(run_config(config, args, the_plan))
+            results.append(run_config(config, args, plans["cpu" if config == "cpu" else "gpu"]))
         except Exception as exc:  # keep going: the other configurations are still worth having
             say(f"{config} failed: {exc!r}")
             traceback.print_exc()

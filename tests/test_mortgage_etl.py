@@ -11,6 +11,7 @@ import dask
 import numpy as np
 import pandas as pd
 import pytest
+from dask.utils import parse_bytes
 
 from dask_gpu_interop.backend import Backend
 from dask_gpu_interop.pipelines.mortgage import etl, features, read, schema
@@ -296,6 +297,45 @@ def test_text_columns_coded_from_field_hashes_equal_the_parsed_strings():
         got = read._coded(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, col, np,
                           None, {})
         np.testing.assert_array_equal(got, want[col.name], col.name)
+    every = read._coded_all(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
+                            None, {})
+    assert list(every) == [c.name for c in text]
+    for col in text:
+        np.testing.assert_array_equal(every[col.name], want[col.name], col.name)
+
+
+@needs_sample
+def test_text_coding_falls_back_to_sorting_when_a_field_has_too_many_texts(monkeypatch):
+    from dask_gpu_interop.pipelines.mortgage import lines
+
+    raw = np.fromfile(SAMPLE_PERF, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    text = [c for c in schema.PERFORMANCE.columns if c.kind not in (schema.ID, schema.NUMBER)]
+    want = read._coded_all(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
+                           None, {})
+    monkeypatch.setattr(lines, "SLOTS", 2)  # the reporting periods alone need more
+    calls = []
+    sort_each = read._coded
+    monkeypatch.setattr(read, "_coded", lambda *a: calls.append(a[5].name) or sort_each(*a))
+    got = read._coded_all(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
+                          None, {})
+    assert calls == [c.name for c in text]
+    for col in text:
+        np.testing.assert_array_equal(got[col.name], want[col.name], col.name)
+
+
+def test_line_cuts_fall_on_line_starts_and_cover_the_chunk():
+    data = b"".join(b"%d|%s\n" % (i, b"x" * (i % 17)) for i in range(500))
+    raw = np.frombuffer(data, dtype=np.uint8)
+    assert read.line_cuts(raw, None) == [0, len(data)]
+    assert read.line_cuts(raw, len(data)) == [0, len(data)]
+    cuts = read.line_cuts(raw, 1000)
+    assert cuts[0] == 0 and cuts[-1] == len(data) and cuts == sorted(set(cuts))
+    assert all(data[c - 1:c] == b"\n" for c in cuts[1:])
+    assert len(cuts) - 1 == -(-len(data) // 1000)
+    assert max(b - a for a, b in pairwise(cuts)) < 1000 + 30
+    assert read.parse_part_bytes(10) == read.PARSE_PART_MIN
+    assert read.parse_part_bytes(1 << 30) == (1 << 30) // read.PARSE_PARTS
 
 
 @needs_sample
@@ -486,3 +526,9 @@ def test_the_cpu_parser_refuses_a_short_line_that_pandas_would_pad():
     with pytest.raises(ValueError, match="columns"):
         read.parse_host(np.frombuffer(line.encode(), dtype=np.uint8), schema.PERFORMANCE,
                         Backend("cpu"))
+
+
+def test_each_device_has_its_own_default_chunk_size():
+    assert parse_bytes(etl.partition_size_for("gpu")) > parse_bytes(etl.partition_size_for("cpu"))
+    assert etl.partition_size_for("gpu", "5MB") == "5MB"
+    assert etl.DEFAULT_PARTITION_SIZE == etl.PARTITION_SIZES["cpu"]

@@ -90,8 +90,10 @@ def _apply(options):
 
 
 etl_options = [
-    click.option("--partition-size", default=etl_mod.DEFAULT_PARTITION_SIZE, show_default=True,
-                 help="Bytes of text per task (files are cut at loan boundaries)."),
+    click.option("--partition-size", default=None,
+                 help="Bytes of text per task (files are cut at loan boundaries) [default: "
+                      f"{etl_mod.PARTITION_SIZES['gpu']} on GPUs, "
+                      f"{etl_mod.PARTITION_SIZES['cpu']} on CPUs]"),
     click.option("--bad-rows", type=BAD_ROWS, default="error", show_default=True,
                  help="Rows that cannot be read: stop (error), drop with a warning, or drop "
                       "and count (skip)."),
@@ -128,10 +130,10 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     from ...cluster import cluster_client
     from . import job
 
-    _check_device(cluster)
+    expected = _check_device(cluster)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part)
-    the_plan = _plan(*_dataset(data), partition_size) if data else None
+    the_plan = _plan(*_dataset(data), expected, partition_size) if data else None
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -141,6 +143,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             tempfile.TemporaryDirectory(prefix="mortgage-"))
         client, device = stack.enter_context(cluster_client(**cluster))
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
+        if the_plan is not None and device != expected and partition_size is None:
+            the_plan = _plan(*_dataset(data), device, None)  # the cluster's device's default
         generate_seconds = None
         if spec is not None:
             click.echo(f"generating {len(spec.quarters)} quarters x "
@@ -153,7 +157,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             generate_seconds = made.seconds
             for line in _generated_lines(made):
                 click.echo(line)
-            the_plan = _plan(*_dataset(directory), partition_size)
+            the_plan = _plan(*_dataset(directory), device, partition_size)
         try:
             result = job.run(client, device, the_plan, None, bad_rows=bad_rows, rounds=rounds,
                              holdout=holdout, progress=_progress(), echo=click.echo)
@@ -172,19 +176,20 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     click.echo(f"total: {time.perf_counter() - started:.2f} s")
 
 
-def _check_device(cluster: dict) -> None:
-    """Fail before any work when the asked device is not there (with what to do)."""
+def _check_device(cluster: dict) -> str:
+    """The device asked for ("gpu" or "cpu"); fails before any work when it is not there (with
+    what to do)."""
     from ...backend import resolve_device
 
     try:
-        resolve_device(cluster.get("device", "auto"))
+        return resolve_device(cluster.get("device", "auto"))
     except (RuntimeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
-def _plan(perf, acq, names, partition_size):
+def _plan(perf, acq, names, device, partition_size):
     try:
-        return etl_mod.plan(perf, acq, names, partition_size)
+        return etl_mod.plan(perf, acq, names, etl_mod.partition_size_for(device, partition_size))
     except (FileNotFoundError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -236,14 +241,16 @@ def etl(cluster, perf, acq, names, out, partition_size, bad_rows, overwrite):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32)."""
     from ...cluster import cluster_client
 
-    _check_device(cluster)
-    the_plan = _plan(perf, acq, names, partition_size)
+    expected = _check_device(cluster)
+    the_plan = _plan(perf, acq, names, expected, partition_size)
     try:
         etl_mod.check_output(out, overwrite)
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
     with cluster_client(**cluster) as (client, device):
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
+        if device != expected and partition_size is None:
+            the_plan = _plan(perf, acq, names, device, None)  # the cluster's device's default
         try:
             result = etl_mod.write_plan(out, the_plan, device=device, bad_rows=bad_rows,
                                         overwrite=overwrite, progress=_progress())

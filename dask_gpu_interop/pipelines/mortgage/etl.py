@@ -1,11 +1,12 @@
 """The ETL as a Dask graph: performance chunks joined to their quarter's acquisitions.
 
 One task per chunk of a performance file (chunks end at loan boundaries, at most about
-``partition_size`` each, so device memory per task is bounded) reads it, adds the per-loan
-features and the label, joins the loan's acquisition row (read once per quarter, by one task
-whose result every chunk of that quarter shares) and keeps the 45 features and the label. The
-result is a dask DataFrame of cuDF or pandas partitions, one per chunk, in file order, ready
-for ``xgboost.dask`` without passing through the client.
+``partition_size`` each, 1 GiB on GPUs and 256 MiB on CPUs by default, so device memory per
+task is bounded) reads it, adds the per-loan features and the label, joins the loan's
+acquisition row (read once per quarter, by one task whose result every chunk of that quarter
+shares) and keeps the 45 features and the label. The result is a dask DataFrame of cuDF or
+pandas partitions, one per chunk, in file order, ready for ``xgboost.dask`` without passing
+through the client.
 """
 
 from __future__ import annotations
@@ -29,7 +30,18 @@ from . import features, read, schema
 from .read import BadRow, Source
 from .stages import stage
 
-DEFAULT_PARTITION_SIZE = "256MiB"
+# Bytes of text per task, by device. A GPU's time per chunk is mostly fixed costs (launches,
+# syncs, Python), so larger chunks run faster: on an H200 one chunk ran at 0.8 GB/s at
+# 126 MiB, 1.2 at 249 MiB, 2.5 at 462 MiB and 3.1 at 0.9 GiB, its device peak 2.9x the chunk
+# at every size (benchmarks/results/mortgage-memory-1xH200.md). CPU workers are one core each:
+# smaller chunks keep them all busy.
+PARTITION_SIZES = {"gpu": "1GiB", "cpu": "256MiB"}
+DEFAULT_PARTITION_SIZE = PARTITION_SIZES["cpu"]
+
+
+def partition_size_for(device: str, partition_size: int | str | None = None) -> int | str:
+    """``partition_size``, or the default of ``device`` ("gpu" or "cpu") when it is None."""
+    return PARTITION_SIZES[device] if partition_size is None else partition_size
 KEPT_BAD_ROWS = 1000  # bad rows a report keeps in full (all are counted)
 
 
@@ -287,18 +299,20 @@ def _client():
 
 
 def run(perf, acq, names: str | None = None, *, device: str = "cpu",
-        partition_size: int | str = DEFAULT_PARTITION_SIZE, bad_rows: str = "error",
+        partition_size: int | str | None = None, bad_rows: str = "error",
         intermediate: bool = False, progress: bool = False) -> EtlResult:
     """Run the ETL and keep the result in the cluster's memory (for training).
 
     ``perf``/``acq``: files, directories or globs. ``device``: "gpu" (cuDF) or "cpu" (pandas).
+    ``partition_size``: text per task (default: ``PARTITION_SIZES[device]``).
     Bad rows raise :class:`~.read.BadRowsError` (``bad_rows="error"``), or are dropped with a
     warning ("warn") or only counted ("skip"). ``intermediate``: keep ids, dates and the
     per-loan features instead of the 45-feature table.
     """
     read.check_policy(bad_rows)
-    return run_plan(plan(perf, acq, names, partition_size), device=device, bad_rows=bad_rows,
-                    intermediate=intermediate, progress=progress)
+    the_plan = plan(perf, acq, names, partition_size_for(device, partition_size))
+    return run_plan(the_plan, device=device, bad_rows=bad_rows, intermediate=intermediate,
+                    progress=progress)
 
 
 def run_plan(the_plan: Plan, *, device: str = "cpu", bad_rows: str = "error",
@@ -320,13 +334,14 @@ def run_plan(the_plan: Plan, *, device: str = "cpu", bad_rows: str = "error",
 
 
 def write(out: str, perf, acq, names: str | None = None, *, device: str = "cpu",
-          partition_size: int | str = DEFAULT_PARTITION_SIZE, bad_rows: str = "error",
+          partition_size: int | str | None = None, bad_rows: str = "error",
           overwrite: bool = False, progress: bool = False) -> EtlResult:
     """Run the ETL and write the feature table to ``out``, a directory of Parquet files (one per
     chunk, written by the workers: ``out`` must be visible to them)."""
     read.check_policy(bad_rows)
-    return write_plan(out, plan(perf, acq, names, partition_size), device=device,
-                      bad_rows=bad_rows, overwrite=overwrite, progress=progress)
+    the_plan = plan(perf, acq, names, partition_size_for(device, partition_size))
+    return write_plan(out, the_plan, device=device, bad_rows=bad_rows, overwrite=overwrite,
+                      progress=progress)
 
 
 def check_output(out: str, overwrite: bool = False) -> str:

@@ -62,7 +62,7 @@ class JobResult:
         return out
 
 
-def run(client, device: str, perf, acq, names=None, *, partition_size=etl.DEFAULT_PARTITION_SIZE,
+def run(client, device: str, perf, acq, names=None, *, partition_size=None,
         bad_rows: str = "error", rounds: int = train.ROUNDS, holdout: str | None = None,
         progress: bool = False, echo=None) -> JobResult:
     """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends.
@@ -71,7 +71,8 @@ def run(client, device: str, perf, acq, names=None, *, partition_size=etl.DEFAUL
     are not used).
     """
     say = echo or (lambda text: None)
-    the_plan = perf if isinstance(perf, etl.Plan) else etl.plan(perf, acq, names, partition_size)
+    the_plan = perf if isinstance(perf, etl.Plan) else etl.plan(
+        perf, acq, names, etl.partition_size_for(device, partition_size))
     say("ETL ...")
     result = etl.run_plan(the_plan, device=device, bad_rows=bad_rows, progress=progress)
     say(f"ETL done: {result.summary()}")
