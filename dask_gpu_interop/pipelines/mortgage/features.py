@@ -24,8 +24,9 @@ PERIOD = "monthly_reporting_period"
 
 def _bad(perf):
     """Rows that make the label 1 for the twelve months that end with them."""
-    # fillna: a blank balance is not 0, and cuDF's | would propagate the null
-    return (perf[STATUS] > schema.LABEL_STATUS_ABOVE) | (perf["current_actual_upb"].fillna(-1) == 0)
+    # filled: a blank balance is not 0, and cuDF's | would propagate the null
+    balance = filled(perf["current_actual_upb"], -1)
+    return (perf[STATUS] > schema.LABEL_STATUS_ABOVE) | (balance == 0)
 
 
 def _sorted_by_loan_and_month(frame) -> bool:
@@ -49,7 +50,7 @@ def performance_features(perf):
     with stage("label"):
         status = work[STATUS]
         month = work[PERIOD].astype("int64")
-        new_loan = work["loan_id"].diff().fillna(1) != 0
+        new_loan = filled(work["loan_id"].diff(), 1) != 0
         run = new_loan.astype("int64").cumsum()  # 1, 2, ...: the loan's place in the chunk
         key = run * _LOAN_SHIFT + month
         next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
@@ -141,8 +142,7 @@ def _clean_into(column, out):
     """Write one feature column into the float32 array ``out``, missing (null or NaN) as -1;
     return ``out``."""
     if type(out).__module__.startswith("cupy"):
-        if column.null_count:
-            column = column.fillna(schema.MISSING)
+        column = filled(column, schema.MISSING)
         _feature_kernel()(column.values, out)  # the cast and NaN -> -1 in one pass
         return out
     import numpy as np
@@ -177,10 +177,26 @@ def _array_module(values):
     return sys.modules[type(values).__module__.split(".")[0]]
 
 
+def filled(column, value):
+    """``column`` with its nulls as ``value`` (NaN stays NaN). On cuDF it goes straight to
+    libcudf: cuDF's fillna first proves that the value fits the column, with reductions and
+    a device sync each, about 2 ms a call on an H200 (a tenth of the feature table's time)."""
+    if not type(column).__module__.startswith("cudf"):
+        return column.fillna(value)
+    import pylibcudf as plc
+
+    values, metadata = column.to_pylibcudf()
+    if not values.null_count():
+        return column
+    value = float(value) if column.dtype.kind == "f" else int(value)
+    replaced = plc.replace.replace_nulls(values, plc.Scalar.from_py(value, values.type()))
+    return type(column).from_pylibcudf(replaced, metadata)
+
+
 def _ids(column, fill: int):
     """An int64 array of loan ids, nulls as ``fill``."""
     if type(column).__module__.startswith("cudf"):
-        return (column.fillna(fill) if column.null_count else column).astype("int64").values
+        return filled(column, fill).astype("int64").values
     import numpy as np
 
     if isinstance(column.dtype, np.dtype):
