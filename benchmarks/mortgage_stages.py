@@ -119,25 +119,45 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def parser_variants(the_plan, repeats: int) -> dict:
-    """cuDF's reader on the chunk's device copy (what the ETL does) against cuDF's own
-    read_csv of host bytes (which copies them to the device itself), and the copy alone."""
+    """libcudf parsing the chunk's numbers: from the pinned host copy in parts (what the ETL
+    does, so that the device copy can be freed first), at once, and from a device copy;
+    against cuDF's own read_csv of every column from host bytes, and the copy alone."""
     import cupy
-    import numpy as np
 
     from dask_gpu_interop.backend import Backend
     from dask_gpu_interop.pipelines.mortgage import read, schema
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
-    data, _ = chunk.read()
-    host = np.frombuffer(data, dtype=np.uint8)
+    host, _ = chunk.read(read.pinned_bytes)
     raw = cupy.asarray(host)
+    numbers = [c.name for c in schema.PERFORMANCE.columns if c.kind in (schema.ID, schema.NUMBER)]
+    part = read.parse_part_bytes(len(host))
     return {
         "copy to device": _median_seconds(lambda: cupy.asarray(host), repeats),
-        "parse the device copy": _median_seconds(
-            lambda: read.parse_device(raw, schema.PERFORMANCE), repeats),
-        "cudf.read_csv of host bytes": _median_seconds(
-            lambda: read.parse_host(data, schema.PERFORMANCE, Backend("gpu")), repeats),
+        f"numbers from pinned host memory, {len(read.line_cuts(host, part)) - 1} parts (the "
+        "ETL)": _median_seconds(lambda: read.parse_device(host, schema.PERFORMANCE, numbers,
+                                                          part_bytes=part), repeats),
+        "numbers from pinned host memory, at once": _median_seconds(
+            lambda: read.parse_device(host, schema.PERFORMANCE, numbers), repeats),
+        "numbers from a device copy, at once": _median_seconds(
+            lambda: read.parse_device(raw, schema.PERFORMANCE, numbers), repeats),
+        "cudf.read_csv of host bytes, every column": _median_seconds(
+            lambda: read.parse_host(bytes(host), schema.PERFORMANCE, Backend("gpu")), repeats),
     }
+
+
+def size_sweep(files, sizes: list[str], device: str, repeats: int) -> list[dict]:
+    """The largest chunk of the dataset cut at each of ``sizes``: its ETL's time and peak."""
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    out = []
+    for size in sizes:
+        result = profile_chunk(etl.plan(*files, parse_bytes(size)), device, repeats)
+        whole = result["stages"]["chunk"]
+        out.append({"partition_size": size, "chunk_bytes": result["chunk_bytes"],
+                    "seconds": whole["seconds"], "peak_bytes": whole["peak_bytes"]})
+        say(f"{size}: {format_bytes(result['chunk_bytes'])} in {whole['seconds']:.3f} s")
+    return out
 
 
 def markdown(info: dict, result: dict, command: str, memory: str | None) -> str:
@@ -175,6 +195,18 @@ def markdown(info: dict, result: dict, command: str, memory: str | None) -> str:
         for name, s in whole["stages"].items():
             label = ("&nbsp;&nbsp;" * name.count("/")) + name.rsplit("/", 1)[-1]
             lines.append(f"| {label} | {s['seconds']:.3f} | {s['seconds'] / whole['seconds']:.0%} |")
+    if result.get("sizes"):
+        lines += ["", "The largest chunk at each chunk size (median of "
+                  f"{result['repeats']} runs after a warm-up):", "",
+                  "| --partition-size | chunk | seconds | GB/s of CSV | peak device | peak / chunk |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in result["sizes"]:
+            peak, nbytes = r["peak_bytes"], r["chunk_bytes"]
+            lines.append(
+                f"| {r['partition_size']} | {format_bytes(nbytes)} | {r['seconds']:.3f} | "
+                f"{nbytes / r['seconds'] / 1e9:.2f} | "
+                f"{format_bytes(peak) if peak is not None else '-'} | "
+                f"{f'{peak / nbytes:.2f}x' if peak is not None else '-'} |")
     if result.get("variants"):
         lines += ["", "| parser variant (same chunk) | seconds | GB/s of CSV |",
                   "| --- | ---: | ---: |"]
@@ -191,7 +223,11 @@ def main(argv=None) -> int:
     parser.add_argument("--years", default="2007")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--partition-size", default="512MiB")
+    parser.add_argument("--partition-size", default=None,
+                        help="text per chunk (default: the ETL's for the device)")
+    parser.add_argument("--sizes", default=None,
+                        help="also time the largest chunk cut at each of these sizes "
+                             "(comma-separated, e.g. 256MiB,1GiB)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-chunks", action="store_true",
                         help="also run every chunk of the dataset, one after the other")
@@ -201,13 +237,18 @@ def main(argv=None) -> int:
 
     from dask_gpu_interop.pipelines.mortgage import etl
 
-    perf, acq, names = dataset(args.data, args.gb, args.years, args.seed)
-    the_plan = etl.plan(perf, acq, names, parse_bytes(args.partition_size))
+    sizes = [x.strip() for x in (args.sizes or "").split(",") if x.strip()]
+    for size in [args.partition_size or "1B", *sizes]:
+        parse_bytes(size)  # fails early on a bad size
+    files = dataset(args.data, args.gb, args.years, args.seed)
+    the_plan = etl.plan(*files, etl.partition_size_for(args.device, args.partition_size))
     memory = install_pool() if args.device == "gpu" else None
     result = profile_chunk(the_plan, args.device, args.repeats)
     result.update(device=args.device, repeats=args.repeats, memory=memory)
     if args.device == "gpu":
         result["variants"] = parser_variants(the_plan, args.repeats)
+    if sizes:
+        result["sizes"] = size_sweep(files, sizes, args.device, args.repeats)
     if args.all_chunks:
         result["all_chunks"] = profile_all(the_plan, args.device)
     info = machine()
