@@ -458,8 +458,9 @@ SCALING_GOAL = 6.5 / 8
 def scaling(results: list[dict]) -> list[dict]:
     """Strong scaling of the gpuN-pool configurations against the fewest GPUs measured (one,
     when gpu1-pool ran): ETL and training speed-up, and efficiency = speed-up / GPU ratio."""
-    runs = sorted((gpu_count(r["config"]), r) for r in results
-                  if "error" not in r and re.match(r"^gpu\d+-pool$", r["config"]))
+    runs = sorted(((gpu_count(r["config"]), r) for r in results
+                   if "error" not in r and re.match(r"^gpu\d+-pool$", r["config"])),
+                  key=lambda run: run[0])  # a configuration may be repeated
     if len(runs) < 2:
         return []
     base_gpus, base = runs[0]

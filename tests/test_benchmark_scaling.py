@@ -125,6 +125,14 @@ def test_strong_scaling_needs_two_pool_runs():
     assert rows[1]["etl_efficiency"] == pytest.approx(50 / 30 / 2)
 
 
+def test_strong_scaling_takes_a_repeated_configuration_in_run_order():
+    rows = mortgage.scaling([_run("gpu2-pool", 3.0), _run("gpu1-pool", 5.0),
+                             _run("gpu2-pool", 3.2), _run("gpu1-pool", 5.1)])
+    assert [(r["gpus"], r["etl_seconds"]) for r in rows] == [(1, 5.0), (1, 5.1), (2, 3.0),
+                                                             (2, 3.2)]
+    assert rows[2]["etl_speedup"] == pytest.approx(5.0 / 3.0)
+
+
 class _Client:
     def __init__(self, free):
         self.free = free
