@@ -82,6 +82,7 @@ def test_the_job_on_the_real_sample(running):
     assert "one quarter only" in result.output
 
 
+@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
 def test_bad_rows_stop_with_file_and_line(tmp_path, running):
     perf = tmp_path / "Performance_2007Q3.txt_0"
     with open(os.path.join(SAMPLE, "Performance_2007Q3.txt_0")) as f:
@@ -104,6 +105,7 @@ def test_bad_rows_stop_with_file_and_line(tmp_path, running):
     (["--device", "cpu", "--years", "2010-2007"], "first <= last"),
     (["--device", "cpu", "--size", "lots"], "write a size such as"),
     (["generate", "--out", "x", "--years", "twenty"], "a year (2007) or a range"),
+    (["--device", "cpu", "--xgb-param", "depthwise"], "KEY=VALUE"),
 ])
 def test_usage_errors_say_what_to_do(args, message):
     result = _run(args)
