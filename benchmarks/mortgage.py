@@ -277,6 +277,11 @@ def probe(client, device: str, the_plan) -> dict:
     return {"chunk_bytes": size, "chunk_peak_bytes": peak, "chunk_peak_ratio": ratio}
 
 
+def _params_text(args) -> str:
+    params = getattr(args, "params", None)
+    return f" with {', '.join(f'{k}={v}' for k, v in params.items())}" if params else ""
+
+
 def _partition_sizes(args, results) -> str:
     """The chunk size of the configurations measured (each device's own by default)."""
     from dask_gpu_interop.pipelines.mortgage import etl
@@ -326,7 +331,7 @@ def run_config(config: str, args, the_plan) -> dict:
             say(f"  training ({args.rounds} rounds) ...")
             try:
                 trained = train.train(client, result.frame, result.quarters, device,
-                                      rounds=args.rounds)
+                                      rounds=args.rounds, params=args.params)
             except Exception as exc:  # the ETL's figures are still worth having
                 out["train_error"] = "".join(
                     traceback.format_exception_only(type(exc), exc)).strip()
@@ -376,8 +381,7 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
         + (f", years {data['years']}, {data['loans_per_quarter']:,} loans per quarter, "
            f"generated in {data['generate_seconds']:.0f} s" if data.get("generated") else "")
         + f"); chunks of at most {_partition_sizes(args, results)}; {args.rounds} boosting "
-        "rounds; "
-        f"protocol {args.protocol}",
+        f"rounds{_params_text(args)}; protocol {args.protocol}",
         "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
         "ETL = read + features + label + join + last mile, persisted in worker memory",
         "",
@@ -552,6 +556,9 @@ def main(argv=None) -> int:
                         help="text per task (default: the ETL's own, by device: "
                              "1GiB on GPUs, 256MiB on CPUs)")
     parser.add_argument("--rounds", type=int, default=100, help="boosting rounds; 0: no training")
+    parser.add_argument("--xgb-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="an XGBoost parameter over the notebook's (repeatable), e.g. "
+                             "grow_policy=depthwise")
     parser.add_argument("--bad-rows", default="error", choices=("error", "warn", "skip"))
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
     parser.add_argument("--pool-size", default=None, help="the plugin's RMM pool (e.g. 0.5)")
@@ -575,6 +582,12 @@ def main(argv=None) -> int:
                      "or gpuN-pool / gpuN-cudamalloc for N GPUs")
     if args.partition_size is not None:
         parse_bytes(args.partition_size)  # fails early on a bad size
+    from dask_gpu_interop.pipelines.mortgage.train import parse_params
+
+    try:
+        args.params = parse_params(args.xgb_param)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     from dask_gpu_interop.pipelines.mortgage import etl
 

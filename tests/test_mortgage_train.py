@@ -81,3 +81,24 @@ def test_the_job_reports_times_auc_and_memory(client, data):
     assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
     assert text.count("no GPU: the plugin does nothing here") == 2
     assert said[0] == "ETL ..." and said[-1].startswith("training done")
+
+
+def test_xgboost_parameters_from_key_value_text():
+    assert train.parse_params(["grow_policy=depthwise", "max_depth=10", "eta=0.05",
+                               "single_precision_histogram=true"]) == {
+        "grow_policy": "depthwise", "max_depth": 10, "eta": 0.05,
+        "single_precision_histogram": True}
+    assert train.parse_params([]) == {}
+    for bad in ("depthwise", "=3", " =x"):
+        with pytest.raises(ValueError, match="KEY=VALUE"):
+            train.parse_params([bad])
+
+
+def test_the_job_trains_with_the_parameters_given(client, data):
+    import json
+
+    perf, acq, names = data
+    result = job.run(client, "cpu", perf, acq, names, rounds=2, params={"max_depth": 3})
+    config = json.loads(result.training.booster.save_config())
+    assert config["learner"]["gradient_booster"]["tree_train_param"]["max_depth"] == "3"
+    assert len(result.training.booster.get_dump()) == 2

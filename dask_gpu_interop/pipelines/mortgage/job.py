@@ -64,7 +64,7 @@ class JobResult:
 
 def run(client, device: str, perf, acq, names=None, *, partition_size=None,
         bad_rows: str = "error", rounds: int = train.ROUNDS, holdout: str | None = None,
-        progress: bool = False, echo=None) -> JobResult:
+        params: dict | None = None, progress: bool = False, echo=None) -> JobResult:
     """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends.
 
     ``perf`` may also be an :func:`etl.plan` (then ``acq``, ``names`` and ``partition_size``
@@ -77,8 +77,12 @@ def run(client, device: str, perf, acq, names=None, *, partition_size=None,
     result = etl.run_plan(the_plan, device=device, bad_rows=bad_rows, progress=progress)
     say(f"ETL done: {result.summary()}")
     say(f"training ({rounds} rounds) ...")
+    merged = {**train.PARAMS, **(params or {})}
+    if device == "gpu" and merged.get("grow_policy") == "lossguide" and len(
+            client.scheduler_info()["workers"]) > 1:
+        say(f"note: {train.SEVERAL_WORKERS_HINT}")
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
-                          holdout=holdout)
+                          holdout=holdout, params=params)
     say(f"training done: {trained.seconds:.2f} s, test AUC {trained.auc:.4f}")
     job = JobResult(
         device=device,

@@ -31,6 +31,32 @@ PARAMS = {
 ROUNDS = 100
 TEST_SHARE = 0.2  # of rows, when there is a single quarter to learn from
 
+# Lossguide trees grow one node at a time, and on several workers each node is a collective
+# operation: on 2 H200s the notebook's trees trained 4.6x slower than on one, depthwise trees
+# 1.12x faster (benchmarks/results/xgboost-growth-2xH200.md).
+SEVERAL_WORKERS_HINT = (
+    "the notebook's lossguide trees train slower on several GPUs than on one (each new leaf "
+    "waits for all of them); grow_policy='depthwise' (--xgb-param grow_policy=depthwise) grows "
+    "a level at a time")
+
+
+def parse_params(items) -> dict:
+    """XGBoost parameters from ``KEY=VALUE`` strings; a value is read as JSON when it is one
+    (numbers, true/false), else kept as text."""
+    import json
+
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{item!r}: give an XGBoost parameter as KEY=VALUE, e.g. "
+                             "grow_policy=depthwise or max_depth=10")
+        try:
+            params[key.strip()] = json.loads(value)
+        except ValueError:
+            params[key.strip()] = value
+    return params
+
 
 @dataclass
 class TrainResult:
