@@ -54,6 +54,21 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+def command_line(script: str, argv=None) -> str:
+    """How a benchmark was run (``argv``, or this process's own), for its results file."""
+    args = sys.argv[1:] if argv is None else argv
+    return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(script), *args])
+
+
+def write_results(stem: str, text: str, payload: dict) -> None:
+    """``stem``.md (the markdown ``text``) and ``stem``.json (``payload``)."""
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    with open(stem + ".json", "w") as f:
+        json.dump(payload, f, indent=1, default=str)
+
+
 # ---------------------------------------------------------------------------------------------
 # The machine
 
@@ -606,11 +621,8 @@ def main(argv=None) -> int:
         plans[device] = etl.plan(*etl.find_dataset(directory), partition_size=size)
         say(f"{device}: {len(plans[device].chunks)} chunks of at most {size}")
 
-    name = args.machine or machine_name(info)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"mortgage-{name}.md")
-    command = "python " + " ".join(shlex.quote(a) for a in [
-        os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])])
+    stem = os.path.join(args.out, f"mortgage-{args.machine or machine_name(info)}")
+    command = command_line(__file__, argv)
     results = []
     for config in configs:
         try:
@@ -620,13 +632,10 @@ def main(argv=None) -> int:
             traceback.print_exc()
             results.append({"config": config, "error": "".join(
                 traceback.format_exception_only(type(exc), exc)).strip()})
-        with open(path, "w") as f:
-            f.write(markdown(info, data, results, command, args))
-        with open(path[:-3] + ".json", "w") as f:
-            json.dump({"machine": info, "data": data, "command": command, "results": results},
-                      f, indent=1, default=str)
-        say(f"results so far in {path}")
-    print(open(path).read())
+        write_results(stem, markdown(info, data, results, command, args),
+                      {"machine": info, "data": data, "command": command, "results": results})
+        say(f"results so far in {stem}.md")
+    print(open(stem + ".md").read())
     return 0 if all("error" not in r for r in results) else 1
 
 

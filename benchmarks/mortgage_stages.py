@@ -14,9 +14,7 @@ chunk's size. The table goes to stdout and, with the command and the machine, to
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -25,7 +23,7 @@ from dask.utils import format_bytes, parse_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mortgage import machine, machine_name, say  # noqa: E402
+from mortgage import command_line, machine, machine_name, say, write_results  # noqa: E402
 
 
 def dataset(directory: str, gb: float, years: str, seed: int):
@@ -252,16 +250,11 @@ def main(argv=None) -> int:
     if args.all_chunks:
         result["all_chunks"] = profile_all(the_plan, args.device)
     info = machine()
-    command = "python " + " ".join(shlex.quote(a) for a in [
-        os.path.relpath(__file__), *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__file__, argv)
     text = markdown(info, result, command, memory)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"mortgage-stages-{args.device}-{args.name or machine_name(info)}")
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    with open(stem + ".json", "w") as f:
-        json.dump({"command": command, "machine": info, **result}, f, indent=1, default=str)
+    write_results(stem, text, {"command": command, "machine": info, **result})
     return 0
 
 

@@ -14,15 +14,13 @@ an untimed 2-round warm-up. The table, with the command and the machine, goes to
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mortgage import machine, machine_name, say  # noqa: E402
+from mortgage import command_line, machine, machine_name, say, write_results  # noqa: E402
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
 FEATURES = 45
@@ -108,16 +106,11 @@ def main(argv=None) -> int:
         parser.error(f"policies must be among {', '.join(POLICIES)} and workers at least 1")
     info = machine()
     results = [run(n, policy, args) for policy in policies for n in workers]
-    command = "python " + " ".join(shlex.quote(a) for a in [
-        os.path.relpath(__file__), *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__file__, argv)
     text = markdown(info, results, command, args)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"xgboost-growth-{args.machine or machine_name(info)}")
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    with open(stem + ".json", "w") as f:
-        json.dump({"command": command, "machine": info, "results": results}, f, indent=1)
+    write_results(stem, text, {"command": command, "machine": info, "results": results})
     return 0
 
 
