@@ -60,6 +60,15 @@ def command_line(script: str, argv=None) -> str:
     return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(script), *args])
 
 
+def choices(parser, flag: str, text: str, allowed) -> list[str]:
+    """The comma-separated items of ``flag``'s ``text``; a usage error for one not allowed."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    for item in items:
+        if item not in allowed:
+            parser.error(f"{flag}: {item!r} is not one of {', '.join(allowed)}")
+    return items
+
+
 def write_results(stem: str, text: str, payload: dict) -> None:
     """``stem``.md (the markdown ``text``) and ``stem``.json (``payload``)."""
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)

@@ -36,7 +36,7 @@ from dask.utils import format_bytes, parse_bytes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402
-from mortgage import say  # noqa: E402
+from mortgage import choices, say  # noqa: E402
 from transfer import PROTOCOLS, machine_name  # noqa: E402
 
 ROW_BYTES = 32  # int64 key + three float64 columns
@@ -281,16 +281,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     args.per_worker = parse_bytes(args.per_worker)
     args.peer_size = parse_bytes(args.peer_size)
-    args.protocols = [p for p in args.protocols.split(",") if p]
-    args.methods = [m for m in args.methods.split(",") if m]
-    for m in args.methods:
-        if m not in METHODS:
-            parser.error(f"--methods: {m!r} is not one of {', '.join(METHODS)}")
-    for p in args.protocols:
-        if p not in PROTOCOLS:
-            parser.error(f"--protocols: {p!r} is not one of {', '.join(PROTOCOLS)}")
-        if p == "ucx" and args.device == "cpu":
-            parser.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
+    args.protocols = choices(parser, "--protocols", args.protocols, PROTOCOLS)
+    args.methods = choices(parser, "--methods", args.methods, METHODS)
+    if "ucx" in args.protocols and args.device == "cpu":
+        parser.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
     if args.partitions_per_worker < 1:
         parser.error("--partitions-per-worker must be at least 1")
     results = run(args)

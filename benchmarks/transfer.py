@@ -46,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402  (benchmarks/peer.py: the raw copies)
+from mortgage import choices  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -446,14 +447,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
     args = parser.parse_args(argv)
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
-    args.protocols = [p for p in args.protocols.split(",") if p]
-    args.kinds = [k for k in args.kinds.split(",") if k]
-    for p in args.protocols:
-        if p not in PROTOCOLS:
-            parser.error(f"--protocols: {p!r} is not one of {', '.join(PROTOCOLS)}")
-    for k in args.kinds:
-        if k not in KINDS:
-            parser.error(f"--kinds: {k!r} is not one of {', '.join(KINDS)}")
+    args.protocols = choices(parser, "--protocols", args.protocols, PROTOCOLS)
+    args.kinds = choices(parser, "--kinds", args.kinds, KINDS)
     results = run(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from mortgage import command_line, machine, machine_name, say, write_results  # noqa: E402
+from mortgage import choices, command_line, machine, machine_name, say, write_results  # noqa: E402
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
 FEATURES = 45
@@ -100,10 +100,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
-    policies = [p.strip() for p in args.policies.split(",")]
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown or min(workers) < 1:
-        parser.error(f"policies must be among {', '.join(POLICIES)} and workers at least 1")
+    policies = choices(parser, "--policies", args.policies, POLICIES)
+    if min(workers) < 1:
+        parser.error("--workers: each count must be at least 1")
     info = machine()
     results = [run(n, policy, args) for policy in policies for n in workers]
     command = command_line(__file__, argv)

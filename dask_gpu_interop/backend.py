@@ -14,6 +14,11 @@ from . import device as device_mod
 DEVICES = ("auto", "gpu", "cpu")
 
 
+def array_module(values):
+    """NumPy or CuPy, whichever holds ``values``."""
+    return importlib.import_module(type(values).__module__.split(".")[0])
+
+
 @dataclass(frozen=True)
 class Backend:
     device: str  # "gpu" or "cpu"

@@ -11,8 +11,7 @@ minimum gives, for every row, the month of the loan's next "bad" row, in one pas
 
 from __future__ import annotations
 
-import sys
-
+from ...backend import array_module
 from . import schema
 from .stages import stage
 
@@ -112,7 +111,7 @@ def feature_table(perf, acq):
     """
     with stage("rows"):
         at = _acquisition_rows(perf["loan_id"], acq)
-    xp = _array_module(at)
+    xp = array_module(at)
     out = {}
     with stage("performance columns"):
         for name in schema.FEATURES:
@@ -172,11 +171,6 @@ def _feature_kernel():
     return _KERNEL
 
 
-def _array_module(values):
-    """NumPy or CuPy, whichever holds ``values``."""
-    return sys.modules[type(values).__module__.split(".")[0]]
-
-
 def filled(column, value):
     """``column`` with its nulls as ``value`` (NaN stays NaN). On cuDF it goes straight to
     libcudf: cuDF's fillna first proves that the value fits the column, with reductions and
@@ -208,7 +202,7 @@ def _acquisition_rows(loan_id, acq):
     """For each performance row, the row of its loan in ``acq``; ``len(acq)`` for none (the
     first of equal ids when an id repeats)."""
     keys = _ids(loan_id, -1)
-    xp = _array_module(keys)
+    xp = array_module(keys)
     ids = _ids(acq["loan_id"], -2)
     if len(ids) == 0:
         return xp.zeros(len(keys), dtype=xp.int64)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from ...backend import Backend
+from ...backend import Backend, array_module
 from . import lines, schema
 from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS, Table
 from .stages import stage
@@ -501,7 +500,7 @@ def line_cuts(data, part_bytes: int | None) -> list[int]:
 
 def _next_line(data, offset: int, window: int = 1 << 16) -> int:
     """The offset just past the first newline at or after ``offset`` (``len(data)``: none)."""
-    xp = sys.modules[type(data).__module__.split(".")[0]]
+    xp = array_module(data)
     while offset < len(data):
         found = xp.flatnonzero(data[offset:offset + window] == ord("\n"))
         if found.size:
