@@ -117,27 +117,35 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def parser_variants(the_plan, repeats: int) -> dict:
-    """libcudf parsing the chunk's numbers: from the pinned host copy in parts (what the ETL
-    does, so that the device copy can be freed first), at once, and from a device copy;
-    against cuDF's own read_csv of every column from host bytes, and the copy alone."""
+    """The chunk's numbers parsed: by the reader's own kernel from the device copy (what the
+    ETL does), and by libcudf from the pinned host copy in parts (the ETL's way for number
+    forms the kernel leaves to it), at once, and from a device copy; against cuDF's own
+    read_csv of every column from host bytes, and the copy alone."""
     import cupy
 
     from dask_gpu_interop.backend import Backend
-    from dask_gpu_interop.pipelines.mortgage import read, schema
+    from dask_gpu_interop.pipelines.mortgage import lines, number_fields, read, schema
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
     host, _ = chunk.read(read.pinned_bytes)
     raw = cupy.asarray(host)
+    layout = lines.of(raw, cupy)
     numbers = [c.name for c in schema.PERFORMANCE.columns if c.kind in (schema.ID, schema.NUMBER)]
+    if number_fields.parse(raw, layout.starts, layout.ends, schema.PERFORMANCE, numbers) is None:
+        raise SystemExit("the chunk has numbers the kernel leaves to libcudf: no comparison")
     part = read.parse_part_bytes(len(host))
     return {
         "copy to device": _median_seconds(lambda: cupy.asarray(host), repeats),
-        f"numbers from pinned host memory, {len(read.line_cuts(host, part)) - 1} parts (the "
-        "ETL)": _median_seconds(lambda: read.parse_device(host, schema.PERFORMANCE, numbers,
-                                                          part_bytes=part), repeats),
-        "numbers from pinned host memory, at once": _median_seconds(
+        "numbers by the reader's kernel, from the device copy (the ETL)": _median_seconds(
+            lambda: number_fields.parse(raw, layout.starts, layout.ends, schema.PERFORMANCE,
+                                        numbers), repeats),
+        f"numbers by libcudf from pinned host memory, {len(read.line_cuts(host, part)) - 1} "
+        "parts (the ETL's fallback)": _median_seconds(
+            lambda: read.parse_device(host, schema.PERFORMANCE, numbers, part_bytes=part),
+            repeats),
+        "numbers by libcudf from pinned host memory, at once": _median_seconds(
             lambda: read.parse_device(host, schema.PERFORMANCE, numbers), repeats),
-        "numbers from a device copy, at once": _median_seconds(
+        "numbers by libcudf from a device copy, at once": _median_seconds(
             lambda: read.parse_device(raw, schema.PERFORMANCE, numbers), repeats),
         "cudf.read_csv of host bytes, every column": _median_seconds(
             lambda: read.parse_host(bytes(host), schema.PERFORMANCE, Backend("gpu")), repeats),

@@ -182,3 +182,15 @@ def test_stage_totals_average_the_workers_and_count_the_time_outside_stages():
     assert mortgage.stage_totals({"etl_seconds": 1.0}) == {}
     table = "\n".join(mortgage.stage_lines([run]))
     assert "| &nbsp;&nbsp;parse | 4.00 |" in table
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--gpu-threads", "0"], "--gpu-threads 0: give 1 or more"),
+    (["--configs", "gpu1-pool,tpu"], "unknown configurations"),
+])
+def test_the_mortgage_benchmark_refuses_bad_options_before_anything_starts(argv, error, capsys,
+                                                                           tmp_path):
+    with pytest.raises(SystemExit):
+        mortgage.main([*argv, "--data", str(tmp_path / "none"), "--out", str(tmp_path)])
+    assert error in capsys.readouterr().err
+    assert not os.listdir(tmp_path)  # no dataset, no results

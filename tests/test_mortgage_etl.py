@@ -297,11 +297,17 @@ def test_text_columns_coded_from_field_hashes_equal_the_parsed_strings():
         got = read._coded(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, col, np,
                           None, {})
         np.testing.assert_array_equal(got, want[col.name], col.name)
-    every = read._coded_all(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
-                            None, {})
+    every = _coded_all(raw, layout, text)
     assert list(every) == [c.name for c in text]
     for col in text:
         np.testing.assert_array_equal(every[col.name], want[col.name], col.name)
+
+
+def _coded_all(raw, layout, text):
+    """The GPU reader's text coding, both steps, run with NumPy."""
+    codes = read._text_codes(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
+                             None, {})
+    return read._text_columns(codes, raw, schema.PERFORMANCE, text, np, None, {})
 
 
 @needs_sample
@@ -311,17 +317,35 @@ def test_text_coding_falls_back_to_sorting_when_a_field_has_too_many_texts(monke
     raw = np.fromfile(SAMPLE_PERF, dtype=np.uint8)
     layout = lines.of(raw, np)
     text = [c for c in schema.PERFORMANCE.columns if c.kind not in (schema.ID, schema.NUMBER)]
-    want = read._coded_all(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
-                           None, {})
+    want = _coded_all(raw, layout, text)
     monkeypatch.setattr(lines, "SLOTS", 2)  # the reporting periods alone need more
     calls = []
     sort_each = read._coded
     monkeypatch.setattr(read, "_coded", lambda *a: calls.append(a[5].name) or sort_each(*a))
-    got = read._coded_all(raw, raw, layout.starts, layout.ends, schema.PERFORMANCE, text, np,
-                          None, {})
+    got = _coded_all(raw, layout, text)
     assert calls == [c.name for c in text]
     for col in text:
         np.testing.assert_array_equal(got[col.name], want[col.name], col.name)
+
+
+def test_number_fields_take_number_columns_in_table_order_and_size_libcudf_masks():
+    """The GPU number parser's arguments, checked on the host before any kernel runs; its null
+    masks are libcudf's size: a bit per row, padded to 64 bytes."""
+    from dask_gpu_interop.pipelines.mortgage import number_fields
+
+    numeric = schema.PERFORMANCE.of_kind(schema.ID, schema.NUMBER)
+    fields, integers = number_fields.fields_of(schema.PERFORMANCE, numeric)
+    assert fields == [schema.PERFORMANCE.names.index(n) for n in numeric]
+    assert integers == [1] + [0] * (len(numeric) - 1)  # loan_id alone is an integer
+    with pytest.raises(ValueError, match="servicer.*not number columns"):
+        number_fields.fields_of(schema.PERFORMANCE, ["loan_id", "servicer"])
+    with pytest.raises(ValueError, match="table's order"):
+        number_fields.fields_of(schema.PERFORMANCE, ["current_actual_upb", "loan_id"])
+    many = schema.Table("wide", tuple(schema.Column(f"n{i}", schema.NUMBER) for i in range(33)))
+    with pytest.raises(ValueError, match="at most 32"):
+        number_fields.fields_of(many, many.names)
+    assert [number_fields.mask_bytes(n) for n in (0, 1, 512, 513, 10_000)] == [0, 64, 64, 128,
+                                                                                1280]
 
 
 def test_line_cuts_fall_on_line_starts_and_cover_the_chunk():

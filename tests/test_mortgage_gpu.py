@@ -319,3 +319,67 @@ def test_numbers_parsed_from_pinned_host_memory_in_parts_equal_the_device_parse(
     got = read.parse_device(pinned, schema.PERFORMANCE, numeric, part_bytes=part)
     pd.testing.assert_frame_equal(got.to_pandas(), want)
     assert len(want) == data.count(b"\n")
+
+
+_NUMBERS = schema.Table("numbers", (
+    schema.Column("id", schema.ID), schema.Column("rate", schema.NUMBER),
+    schema.Column("flag", schema.CATEGORY), schema.Column("amount", schema.NUMBER),
+))
+
+
+def _numbers_parsed(text: bytes):
+    import cupy
+
+    from dask_gpu_interop.pipelines.mortgage import lines, number_fields
+
+    raw = np.frombuffer(text, dtype=np.uint8)
+    layout = lines.of(raw, np)
+    return number_fields.parse(cupy.asarray(raw), cupy.asarray(layout.starts),
+                               cupy.asarray(layout.ends), _NUMBERS, ["id", "rate", "amount"])
+
+
+def test_the_number_kernel_gives_pythons_exact_values_and_nulls_for_blanks():
+    """Every plain decimal form (signs, leading zeros, a bare point, up to 2**53 units and 22
+    decimals) parses to the correctly rounded double Python's float() gives; blank is null."""
+    rng = np.random.default_rng(11)
+    n = 300_000
+    ids = rng.integers(0, 10**18, n)
+    forms = ["{:.0f}", "{:.1f}", "{:.2f}", "{:.3f}", "{:.6f}", "{:.9f}", "-{:.2f}", "00{:.4f}"]
+    values = rng.lognormal(3, 4, n) % 9e6
+    special = ["", ".5", "7.", "-0", "+3.25", "0.000", "9007199254740992", "-.0625",
+               "0.0000000000000000000001", "123456789.123456"]
+    rate = [forms[k].format(v) for k, v in zip(rng.integers(0, len(forms), n), values,
+                                                strict=True)]
+    rate[:len(special)] = special
+    amount = ["" if k % 7 else f"{v:.2f}" for k, v in enumerate(values[::-1])]
+    text = "".join(f"{i}|{r}|Y|{a}\n" for i, r, a in zip(ids.tolist(), rate, amount, strict=True))
+    got = _numbers_parsed(text.encode()).to_pandas()
+    assert got["id"].dtype == np.int64 and got["id"].tolist() == ids.tolist()
+    for name, texts in (("rate", rate), ("amount", amount)):
+        want = np.array([float(t) if t else np.nan for t in texts])
+        assert got[name].isna().tolist() == np.isnan(want).tolist(), name
+        np.testing.assert_array_equal(got[name].to_numpy(dtype=float, na_value=np.nan), want,
+                                      name)
+    assert np.signbit(got["rate"][3])  # "-0"
+
+
+@pytest.mark.parametrize("number", ["1e5", " 7", "inf", "1.2.3", "12345678901234567890",
+                                    "9007199254740993", "0.00000000000000000000001", "-", "."])
+def test_the_number_kernel_leaves_other_forms_to_libcudf(number):
+    assert _numbers_parsed(f"1|2.5|Y|3\n2|{number}|N|4\n".encode()) is None
+
+
+def test_a_chunk_with_exponents_is_parsed_by_libcudf_and_reads_as_on_the_cpu(dataset, tmp_path):
+    """A number form the kernel leaves to libcudf: the chunk still reads as pandas reads it."""
+    from dask_gpu_interop.backend import Backend
+
+    perf = dataset[0][0]
+    lines_ = open(perf, "rb").read().splitlines(keepends=True)
+    fields = lines_[1].split(b"|")
+    fields[3] = b"%.3e" % float(fields[3])  # interest rate, as 6.125e+00
+    lines_[1] = b"|".join(fields)
+    path = tmp_path / "Performance_2006Q1.txt"
+    path.write_bytes(b"".join(lines_))
+    want = read.read_table(read.Source(str(path)), schema.PERFORMANCE, Backend("cpu")).frame
+    got = read.read_table(read.Source(str(path)), schema.PERFORMANCE, Backend("gpu")).frame
+    pd.testing.assert_frame_equal(got.to_pandas(), want, check_dtype=False)

@@ -78,7 +78,7 @@ extern "C" __global__ void field_slots(const unsigned char* raw, const long long
                                        const long long* ends, const long long lines,
                                        const int* fields, const int nfields, const int slots,
                                        unsigned long long* keys, unsigned long long* first,
-                                       unsigned long long* blank, int* codes, int* full) {
+                                       unsigned long long* blank, short* codes, int* full) {
     long long i = (long long)blockDim.x * blockIdx.x + threadIdx.x;
     if (i >= lines) return;
     long long k = starts[i];
@@ -97,7 +97,7 @@ extern "C" __global__ void field_slots(const unsigned char* raw, const long long
             }
         }
         if (n == 0) {
-            codes[(long long)j * lines + i] = slots;
+            codes[(long long)j * lines + i] = (short)slots;
             if (((volatile unsigned long long*)blank)[j] == 0ULL) atomicExch(&blank[j], 1ULL);
             continue;
         }
@@ -118,7 +118,7 @@ extern "C" __global__ void field_slots(const unsigned char* raw, const long long
             s = (s + 1u) & (unsigned int)(slots - 1);
         }
         if (code < 0) atomicExch(full, 1);
-        codes[(long long)j * lines + i] = code;
+        codes[(long long)j * lines + i] = (short)code;
     }
 }
 """
@@ -255,13 +255,14 @@ def _field_hashes_numpy(raw, starts, ends, field: int):
 
 
 SLOTS = 4096  # distinct texts a field may have in a chunk before the sort-based way is used
+MAX_SLOTS = 1 << 14  # a line's slot, or ``slots`` for a blank field, is an int16
 
 
 @dataclass
 class FieldSlots:
     """The distinct texts of some fields of a chunk, found in one pass over the lines.
 
-    ``codes[j, i]``: line i's slot in field j's table (``slots``: the field is blank). Host
+    ``codes[j, i]``: line i's slot in field j's table (``slots``: the field is blank), int16. Host
     arrays per field and slot: ``hashes`` (0: an empty slot), and the ``starts``/``ends`` of
     the first line whose field has that text. ``blank[j]``: some line leaves field j blank.
     ``full``: a table ran out of slots, and the codes are not to be used.
@@ -283,8 +284,8 @@ def field_slots(raw, starts, ends, fields: list[int], xp, slots: int = SLOTS) ->
     result comes to the host in one copy. With NumPy the same result comes from sorting each
     field's hashes (the reference for tests).
     """
-    if slots & (slots - 1):
-        raise ValueError(f"slots={slots}: must be a power of two")
+    if slots & (slots - 1) or not 0 < slots <= MAX_SLOTS:
+        raise ValueError(f"slots={slots}: must be a power of two, at most {MAX_SLOTS}")
     if list(fields) != sorted(set(fields)):
         raise ValueError(f"fields={fields}: must be ascending, without repeats")
     lines = int(starts.size)
@@ -294,7 +295,7 @@ def field_slots(raw, starts, ends, fields: list[int], xp, slots: int = SLOTS) ->
     keys = xp.zeros((nfields, slots), dtype=xp.uint64)
     first = xp.full((nfields, slots), np.iinfo(np.uint64).max, dtype=xp.uint64)
     blank = xp.zeros(nfields, dtype=xp.uint64)
-    codes = xp.empty((nfields, lines), dtype=xp.int32)
+    codes = xp.empty((nfields, lines), dtype=xp.int16)
     full = xp.zeros(1, dtype=xp.int32)
     if lines and nfields:
         threads = 256
@@ -318,7 +319,7 @@ def field_slots(raw, starts, ends, fields: list[int], xp, slots: int = SLOTS) ->
 
 def _field_slots_numpy(raw, starts, ends, fields, slots) -> FieldSlots:
     nfields, lines = len(fields), int(starts.size)
-    codes = np.empty((nfields, lines), dtype=np.int32)
+    codes = np.empty((nfields, lines), dtype=np.int16)
     hashes = np.zeros((nfields, slots), dtype=np.uint64)
     first_starts = np.zeros((nfields, slots), dtype=np.int64)
     first_ends = np.zeros((nfields, slots), dtype=np.int64)

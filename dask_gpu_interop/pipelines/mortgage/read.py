@@ -13,7 +13,7 @@ which file and line.
 Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
 string is checked and converted once on the host, and the codes are mapped through a small
 lookup table. On the CPU they come from pyarrow's dictionary-encoded columns; on the GPU
-they are found from a hash of each field, without building string columns (``_coded_all``).
+they are found from a hash of each field, without building string columns (``_text_codes``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from itertools import pairwise
 import numpy as np
 
 from ...backend import Backend, array_module
-from . import lines, schema
+from . import lines, number_fields, schema
 from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS, Table
 from .stages import stage
 
@@ -281,12 +281,12 @@ def empty_frame(table: Table, backend: Backend):
 def _fast(data, table: Table, backend: Backend, names: dict | None):
     """The typed frame of a clean chunk; raises _Unclean when any check fails.
 
-    On the GPU the checks and the text coding read the chunk's device copy; libcudf parses
-    only the numbers, from the pinned host copy, after the device copy is freed. A text column
+    On the GPU the checks, the numbers (``number_fields``) and the text coding read the chunk's
+    device copy. A text column
     (dates, statuses, codes) would be held as strings plus per-field bookkeeping, several
     times the text itself, only to be turned into small integers. Instead each text field is
     hashed in place, and each distinct text is converted once, from one line that has it
-    (``_coded_all``).
+    (``_text_codes``).
     """
     xp = backend.xp
     if not isinstance(data, np.ndarray):
@@ -315,16 +315,24 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     memo: dict = {}
     try:
         if backend.is_gpu:
-            # Text first, then the chunk's device copy is freed and libcudf parses the numbers
-            # from the pinned host copy, a part at a time: the device copy, libcudf's own copy
-            # of its input and the numbers (1.7x the chunk as float64) are never alive at once
-            # (parsing the device copy first peaked at 3.9x the chunk)
-            with stage("code text"):
-                converted = _coded_all(raw, data, starts, ends, table, text, xp, names, memo)
-            del raw, starts, ends
+            # Numbers, then text, from the chunk's device copy, which is freed before the text
+            # codes become values: the copy, the numbers (1.7x the chunk as 8-byte values)
+            # and the codes are alive at once, about 3x the chunk. A number in a form the
+            # kernel leaves to libcudf: libcudf parses the pinned host copy a part at a time
+            # after the device copy is freed (its own copy of its input is then a part).
+            numbers = [c.name for c in numeric]
             with stage("parse numbers"):
-                frame = parse_device(_pinned_copy(data), table, [c.name for c in numeric],
-                                     part_bytes=parse_part_bytes(len(data)))
+                frame = number_fields.parse(raw, starts, ends, table, numbers)
+            with stage("code text"):
+                codes = _text_codes(raw, data, starts, ends, table, text, xp, names, memo)
+            del raw, starts, ends
+            with stage("code text"):
+                converted = _text_columns(codes, data, table, text, xp, names, memo)
+            del codes
+            if frame is None:
+                with stage("parse numbers (libcudf)"):
+                    frame = parse_device(_pinned_copy(data), table, numbers,
+                                         part_bytes=parse_part_bytes(len(data)))
         else:
             with stage("parse"):
                 frame = parse_host(data, table, backend)
@@ -347,14 +355,26 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     return frame
 
 
-def _coded_all(raw, data, starts, ends, table: Table, text: list, xp, names, memo) -> dict:
-    """The ``text`` columns of the chunk as numbers, from the bytes on the device: every line's
-    text fields coded by their distinct texts in one pass (``lines.field_slots``), and each
-    distinct text converted once, from the first line that has it."""
+def _text_codes(raw, data, starts, ends, table: Table, text: list, xp, names, memo):
+    """Coding the ``text`` columns of a chunk from its bytes on the device, the part that reads
+    them: every line's slot in its field's table of distinct texts (``lines.field_slots``,
+    one pass), or, when a field has more distinct texts than a table holds, the columns
+    already coded by sorting each one's hashes (a dict, see ``_coded``)."""
     fields = [table.columns.index(c) for c in text]
     found = lines.field_slots(raw, starts, ends, fields, xp, lines.SLOTS)
-    if found.full:  # more distinct texts than a table holds: each column's hashes sorted
+    if found.full:
         return {c.name: _coded(raw, data, starts, ends, table, c, xp, names, memo) for c in text}
+    return found
+
+
+def _text_columns(codes, data, table: Table, text: list, xp, names, memo) -> dict:
+    """The ``text`` columns as numbers from ``_text_codes`` (the device copy may be gone by
+    now): each distinct text converted once, from the first line that has it in ``data``,
+    the host copy, and mapped through its slots."""
+    if isinstance(codes, dict):
+        return codes
+    found = codes
+    fields = [table.columns.index(c) for c in text]
     out = {}
     for j, (col, number) in enumerate(zip(text, fields, strict=True)):
         used = np.flatnonzero(found.hashes[j])
