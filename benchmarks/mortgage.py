@@ -218,13 +218,15 @@ def cluster_for(config: str, args):
         if config.endswith("-async"):
             memory = {"async_alloc": True}
         with cluster_client(device="gpu", n_workers=gpus, protocol=args.protocol,
-                            memory=memory) as (client, device):
+                            memory=memory, threads_per_worker=args.gpu_threads) as (client,
+                                                                                    device):
             yield client, device
         return
     from dask_cuda import LocalCUDACluster
     from distributed import Client
 
-    with LocalCUDACluster(n_workers=gpus, threads_per_worker=1, protocol=args.protocol,
+    with LocalCUDACluster(n_workers=gpus, threads_per_worker=args.gpu_threads,
+                          protocol=args.protocol,
                           dashboard_address=None) as cluster, Client(cluster) as client:
         resources = client.run(_plain_cuda_on_worker)
         say(f"  no plugin: {sorted(set(resources.values()))} on every worker, CuPy through RMM")
@@ -405,7 +407,8 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
         + (f", years {data['years']}, {data['loans_per_quarter']:,} loans per quarter, "
            f"generated in {data['generate_seconds']:.0f} s" if data.get("generated") else "")
         + f"); chunks of at most {_partition_sizes(args, results)}; {args.rounds} boosting "
-        f"rounds{_params_text(args)}; protocol {args.protocol}",
+        f"rounds{_params_text(args)}; protocol {args.protocol}; {args.gpu_threads} thread(s) "
+        "per GPU worker",
         "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
         "ETL = read + features + label + join + last mile, persisted in worker memory",
         "",
@@ -587,6 +590,9 @@ def main(argv=None) -> int:
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
     parser.add_argument("--pool-size", default=None, help="the plugin's RMM pool (e.g. 0.5)")
     parser.add_argument("--maximum-pool-size", default=None)
+    parser.add_argument("--gpu-threads", type=int, default=1,
+                        help="threads per GPU worker (2: one chunk's file read overlaps "
+                             "another's GPU work, at twice the chunks in device memory)")
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
     parser.add_argument("--stages", action="store_true",
@@ -606,6 +612,8 @@ def main(argv=None) -> int:
                      "or gpuN-pool / gpuN-cudamalloc for N GPUs")
     if args.partition_size is not None:
         parse_bytes(args.partition_size)  # fails early on a bad size
+    if args.gpu_threads < 1:
+        parser.error(f"--gpu-threads {args.gpu_threads}: give 1 or more")
     from dask_gpu_interop.pipelines.mortgage.train import parse_params
 
     try:
