@@ -69,6 +69,8 @@ def performance_features(perf):
 def _per_loan(work, status, run) -> dict:
     """ever_* and delinquency_* of every row: one group-by over the loans, then each loan's
     values gathered to its rows (``run``: the loan's place among the chunk's sorted loans)."""
+    if type(work).__module__.startswith("cudf"):
+        return _per_loan_on_device(work, status, run)
     months = {f"_m{name}": work[PERIOD].where(status >= threshold)
               for name, threshold in schema.THRESHOLDS.items()}
     frame = work[["loan_id"]].assign(_worst=status, **months)
@@ -81,6 +83,31 @@ def _per_loan(work, status, run) -> dict:
     for name in schema.THRESHOLDS:
         out[f"delinquency_{name}"] = loans[f"_m{name}"].astype("float32")
     return {name: values.take(run).reset_index(drop=True) for name, values in out.items()}
+
+
+def _per_loan_on_device(work, status, run) -> dict:
+    """``_per_loan`` on cuDF frames with CuPy: each loan's worst status and first month at
+    each threshold by atomic max/min into one slot per loan (``run``), gathered back to the
+    rows: the loans already have their slots, so nothing is sorted or hashed."""
+    import cudf
+    import cupy
+
+    loans = int(run[-1]) + 1 if len(run) else 0
+    status = filled(status, schema.MISSING).values.astype(cupy.int32, copy=False)
+    month = work[PERIOD].values.astype(cupy.int32, copy=False)
+    worst = cupy.full(loans, cupy.iinfo(cupy.int32).min, dtype=cupy.int32)
+    cupy.maximum.at(worst, run, status)
+    worst = worst[run]
+    out = {f"ever_{name}": (worst >= threshold).astype(cupy.int8)
+           for name, threshold in schema.THRESHOLDS.items()}
+    never = cupy.iinfo(cupy.int32).max
+    for name, threshold in schema.THRESHOLDS.items():
+        first = cupy.full(loans, never, dtype=cupy.int32)
+        cupy.minimum.at(first, run, cupy.where(status >= threshold, month, never))
+        first = first[run]
+        months = cupy.where(first == never, cupy.nan, first.astype(cupy.float32))
+        out[f"delinquency_{name}"] = cudf.Series(months, nan_as_null=True)  # as the group-by's
+    return out
 
 
 def join_acquisition(perf, acq):
@@ -114,16 +141,20 @@ def feature_table(perf, acq):
     xp = array_module(at)
     out = {}
     with stage("performance columns"):
-        for name in schema.FEATURES:
-            if name in perf.columns:
-                column = perf.pop(name)
-                out[name] = _clean_into(column, xp.empty(len(column), dtype=xp.float32))
+        names = [name for name in schema.FEATURES if name in perf.columns]
+        for start in range(0, len(names), CLEAN_GROUP):
+            group = names[start:start + CLEAN_GROUP]
+            columns = [perf.pop(name) for name in group]
+            outs = [xp.empty(len(perf), dtype=xp.float32) for _ in group]
+            _clean_columns(columns, outs)
+            del columns
+            out.update(zip(group, outs, strict=True))
         label = perf.pop(schema.LABEL).astype("int32").values
     with stage("acquisition columns"):
         names = [name for name in schema.FEATURES if name not in out]
         block = xp.empty((len(names), len(acq) + 1), dtype=xp.float32)
-        for i, name in enumerate(names):
-            _clean_into(acq[name], block[i, : len(acq)])
+        _clean_columns([acq[name] for name in names], [block[i, : len(acq)]
+                                                        for i in range(len(names))])
         block[:, len(acq)] = schema.MISSING  # the row of loans without an acquisition row
         gathered = xp.take(block, at, axis=1)  # C order: each feature's row is contiguous
         del block
@@ -137,13 +168,24 @@ def feature_table(perf, acq):
     return type(perf)(out)
 
 
+# Performance columns cleaned per kernel launch: their float32 copies are made a few at a time,
+# each group's columns freed after it, so the table never holds all inputs and outputs at once.
+CLEAN_GROUP = 8
+
+
+def _clean_columns(columns: list, outs: list) -> None:
+    """Write each feature column into its float32 array of ``outs``, missing (null or NaN) as
+    -1. On the GPU one kernel does a whole group, reading each column's values and null mask
+    where they lie: a kernel, a fill and cuDF's checks per column cost about 1 ms each."""
+    if outs and type(outs[0]).__module__.startswith("cupy"):
+        _clean_on_device(columns, outs)
+        return
+    for column, out in zip(columns, outs, strict=True):
+        _clean_into(column, out)
+
+
 def _clean_into(column, out):
-    """Write one feature column into the float32 array ``out``, missing (null or NaN) as -1;
-    return ``out``."""
-    if type(out).__module__.startswith("cupy"):
-        column = filled(column, schema.MISSING)
-        _feature_kernel()(column.values, out)  # the cast and NaN -> -1 in one pass
-        return out
+    """One column into the NumPy float32 array ``out``, missing (null or NaN) as -1."""
     import numpy as np
 
     if isinstance(column.dtype, np.dtype):
@@ -155,20 +197,78 @@ def _clean_into(column, out):
     return out
 
 
-_KERNEL = None
+# The column types the reader and the features make, as the kernel reads them.
+_DEVICE_TYPES = {"float64": (0, "double"), "float32": (1, "float"), "int64": (2, "long long"),
+                 "int32": (3, "int"), "int16": (4, "short"), "int8": (5, "signed char")}
+_CLEAN_SOURCE = r"""
+extern "C" __global__ void clean_features(
+        const unsigned long long* heads, const unsigned long long* masks,
+        const long long* offsets, const int* types, float* const* outs, const long long rows) {
+    const int c = blockIdx.y;
+    const unsigned long long head = heads[c];
+    const unsigned int* mask = (const unsigned int*)masks[c];
+    const long long offset = offsets[c];
+    const int type = types[c];
+    float* out = outs[c];
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long at = offset + i;
+        bool missing = mask != 0 && !((mask[at >> 5] >> (at & 31)) & 1u);
+        float y = 0.0f;
+        if (!missing) {
+            CASES
+        }
+        out[i] = missing ? MISSING_VALUE : y;
+    }
+}
+"""
 
 
-def _feature_kernel():
-    """CuPy kernel: any number to float32, NaN to MISSING (compiled once per dtype)."""
-    global _KERNEL
-    if _KERNEL is None:
+def _clean_kernel():
+    if "clean" not in _KERNELS:
         import cupy
 
-        _KERNEL = cupy.ElementwiseKernel(
-            "T x", "float32 y", f"y = (x != x) ? {float(schema.MISSING)}f : (float)x",
-            "mortgage_feature",
-        )  # fmt: skip
-    return _KERNEL
+        cases = "\n".join(
+            f"if (type == {code}) {{ const {ctype} x = (({ctype} const*)head)[at]; "
+            f"missing = x != x; y = (float)x; }}" for code, ctype in _DEVICE_TYPES.values())
+        source = _CLEAN_SOURCE.replace("CASES", cases).replace(
+            "MISSING_VALUE", f"{float(schema.MISSING)}f")
+        _KERNELS["clean"] = cupy.RawKernel(source, "clean_features")
+    return _KERNELS["clean"]
+
+
+def _clean_on_device(columns: list, outs: list) -> None:
+    import cupy
+    import numpy as np
+
+    rows = len(outs[0])
+    if any(len(column) != rows or len(out) != rows for column, out in zip(columns, outs,
+                                                                          strict=True)):
+        raise ValueError("every column and output must have the same length")
+    views, heads, masks, offsets, types = [], [], [], [], []
+    for column in columns:
+        if str(column.dtype) not in _DEVICE_TYPES:
+            raise TypeError(f"{column.name}: a {column.dtype} column is not a feature type "
+                            f"({', '.join(_DEVICE_TYPES)})")
+        view = column.to_pylibcudf()[0]
+        views.append(view)  # alive until the kernel is queued
+        mask = view.null_mask()
+        heads.append(view.data().ptr if rows else 0)
+        masks.append(mask.ptr if mask is not None and view.null_count() else 0)
+        offsets.append(view.offset())
+        types.append(_DEVICE_TYPES[str(column.dtype)][0])
+    if not rows or not columns:
+        return
+    threads = 256
+    blocks = min((rows + threads - 1) // threads, 4096)
+    _clean_kernel()(
+        (blocks, len(columns)), (threads,),
+        (cupy.asarray(heads, dtype=cupy.uint64), cupy.asarray(masks, dtype=cupy.uint64),
+         cupy.asarray(offsets, dtype=cupy.int64), cupy.asarray(types, dtype=cupy.int32),
+         cupy.asarray([out.data.ptr for out in outs], dtype=cupy.uint64), np.int64(rows)))
+
+
+_KERNELS: dict = {}
 
 
 def filled(column, value):
