@@ -1,9 +1,9 @@
 """Reading the pipe-delimited files into typed frames, with every bad row found and reported.
 
-The fast path parses a whole chunk with a CSV reader (libcudf, or pyarrow for pandas frames)
-and proves the chunk clean: on the GPU with vectorized checks (CuPy,
-see ``lines.py``) that every line has the right number of fields and no number failed to parse
-(cuDF reads either as nulls); pyarrow refuses both itself. Then the required fields must be
+The fast path parses a whole chunk at once (on the GPU with the reader's own kernels, see
+``lines.py`` and ``number_fields.py``, with libcudf for number forms those leave to it; on the
+CPU with pyarrow) and proves the chunk clean: on the GPU with vectorized checks that every line
+has the right number of fields and no number failed to parse; pyarrow refuses both itself. Then the required fields must be
 there and every date, status and code valid. Only when a check
 fails does the slow path look at the chunk line by line, in Python, to say which lines are bad
 and why; the policy then raises (``error``), or drops them with a warning (``warn``) or
