@@ -416,3 +416,24 @@ def test_one_kernel_cleans_a_group_of_columns_as_numpy_does_nulls_nan_and_offset
     with pytest.raises(TypeError, match="flag: a bool column is not a feature type"):
         features._clean_columns([cudf.Series([True, False], name="flag")],
                                 [cupy.empty(2, dtype=cupy.float32)])
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 16_383, 16_384, 16_385, 3_000_017])
+def test_the_newline_kernel_finds_what_numpy_finds(size):
+    """Every newline, in order, whatever the size against the kernel's 64-byte pieces and
+    16 KiB blocks; bytes next to a newline's value (0x0b, 0x8a, 0x09) are not newlines; a view
+    that starts off a 16-byte boundary takes CuPy's way."""
+    import cupy
+
+    from dask_gpu_interop.pipelines.mortgage import lines
+
+    rng = np.random.default_rng(size)
+    raw = rng.choice(np.array([0x0A, 0x0B, 0x8A, 0x09, 0x00, ord("7")], dtype=np.uint8), size,
+                     p=[0.05, 0.1, 0.1, 0.1, 0.05, 0.6])
+    want = np.flatnonzero(raw == 0x0A)
+    got = lines.newlines(cupy.asarray(raw), cupy)
+    assert got.dtype == cupy.int64
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)
+    shifted = cupy.asarray(raw)[3:]
+    np.testing.assert_array_equal(cupy.asnumpy(lines.newlines(shifted, cupy)),
+                                  np.flatnonzero(raw[3:] == 0x0A))

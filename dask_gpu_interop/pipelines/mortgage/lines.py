@@ -122,7 +122,78 @@ extern "C" __global__ void field_slots(const unsigned char* raw, const long long
     }
 }
 """
-_SOURCES = {"line_shape": _KERNEL, "field_hash": _HASH_KERNEL, "field_slots": _SLOTS_KERNEL}
+# Where the newlines are, in two passes over the bytes: each block counts the newlines of its
+# segment, the counts are summed into each block's first output slot, and each block writes its
+# newlines' offsets in order (a thread takes 64 bytes; a scan over the block's threads places
+# them). CuPy's flatnonzero builds a mask and a running count the size of the chunk instead:
+# 7.3 ms for 0.55 GiB on an H200.
+_NEWLINES_KERNEL = r"""
+#define PIECE 64
+__device__ int piece_newlines(const unsigned char* raw, long long size, long long from,
+                              unsigned long long* words) {
+    int count = 0;
+    if (from + PIECE <= size) {
+        const uint4* v = (const uint4*)(raw + from);
+        for (int q = 0; q < PIECE / 16; ++q) {
+            uint4 w = v[q];
+            words[2 * q] = ((unsigned long long)w.y << 32) | w.x;
+            words[2 * q + 1] = ((unsigned long long)w.w << 32) | w.z;
+        }
+    } else {
+        for (int q = 0; q < PIECE / 8; ++q) words[q] = 0ULL;
+        for (long long k = from; k < size; ++k)
+            words[(k - from) >> 3] |= (unsigned long long)raw[k] << (8 * ((k - from) & 7));
+    }
+    for (int q = 0; q < PIECE / 8; ++q) {  // bytes past the end are 0, not newlines
+        const unsigned long long x = words[q] ^ 0x0a0a0a0a0a0a0a0aULL;  // a newline byte -> 0
+        const unsigned long long low = 0x7f7f7f7f7f7f7f7fULL;
+        const unsigned long long zero = ~(((x & low) + low) | x | low);  // its top bit: byte 0
+        count += __popcll(zero);
+    }
+    return count;
+}
+
+__device__ int block_scan(int value, int* shared) {  // exclusive prefix sum over the block
+    const int t = threadIdx.x;
+    shared[t] = value;
+    __syncthreads();
+    for (int step = 1; step < blockDim.x; step <<= 1) {
+        const int add = t >= step ? shared[t - step] : 0;
+        __syncthreads();
+        shared[t] += add;
+        __syncthreads();
+    }
+    const int inclusive = shared[t];
+    __syncthreads();
+    return inclusive - value;
+}
+
+extern "C" __global__ void count_newlines(const unsigned char* raw, const long long size,
+                                          long long* counts) {
+    __shared__ int shared[256];
+    unsigned long long words[PIECE / 8];
+    const long long from = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * PIECE;
+    const int mine = from < size ? piece_newlines(raw, size, from, words) : 0;
+    const int before = block_scan(mine, shared);
+    if (threadIdx.x == blockDim.x - 1) counts[blockIdx.x] = before + mine;
+}
+
+extern "C" __global__ void write_newlines(const unsigned char* raw, const long long size,
+                                          const long long* offsets, long long* out) {
+    __shared__ int shared[256];
+    unsigned long long words[PIECE / 8];
+    const long long from = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * PIECE;
+    const int mine = from < size ? piece_newlines(raw, size, from, words) : 0;
+    long long at = offsets[blockIdx.x] + block_scan(mine, shared);
+    if (mine == 0) return;
+    const long long stop = from + PIECE < size ? from + PIECE : size;
+    for (long long k = from; k < stop; ++k) {
+        if (raw[k] == (unsigned char)'\n') out[at++] = k;
+    }
+}
+"""
+_SOURCES = {"line_shape": _KERNEL, "field_hash": _HASH_KERNEL, "field_slots": _SLOTS_KERNEL,
+            "count_newlines": _NEWLINES_KERNEL, "write_newlines": _NEWLINES_KERNEL}
 _compiled: dict = {}
 
 
@@ -167,11 +238,37 @@ class Lines:
         return [int(c) for c in xp.stack(counts).tolist()] if counts else []  # one transfer
 
 
+NEWLINE_THREADS = 256  # threads per block of the newline kernels (their scan's shared size)
+NEWLINE_PIECE = 64  # bytes per thread
+
+
+def newlines(raw, xp):
+    """Offsets of the newline bytes of ``raw`` (a uint8 array), ascending, as int64."""
+    if xp is np:
+        return np.flatnonzero(raw == NEWLINE).astype(np.int64)
+    size = int(raw.size)
+    if raw.data.ptr % 16:  # the kernel reads 16 bytes at a time, from aligned addresses
+        return xp.flatnonzero(raw == NEWLINE).astype(xp.int64)
+    per_block = NEWLINE_THREADS * NEWLINE_PIECE
+    blocks = -(-size // per_block)
+    if blocks == 0:
+        return xp.zeros(0, dtype=xp.int64)
+    counts = xp.empty(blocks, dtype=xp.int64)
+    _kernel("count_newlines")((blocks,), (NEWLINE_THREADS,), (raw, np.int64(size), counts))
+    offsets = xp.cumsum(counts) - counts
+    total = int(offsets[-1] + counts[-1])
+    out = xp.empty(total, dtype=xp.int64)
+    if total:
+        _kernel("write_newlines")((blocks,), (NEWLINE_THREADS,),
+                                  (raw, np.int64(size), offsets, out))
+    return out
+
+
 def _bounds(raw, xp):
     size = raw.size
-    newlines = xp.flatnonzero(raw == NEWLINE)
-    starts = xp.concatenate([xp.zeros(1, dtype=newlines.dtype), newlines + 1])
-    ends = xp.concatenate([newlines, xp.full(1, size, dtype=newlines.dtype)])
+    breaks = newlines(raw, xp)
+    starts = xp.concatenate([xp.zeros(1, dtype=breaks.dtype), breaks + 1])
+    ends = xp.concatenate([breaks, xp.full(1, size, dtype=breaks.dtype)])
     if size == 0 or int(starts[-1]) == size:  # the text ends with a newline
         starts, ends = starts[:-1], ends[:-1]
     if starts.size:
