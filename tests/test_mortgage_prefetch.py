@@ -4,6 +4,7 @@ process, or reads the file itself; the ETL's table is the same either way (on CP
 from __future__ import annotations
 
 import dask
+import numpy as np
 import pandas as pd
 import pytest
 from dask.sizeof import sizeof
@@ -71,6 +72,16 @@ def test_a_spare_buffer_is_reused_for_a_chunk_it_fits(dataset):
     (spare,) = prefetch._spare
     ticket = prefetch.read_ahead(small, "cpu")
     assert prefetch._held[ticket.token][2] is spare and not prefetch._spare
+
+
+def test_the_smallest_spare_that_fits_is_taken_among_several(dataset):
+    chunk = etl.plan(*dataset, partition_size="4KiB").chunks[0]
+    size = len(chunk.read()[0])
+    tiny, fits, huge = (np.empty(n, dtype=np.uint8) for n in (size // 2, size, size * 3))
+    prefetch._spare[:] = [tiny, fits, huge]
+    ticket = prefetch.read_ahead(chunk, "cpu")
+    assert prefetch._held[ticket.token][2] is fits
+    assert [b is tiny or b is huge for b in prefetch._spare] == [True, True]
 
 
 def test_the_etl_with_reads_ahead_gives_the_same_table(dataset):

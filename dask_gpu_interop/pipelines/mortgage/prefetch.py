@@ -66,11 +66,9 @@ def gpu_turn(device: str):
 def _buffer(nbytes: int, device: str) -> np.ndarray:
     """A spare buffer of at least ``nbytes`` (the smallest that fits), or a new one."""
     with _lock:
-        fits = [b for b in _spare if b.size >= nbytes]
-        if fits:
-            best = min(fits, key=lambda b: b.size)
-            _spare.remove(best)
-            return best
+        fits = [i for i, b in enumerate(_spare) if b.size >= nbytes]
+        if fits:  # by place: list.remove would compare arrays element by element
+            return _spare.pop(min(fits, key=lambda i: _spare[i].size))
     size = max(nbytes, 1) * 5 // 4  # room for the next chunk, a little larger
     if device != "gpu":
         return np.empty(size, dtype=np.uint8)
