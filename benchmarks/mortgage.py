@@ -590,10 +590,9 @@ def main(argv=None) -> int:
     parser.add_argument("--protocol", default="tcp", choices=("tcp", "ucx"))
     parser.add_argument("--pool-size", default=None, help="the plugin's RMM pool (e.g. 0.5)")
     parser.add_argument("--maximum-pool-size", default=None)
-    parser.add_argument("--gpu-threads", type=int, default=None,
-                        help="threads per GPU worker (default: the pipeline's, "
-                             "etl.GPU_THREADS: one reads the next chunk ahead while the other "
-                             "runs a chunk's GPU work)")
+    parser.add_argument("--gpu-threads", type=int, default=1,
+                        help="threads per GPU worker (2: one chunk's file read overlaps "
+                             "another's GPU work, at twice the chunks in device memory)")
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
     parser.add_argument("--stages", action="store_true",
@@ -613,12 +612,8 @@ def main(argv=None) -> int:
                      "or gpuN-pool / gpuN-cudamalloc for N GPUs")
     if args.partition_size is not None:
         parse_bytes(args.partition_size)  # fails early on a bad size
-    if args.gpu_threads is not None and args.gpu_threads < 1:
+    if args.gpu_threads < 1:
         parser.error(f"--gpu-threads {args.gpu_threads}: give 1 or more")
-    if args.gpu_threads is None:
-        from dask_gpu_interop.pipelines.mortgage.etl import GPU_THREADS
-
-        args.gpu_threads = GPU_THREADS
     from dask_gpu_interop.pipelines.mortgage.train import parse_params
 
     try:

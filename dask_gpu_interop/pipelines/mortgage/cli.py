@@ -149,8 +149,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     with contextlib.ExitStack() as stack:
         directory = data or workdir or stack.enter_context(
             tempfile.TemporaryDirectory(prefix="mortgage-"))
-        client, device = stack.enter_context(cluster_client(**_with_threads(cluster,
-                                                                              expected)))
+        client, device = stack.enter_context(cluster_client(**cluster))
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         if the_plan is not None and device != expected and partition_size is None:
             the_plan = _plan(*_dataset(data), device, None)  # the cluster's device's default
@@ -195,14 +194,6 @@ def _check_device(cluster: dict) -> str:
         return resolve_device(cluster.get("device", "auto"))
     except (RuntimeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _with_threads(cluster: dict, device: str) -> dict:
-    """``cluster`` with ``etl.GPU_THREADS`` threads per worker when it starts GPU workers (one
-    reads ahead while the other runs GPU work); a running cluster keeps its own."""
-    if device == "gpu" and not cluster.get("scheduler"):
-        return {**cluster, "threads_per_worker": etl_mod.GPU_THREADS}
-    return cluster
 
 
 def _plan(perf, acq, names, device, partition_size):
@@ -265,7 +256,7 @@ def etl(cluster, perf, acq, names, out, partition_size, bad_rows, overwrite):
         etl_mod.check_output(out, overwrite)
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
-    with cluster_client(**_with_threads(cluster, expected)) as (client, device):
+    with cluster_client(**cluster) as (client, device):
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         if device != expected and partition_size is None:
             the_plan = _plan(perf, acq, names, device, None)  # the cluster's device's default

@@ -26,7 +26,7 @@ import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 from ...backend import Backend
-from . import features, prefetch, read, schema
+from . import features, read, schema
 from .read import BadRow, Source
 from .stages import stage
 
@@ -37,9 +37,6 @@ from .stages import stage
 # took 5.06 s in 1 GiB chunks, 10.44 s in 256 MiB ones. CPU workers are one core each: smaller
 # chunks keep them all busy.
 PARTITION_SIZES = {"gpu": "1GiB", "cpu": "256MiB"}
-# Threads of a GPU worker that this package starts: one reads the next chunk ahead while the
-# other runs a chunk's GPU work (``prefetch``); CPU workers have one core and one thread each.
-GPU_THREADS = 2
 DEFAULT_PARTITION_SIZE = PARTITION_SIZES["cpu"]
 
 
@@ -176,7 +173,7 @@ def load_acquisitions(sources: list[Source], device: str, policy: str, names):
     """(acquisition frame, reports) of the files that one group of chunks joins."""
     backend = Backend(device)
     frames, reports = [], []
-    with prefetch.gpu_turn(device), stage("acquisitions"):
+    with stage("acquisitions"):
         for source in sources:
             result = read.read_table(source, schema.ACQUISITION, backend, policy, names)
             frames.append(result.frame)
@@ -190,23 +187,20 @@ def load_acquisitions(sources: list[Source], device: str, policy: str, names):
     return frame, reports
 
 
-def process_chunk(chunk: Source | prefetch.Ticket, acquisitions, device: str, policy: str,
-                  names, intermediate: bool = False, out: str | None = None, index: int = 0):
-    """Read, featurize, join and clean one chunk (a source, or a ticket of its bytes read
-    ahead): (frame or rows written, report)."""
+def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
+                  intermediate: bool = False, out: str | None = None, index: int = 0):
+    """Read, featurize, join and clean one chunk: (frame or rows written, report)."""
     backend = Backend(device)
-    with prefetch.take(chunk) as (source, data), prefetch.gpu_turn(device):
-        with stage("read"):
-            result = read.read_table(source, schema.PERFORMANCE, backend, policy, names, data)
-        frame, result.frame = result.frame, None  # the frame's columns are freed as used
-        del data
-        with stage("features"):
-            frame = features.performance_features(frame)
-        if intermediate:
-            frame = features.join_acquisition(frame, acquisitions[0])
-        else:
-            with stage("table"):
-                frame = features.feature_table(frame, acquisitions[0])
+    with stage("read"):
+        result = read.read_table(source, schema.PERFORMANCE, backend, policy, names)
+    frame, result.frame = result.frame, None  # the frame's columns are freed as they are used
+    with stage("features"):
+        frame = features.performance_features(frame)
+    if intermediate:
+        frame = features.join_acquisition(frame, acquisitions[0])
+    else:
+        with stage("table"):
+            frame = features.feature_table(frame, acquisitions[0])
     report = ChunkReport.of(source.path, result)
     if out is None:
         return frame, report
@@ -214,18 +208,12 @@ def process_chunk(chunk: Source | prefetch.Ticket, acquisitions, device: str, po
     return len(frame), report
 
 
-def _tasks(plan: Plan, device: str, policy: str, intermediate: bool, out: str | None = None,
-           read_ahead: bool | None = None):
-    """The delayed tasks: acquisitions per quarter, and per chunk its ETL, after a read-ahead
-    task on GPUs (``read_ahead``, default: on GPUs only)."""
-    read_ahead = device == "gpu" if read_ahead is None else read_ahead
+def _tasks(plan: Plan, device: str, policy: str, intermediate: bool, out: str | None = None):
     acq = {key: dask.delayed(load_acquisitions, pure=False, nout=2)(
         sources, device, policy, plan.names) for key, sources in plan.acquisitions.items()}
-    inputs = [dask.delayed(prefetch.read_ahead, pure=False)(chunk, device) if read_ahead
-              else chunk for chunk in plan.chunks]
     chunks = [dask.delayed(process_chunk, pure=False, nout=2)(
-        item, acq[plan.key(chunk)], device, policy, plan.names, intermediate, out, i)
-        for i, (chunk, item) in enumerate(zip(plan.chunks, inputs, strict=True))]
+        chunk, acq[plan.key(chunk)], device, policy, plan.names, intermediate, out, i)
+        for i, chunk in enumerate(plan.chunks)]
     return chunks, [a[1] for a in acq.values()]
 
 

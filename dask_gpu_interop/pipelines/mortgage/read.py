@@ -671,19 +671,16 @@ class ReadResult:
 
 
 def read_table(source: Source, table: Table, backend: Backend, policy: str = "error",
-               names: dict | None = None, data: tuple | None = None) -> ReadResult:
+               names: dict | None = None) -> ReadResult:
     """Read one chunk of a performance or acquisition file into a typed frame.
 
     Numbers are float64 (blank: NaN), dates month numbers (float32, blank: NaN), the reporting
     period an int32 month number, the status int32 (blank/unknown: -1), categorical fields
-    int16 codes (see ``schema.vocabulary``). ``data``: the chunk's ``(bytes, offset)`` when
-    they were read already (``Source.read``), else the file is read here.
+    int16 codes (see ``schema.vocabulary``).
     """
     check_policy(policy)
-    if data is None:
-        with stage("file"):
-            data = source.read(pinned_bytes if backend.is_gpu else None)
-    data, offset = data
+    with stage("file"):
+        data, offset = source.read(pinned_bytes if backend.is_gpu else None)
     try:
         frame = _fast(data, table, backend, names)
         return ReadResult(frame, [], len(frame))
