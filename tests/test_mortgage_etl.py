@@ -556,3 +556,25 @@ def test_each_device_has_its_own_default_chunk_size():
     assert parse_bytes(etl.partition_size_for("gpu")) > parse_bytes(etl.partition_size_for("cpu"))
     assert etl.partition_size_for("gpu", "5MB") == "5MB"
     assert etl.DEFAULT_PARTITION_SIZE == etl.PARTITION_SIZES["cpu"]
+
+
+def test_a_range_is_read_in_blocks_each_reported_once_as_soon_as_it_is_in(tmp_path, monkeypatch):
+    """What the GPU reader's block-by-block copies rest on: every block of the output is
+    reported once, and its bytes are the file's when it is."""
+    monkeypatch.setattr(read, "READ_BLOCK", 1000)
+    data = bytes(range(256)) * 40 + b"tail"
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(data)
+    out = np.zeros(len(data) - 7, dtype=np.uint8)
+    seen = []
+
+    def done(a, b):
+        seen.append((a, b, out[a:b].tobytes() == data[7 + a:7 + b]))
+
+    read.read_range(str(path), 7, out, done)
+    assert out.tobytes() == data[7:]
+    assert sorted(seen) == [(a, min(a + 1000, len(out)), True) for a in range(0, len(out), 1000)]
+    one = np.zeros(10, dtype=np.uint8)
+    blocks = []
+    read.read_range(str(path), 0, one, lambda a, b: blocks.append((a, b)))  # one block: inline
+    assert blocks == [(0, 10)] and one.tobytes() == data[:10]

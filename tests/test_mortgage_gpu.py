@@ -437,3 +437,28 @@ def test_the_newline_kernel_finds_what_numpy_finds(size):
     shifted = cupy.asarray(raw)[3:]
     np.testing.assert_array_equal(cupy.asnumpy(lines.newlines(shifted, cupy)),
                                   np.flatnonzero(raw[3:] == 0x0A))
+
+
+def test_a_chunk_copied_to_the_device_block_by_block_is_the_file(dataset, monkeypatch):
+    """The reader's device copy, queued block by block from the reading threads, is the
+    chunk's bytes, and the table read that way is the one read with a copy after the read."""
+    import cupy
+
+    from dask_gpu_interop.backend import Backend
+
+    monkeypatch.setattr(read, "READ_BLOCK", 4096)
+    perf = max(dataset[0], key=os.path.getsize)
+    source = read.Source(perf, 1000, os.path.getsize(perf) - 1000)
+    upload = read.DeviceUpload()
+    data, offset = source.read(upload.allocate, upload.done)
+    device = upload.take()
+    assert upload.take() is None  # the caller holds the only reference
+    assert len(data) > 10 * 4096
+    with open(perf, "rb") as f:
+        f.seek(offset)
+        want = f.read(len(data))
+    assert cupy.asnumpy(device).tobytes() == want
+    got = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
+    monkeypatch.setattr(read, "DeviceUpload", lambda: None)  # the copy after the read
+    plain = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
+    pd.testing.assert_frame_equal(got, plain)

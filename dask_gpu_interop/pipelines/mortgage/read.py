@@ -100,13 +100,14 @@ class Source:
                 return 0, size
             return loan_boundary(f, self.start, size), loan_boundary(f, end, size)
 
-    def read(self, allocate=None) -> tuple[np.ndarray, int]:
+    def read(self, allocate=None, done=None) -> tuple[np.ndarray, int]:
         """The chunk's bytes (a uint8 array from ``allocate(nbytes)``, by default NumPy's) and
-        the offset where they start in the file, read by several threads at once."""
+        the offset where they start in the file, read by several threads at once; ``done(a,
+        b)`` is called as each block ``[a, b)`` of them is in (see :func:`read_range`)."""
         start, stop = self.extent()
         nbytes = max(0, stop - start)
         out = (allocate or _host_bytes)(nbytes)
-        read_range(self.path, start, out)
+        read_range(self.path, start, out, done)
         return out, start
 
 
@@ -132,25 +133,61 @@ def pinned_bytes(nbytes: int) -> np.ndarray:
     return array[:nbytes]
 
 
+class DeviceUpload:
+    """A chunk's bytes read into page-locked memory and copied to the device block by block,
+    as each block is in: the copies (55 GB/s on an H200) run while the rest of the file is
+    read from the page cache (about 26 GB/s), instead of after it. Give ``allocate`` and
+    ``done`` to :meth:`Source.read`, then :meth:`take` the device copy."""
+
+    def __init__(self):
+        self.host = None
+        self._device = None
+
+    def allocate(self, nbytes: int) -> np.ndarray:
+        import cupy
+
+        self.host = pinned_bytes(nbytes)
+        self._device = cupy.empty(nbytes, dtype=cupy.uint8)
+        return self.host
+
+    def done(self, start: int, stop: int) -> None:
+        """Queue the copy of ``[start, stop)`` on the default stream, which the chunk's kernels
+        follow (called from the reading threads)."""
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        runtime.memcpyAsync(self._device.data.ptr + start, self.host.ctypes.data + start,
+                            stop - start, runtime.memcpyHostToDevice, 0)
+
+    def take(self):
+        """The device copy; the caller holds its only reference (to free it when done)."""
+        device, self._device = self._device, None
+        return device
+
+
 READ_BLOCK = 16 << 20  # bytes each thread reads at a time
 _readers = None
 
 
-def read_range(path: str, offset: int, out: np.ndarray) -> None:
+def read_range(path: str, offset: int, out: np.ndarray, done=None) -> None:
     """Fill ``out`` with the file's bytes from ``offset``, in parallel blocks: one Python
-    thread copies from the page cache at about 1.5 GB/s, too slow to feed a GPU."""
+    thread copies from the page cache at about 1.5 GB/s, too slow to feed a GPU. ``done(a,
+    b)``: called by the thread that read block ``[a, b)`` of ``out``, as soon as it is in."""
     global _readers
     view = memoryview(out).cast("B")
     blocks = [(a, min(a + READ_BLOCK, len(view))) for a in range(0, len(view), READ_BLOCK)]
     fd = os.open(path, os.O_RDONLY)
     try:
         def fill(block):
-            a, b = block
+            first, b = block
+            a = first
             while a < b:
                 got = os.preadv(fd, [view[a:b]], offset + a)
                 if got == 0:
                     raise EOFError(f"{path} ended at byte {offset + a}, before {offset + b}")
                 a += got
+            if done is not None:
+                done(first, b)
 
         if len(blocks) <= 1:
             for block in blocks:
@@ -278,7 +315,8 @@ def empty_frame(table: Table, backend: Backend):
     )
 
 
-def _fast(data, table: Table, backend: Backend, names: dict | None):
+def _fast(data, table: Table, backend: Backend, names: dict | None,
+          upload: DeviceUpload | None = None):
     """The typed frame of a clean chunk; raises _Unclean when any check fails.
 
     On the GPU the checks, the numbers (``number_fields``) and the text coding read the chunk's
@@ -295,8 +333,8 @@ def _fast(data, table: Table, backend: Backend, names: dict | None):
     text = [c for c in table.columns if c.kind not in (ID, NUMBER)]
     rows, filled = None, None
     if backend.is_gpu or not strict_parser(backend):
-        with stage("to device"):
-            raw = xp.asarray(data)
+        with stage("to device"):  # already on its way when the file was read with ``upload``
+            raw = xp.asarray(data) if upload is None else upload.take()
         with stage("layout"):
             layout = lines.of(raw, xp, filled=not strict_parser(backend))
             if bool(layout.wrong(len(table)).any()):
@@ -679,10 +717,12 @@ def read_table(source: Source, table: Table, backend: Backend, policy: str = "er
     int16 codes (see ``schema.vocabulary``).
     """
     check_policy(policy)
+    upload = DeviceUpload() if backend.is_gpu else None
+    allocate, done = (upload.allocate, upload.done) if upload else (None, None)
     with stage("file"):
-        data, offset = source.read(pinned_bytes if backend.is_gpu else None)
+        data, offset = source.read(allocate, done)
     try:
-        frame = _fast(data, table, backend, names)
+        frame = _fast(data, table, backend, names, upload)
         return ReadResult(frame, [], len(frame))
     except _Unclean as unclean:
         first_problem = str(unclean)
