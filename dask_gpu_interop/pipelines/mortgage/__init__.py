@@ -4,6 +4,9 @@ One code for both stacks: cuDF on GPU workers, pandas on CPU workers (see ``back
 
 - ``generate``: files in the real layout (perf/, acq/, names.csv), at any size
 - ``etl``: the classic notebook's ETL into 45 float32 features and the label
+- ``read``: the files into typed frames, bad rows found and reported; on GPUs through the
+  reader's own kernels (``lines``: line layout and text codes, ``number_fields``: numbers)
+- ``features``: the per-loan features, the label and the feature table
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter
 - ``job``: all of it on a cluster, with timings and memory
 """
