@@ -2,13 +2,13 @@
 
 The fast path parses a whole chunk at once (on the GPU with the reader's own kernels, see
 ``lines.py`` and ``number_fields.py``, with libcudf for number forms those leave to it; on the
-CPU with pyarrow) and proves the chunk clean: on the GPU with vectorized checks that every line
-has the right number of fields and no number failed to parse; pyarrow refuses both itself. Then the required fields must be
-there and every date, status and code valid. Only when a check
-fails does the slow path look at the chunk line by line, in Python, to say which lines are bad
-and why; the policy then raises (``error``), or drops them with a warning (``warn``) or
-silently but counted (``skip``). Rows are never lost without a count, and a crash always says
-which file and line.
+CPU with pyarrow) and proves the chunk clean: on the GPU with vectorized checks that every
+line has the right number of fields and no number failed to parse; pyarrow refuses both
+itself. Then the required fields must be there and every date, status and code valid. Only
+when a check fails does the slow path look at the chunk line by line, in Python, to say which
+lines are bad and why; the policy then raises (``error``), or drops them with a warning
+(``warn``) or silently but counted (``skip``). Rows are never lost without a count, and a
+crash always says which file and line.
 
 Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
 string is checked and converted once on the host, and the codes are mapped through a small
@@ -319,10 +319,10 @@ def _fast(data, table: Table, backend: Backend, names: dict | None,
           upload: DeviceUpload | None = None):
     """The typed frame of a clean chunk; raises _Unclean when any check fails.
 
-    On the GPU the checks, the numbers (``number_fields``) and the text coding read the chunk's
-    device copy. A text column
-    (dates, statuses, codes) would be held as strings plus per-field bookkeeping, several
-    times the text itself, only to be turned into small integers. Instead each text field is
+    On the GPU the checks, the numbers (``number_fields``) and the text coding read the
+    chunk's device copy. A text column (dates, statuses, codes) would be held as strings plus
+    per-field bookkeeping, several times the text itself, only to be turned into small
+    integers. Instead each text field is
     hashed in place, and each distinct text is converted once, from one line that has it
     (``_text_codes``).
     """
