@@ -1,4 +1,6 @@
-"""The classic notebook's transformations, on one partition (pandas or cuDF, the same code).
+"""The classic notebook's transformations, on one partition: pandas or cuDF through the same
+code, except where cuDF's general operations cost most on a GPU (the per-loan features and the
+float32 feature columns), which CuPy kernels do; the GPU tests compare both exactly.
 
 Every loan is whole inside one partition (the reader splits files at loan boundaries), so the
 per-loan features and the forward-looking label need no shuffle between workers.
