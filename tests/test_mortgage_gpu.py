@@ -126,10 +126,11 @@ def medium(tmp_path_factory):
 
 def test_one_chunk_needs_at_most_a_few_times_its_size_on_the_device(medium):
     """Peak device bytes of the whole ETL of one chunk (read, features, join, feature table),
-    the result included, from RMM's statistics. Issue 4 asks for about 3x; 2.9x is measured
-    on chunks of 0.45 to 1.2 GiB and 3.1x at 126 MiB (small chunks carry fixed tables;
-    benchmarks/results/mortgage-stages-gpu-dense-1xH200.md), down from 15x and then 3.9x:
-    this guards against going back."""
+    the result included, from RMM's statistics. Issue 4 asks for about 3x; 3.07x is measured
+    on a 0.9 GiB chunk with the reader's number kernel (benchmarks/results/
+    mortgage-stages-gpu-dense-1xH200.md), 2.9-3.1x across chunk sizes with the reader before it
+    (mortgage-stages-gpu-dense-sizes-1xH200.md), down from 15x and then 3.9x: this guards
+    against going back."""
     import cupy
     import rmm
     from rmm.allocators.cupy import rmm_cupy_allocator

@@ -33,7 +33,7 @@ from .stages import stage
 # Bytes of text per task, by device. A GPU's time per chunk is mostly fixed costs (launches,
 # syncs, Python), so larger chunks run faster: on an H200 one chunk ran at 1.1 GB/s at
 # 126 MiB, 1.9 at 249 MiB, 2.75 at 462 MiB and 3.7 at 0.9 GiB, its device peak 2.9-3.1x the
-# chunk (benchmarks/results/mortgage-stages-gpu-dense-1xH200.md); the whole ETL of 10.8 GiB
+# chunk (benchmarks/results/mortgage-stages-gpu-dense-sizes-1xH200.md); the whole ETL of 10.8 GiB
 # took 5.06 s in 1 GiB chunks, 10.44 s in 256 MiB ones. CPU workers are one core each: smaller
 # chunks keep them all busy.
 PARTITION_SIZES = {"gpu": "1GiB", "cpu": "256MiB"}
