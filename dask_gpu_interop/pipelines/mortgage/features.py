@@ -13,6 +13,8 @@ minimum gives, for every row, the month of the loan's next "bad" row, in one pas
 
 from __future__ import annotations
 
+import functools
+
 from ...backend import array_module
 from . import schema
 from .stages import stage
@@ -178,7 +180,9 @@ CLEAN_GROUP = 8
 def _clean_columns(columns: list, outs: list) -> None:
     """Write each feature column into its float32 array of ``outs``, missing (null or NaN) as
     -1. On the GPU one kernel does a whole group, reading each column's values and null mask
-    where they lie: a kernel, a fill and cuDF's checks per column cost about 1 ms each."""
+    where they lie: a kernel, a fill and cuDF's checks per column took 20.5 ms for a 0.9 GiB
+    chunk's performance columns, one kernel per group 3.7 ms on an H200
+    (benchmarks/results/mortgage-stages-gpu-dense-1xH200.md)."""
     if outs and type(outs[0]).__module__.startswith("cupy"):
         _clean_on_device(columns, outs)
         return
@@ -226,17 +230,16 @@ extern "C" __global__ void clean_features(
 """
 
 
+@functools.cache
 def _clean_kernel():
-    if "clean" not in _KERNELS:
-        import cupy
+    import cupy
 
-        cases = "\n".join(
-            f"if (type == {code}) {{ const {ctype} x = (({ctype} const*)head)[at]; "
-            f"missing = x != x; y = (float)x; }}" for code, ctype in _DEVICE_TYPES.values())
-        source = _CLEAN_SOURCE.replace("CASES", cases).replace(
-            "MISSING_VALUE", f"{float(schema.MISSING)}f")
-        _KERNELS["clean"] = cupy.RawKernel(source, "clean_features")
-    return _KERNELS["clean"]
+    cases = "\n".join(
+        f"if (type == {code}) {{ const {ctype} x = (({ctype} const*)head)[at]; "
+        f"missing = x != x; y = (float)x; }}" for code, ctype in _DEVICE_TYPES.values())
+    source = _CLEAN_SOURCE.replace("CASES", cases).replace(
+        "MISSING_VALUE", f"{float(schema.MISSING)}f")
+    return cupy.RawKernel(source, "clean_features")
 
 
 def _clean_on_device(columns: list, outs: list) -> None:
@@ -269,8 +272,6 @@ def _clean_on_device(columns: list, outs: list) -> None:
          cupy.asarray(offsets, dtype=cupy.int64), cupy.asarray(types, dtype=cupy.int32),
          cupy.asarray([out.data.ptr for out in outs], dtype=cupy.uint64), np.int64(rows)))
 
-
-_KERNELS: dict = {}
 
 
 def filled(column, value):

@@ -13,6 +13,7 @@ there (pandas raises on an unparsable number) and are computed only on request.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +127,8 @@ extern "C" __global__ void field_slots(const unsigned char* raw, const long long
 # segment, the counts are summed into each block's first output slot, and each block writes its
 # newlines' offsets in order (a thread takes 64 bytes; a scan over the block's threads places
 # them). CuPy's flatnonzero builds a mask and a running count the size of the chunk instead:
-# 7.3 ms for 0.55 GiB on an H200.
+# 11.7 ms against 2.3 ms for a 0.9 GiB chunk on an H200
+# (benchmarks/results/mortgage-stages-gpu-dense-variants-1xH200.md).
 _NEWLINES_KERNEL = r"""
 #define PIECE 64
 __device__ int piece_newlines(const unsigned char* raw, long long size, long long from,
@@ -194,15 +196,13 @@ extern "C" __global__ void write_newlines(const unsigned char* raw, const long l
 """
 _SOURCES = {"line_shape": _KERNEL, "field_hash": _HASH_KERNEL, "field_slots": _SLOTS_KERNEL,
             "count_newlines": _NEWLINES_KERNEL, "write_newlines": _NEWLINES_KERNEL}
-_compiled: dict = {}
 
 
+@functools.cache
 def _kernel(name: str = "line_shape"):
-    if name not in _compiled:
-        import cupy
+    import cupy
 
-        _compiled[name] = cupy.RawKernel(_SOURCES[name], name)
-    return _compiled[name]
+    return cupy.RawKernel(_SOURCES[name], name)
 
 
 @dataclass

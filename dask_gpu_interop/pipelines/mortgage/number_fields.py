@@ -14,11 +14,11 @@ and the reader hands the chunk to libcudf, which parses those too.
 
 from __future__ import annotations
 
+import functools
+
 from .schema import ID, NUMBER, Table
 
 MAX_FIELDS = 32  # one shared counter per field in a block of the kernel
-EXACT_UNITS = 1 << 53  # the largest integer units a double holds exactly
-EXACT_DECIMALS = 22  # 10**22 is the largest power of ten a double holds exactly
 
 _KERNEL = r"""
 __constant__ double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
@@ -103,15 +103,13 @@ extern "C" __global__ void parse_numbers(
         atomicAdd(&blanks[threadIdx.x], block_blanks[threadIdx.x]);
 }
 """
-_compiled: list = []
 
 
+@functools.cache
 def _kernel():
-    if not _compiled:
-        import cupy
+    import cupy
 
-        _compiled.append(cupy.RawKernel(_KERNEL, "parse_numbers"))
-    return _compiled[0]
+    return cupy.RawKernel(_KERNEL, "parse_numbers")
 
 
 def mask_bytes(rows: int) -> int:
