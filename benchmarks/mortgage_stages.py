@@ -125,10 +125,10 @@ def parser_variants(the_plan, repeats: int) -> dict:
     import cupy
 
     from dask_gpu_interop.backend import Backend
-    from dask_gpu_interop.pipelines.mortgage import lines, number_fields, read, schema
+    from dask_gpu_interop.pipelines.mortgage import chunk_bytes, lines, number_fields, read, schema
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
-    host, _ = chunk.read(read.pinned_bytes)
+    host, _ = chunk.read(chunk_bytes.BUFFERS[True].take)  # page-locked, kept
     raw = cupy.asarray(host)
     layout = lines.of(raw, cupy)
     numbers = [c.name for c in schema.PERFORMANCE.columns if c.kind in (schema.ID, schema.NUMBER)]

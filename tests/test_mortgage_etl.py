@@ -14,7 +14,7 @@ import pytest
 from dask.utils import parse_bytes
 
 from dask_gpu_interop.backend import Backend
-from dask_gpu_interop.pipelines.mortgage import etl, features, read, schema
+from dask_gpu_interop.pipelines.mortgage import chunk_bytes, etl, features, read, schema
 from dask_gpu_interop.pipelines.mortgage import generate as gen
 
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
@@ -561,7 +561,7 @@ def test_each_device_has_its_own_default_chunk_size():
 def test_a_range_is_read_in_blocks_each_reported_once_as_soon_as_it_is_in(tmp_path, monkeypatch):
     """What the GPU reader's block-by-block copies rest on: every block of the output is
     reported once, and its bytes are the file's when it is."""
-    monkeypatch.setattr(read, "READ_BLOCK", 1000)
+    monkeypatch.setattr(chunk_bytes, "READ_BLOCK", 1000)
     data = bytes(range(256)) * 40 + b"tail"
     path = tmp_path / "bytes.bin"
     path.write_bytes(data)
@@ -571,10 +571,10 @@ def test_a_range_is_read_in_blocks_each_reported_once_as_soon_as_it_is_in(tmp_pa
     def done(a, b):
         seen.append((a, b, out[a:b].tobytes() == data[7 + a:7 + b]))
 
-    read.read_range(str(path), 7, out, done)
+    chunk_bytes.read_range(str(path), 7, out, done)
     assert out.tobytes() == data[7:]
     assert sorted(seen) == [(a, min(a + 1000, len(out)), True) for a in range(0, len(out), 1000)]
     one = np.zeros(10, dtype=np.uint8)
     blocks = []
-    read.read_range(str(path), 0, one, lambda a, b: blocks.append((a, b)))  # one block: inline
+    chunk_bytes.read_range(str(path), 0, one, lambda a, b: blocks.append((a, b)))  # one block: inline
     assert blocks == [(0, 10)] and one.tobytes() == data[:10]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from dask_gpu_interop import device
-from dask_gpu_interop.pipelines.mortgage import etl, read, schema
+from dask_gpu_interop.pipelines.mortgage import chunk_bytes, etl, read, schema
 from dask_gpu_interop.pipelines.mortgage import generate as gen
 
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
@@ -311,7 +311,7 @@ def test_numbers_parsed_from_pinned_host_memory_in_parts_equal_the_device_parse(
 
     perf = max(dataset[0], key=os.path.getsize)
     data = open(perf, "rb").read()
-    pinned = read.pinned_bytes(len(data))
+    pinned = chunk_bytes.BUFFERS[True].take(len(data))
     pinned[:] = np.frombuffer(data, dtype=np.uint8)
     numeric = [c.name for c in schema.PERFORMANCE.columns if c.kind in (schema.ID, schema.NUMBER)]
     want = read.parse_device(cupy.asarray(pinned), schema.PERFORMANCE, numeric).to_pandas()
@@ -442,15 +442,16 @@ def test_the_newline_kernel_finds_what_numpy_finds(size):
 
 def test_a_chunk_copied_to_the_device_block_by_block_is_the_file(dataset, monkeypatch):
     """The reader's device copy, queued block by block from the reading threads, is the
-    chunk's bytes, and the table read that way is the one read with a copy after the read."""
+    chunk's bytes; the table read that way is the one read from a chunk read ahead (one copy
+    after the read), and the page-locked buffers are lent again, not pinned anew."""
     import cupy
 
     from dask_gpu_interop.backend import Backend
 
-    monkeypatch.setattr(read, "READ_BLOCK", 4096)
+    monkeypatch.setattr(chunk_bytes, "READ_BLOCK", 4096)
     perf = max(dataset[0], key=os.path.getsize)
     source = read.Source(perf, 1000, os.path.getsize(perf) - 1000)
-    upload = read.DeviceUpload()
+    upload = chunk_bytes.DeviceUpload()
     data, offset = source.read(upload.allocate, upload.done)
     device = upload.take()
     assert upload.take() is None  # the caller holds the only reference
@@ -459,7 +460,10 @@ def test_a_chunk_copied_to_the_device_block_by_block_is_the_file(dataset, monkey
         f.seek(offset)
         want = f.read(len(data))
     assert cupy.asnumpy(device).tobytes() == want
+    chunk_bytes.BUFFERS[True].give(data)
     got = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
-    monkeypatch.setattr(read, "DeviceUpload", lambda: None)  # the copy after the read
-    plain = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
-    pd.testing.assert_frame_equal(got, plain)
+    pinned = chunk_bytes.BUFFERS[True].allocated
+    chunk_bytes.read_ahead(source, gpu=True)
+    ahead = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
+    pd.testing.assert_frame_equal(got, ahead)
+    assert chunk_bytes.BUFFERS[True].allocated == pinned

@@ -19,17 +19,15 @@ they are found from a hash of each field, without building string columns (``_te
 from __future__ import annotations
 
 import io
-import os
 import re
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import numpy as np
 
 from ...backend import Backend, array_module
-from . import lines, number_fields, schema
+from . import chunk_bytes, lines, number_fields, schema
+from .chunk_bytes import DeviceUpload
 from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS, Table
 from .stages import stage
 
@@ -103,101 +101,13 @@ class Source:
     def read(self, allocate=None, done=None) -> tuple[np.ndarray, int]:
         """The chunk's bytes (a uint8 array from ``allocate(nbytes)``, by default NumPy's) and
         the offset where they start in the file, read by several threads at once; ``done(a,
-        b)`` is called as each block ``[a, b)`` of them is in (see :func:`read_range`)."""
+        b)`` is called as each block ``[a, b)`` of them is in (see
+        :func:`.chunk_bytes.read_range`)."""
         start, stop = self.extent()
         nbytes = max(0, stop - start)
-        out = (allocate or _host_bytes)(nbytes)
-        read_range(self.path, start, out, done)
+        out = np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
+        chunk_bytes.read_range(self.path, start, out, done)
         return out, start
-
-
-def _host_bytes(nbytes: int) -> np.ndarray:
-    return np.empty(nbytes, dtype=np.uint8)
-
-
-_pinned = threading.local()
-
-
-def pinned_bytes(nbytes: int) -> np.ndarray:
-    """Page-locked host memory for a chunk on its way to the GPU (the copy runs at full speed
-    from it). One buffer per thread, grown when needed and reused: valid until this thread
-    reads its next chunk."""
-    import cupy
-
-    array = getattr(_pinned, "array", None)
-    if array is None or array.size < nbytes:
-        _pinned.array = None  # free the old buffer before taking a larger one
-        size = max(nbytes, 1 if array is None else array.size * 5 // 4)
-        memory = cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(size), 0)
-        array = _pinned.array = np.frombuffer(memory, dtype=np.uint8, count=size)
-    return array[:nbytes]
-
-
-class DeviceUpload:
-    """A chunk's bytes read into page-locked memory and copied to the device block by block,
-    as each block is in: the copies (55 GB/s on an H200) run while the rest of the file is
-    read from the page cache (about 26 GB/s), instead of after it. Give ``allocate`` and
-    ``done`` to :meth:`Source.read`, then :meth:`take` the device copy."""
-
-    def __init__(self):
-        self.host = None
-        self._device = None
-
-    def allocate(self, nbytes: int) -> np.ndarray:
-        import cupy
-
-        self.host = pinned_bytes(nbytes)
-        self._device = cupy.empty(nbytes, dtype=cupy.uint8)
-        return self.host
-
-    def done(self, start: int, stop: int) -> None:
-        """Queue the copy of ``[start, stop)`` on the default stream, which the chunk's kernels
-        follow (called from the reading threads)."""
-        import cupy
-
-        runtime = cupy.cuda.runtime
-        runtime.memcpyAsync(self._device.data.ptr + start, self.host.ctypes.data + start,
-                            stop - start, runtime.memcpyHostToDevice, 0)
-
-    def take(self):
-        """The device copy; the caller holds its only reference (to free it when done)."""
-        device, self._device = self._device, None
-        return device
-
-
-READ_BLOCK = 16 << 20  # bytes each thread reads at a time
-_readers = None
-
-
-def read_range(path: str, offset: int, out: np.ndarray, done=None) -> None:
-    """Fill ``out`` with the file's bytes from ``offset``, in parallel blocks: one Python
-    thread copies from the page cache at about 1.5 GB/s, too slow to feed a GPU. ``done(a,
-    b)``: called by the thread that read block ``[a, b)`` of ``out``, as soon as it is in."""
-    global _readers
-    view = memoryview(out).cast("B")
-    blocks = [(a, min(a + READ_BLOCK, len(view))) for a in range(0, len(view), READ_BLOCK)]
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        def fill(block):
-            first, b = block
-            a = first
-            while a < b:
-                got = os.preadv(fd, [view[a:b]], offset + a)
-                if got == 0:
-                    raise EOFError(f"{path} ended at byte {offset + a}, before {offset + b}")
-                a += got
-            if done is not None:
-                done(first, b)
-
-        if len(blocks) <= 1:
-            for block in blocks:
-                fill(block)
-            return
-        if _readers is None:
-            _readers = ThreadPoolExecutor(min(8, os.cpu_count() or 1), "mortgage-read")
-        list(_readers.map(fill, blocks))
-    finally:
-        os.close(fd)
 
 
 def _loan_id(line: bytes) -> bytes:
@@ -369,8 +279,7 @@ def _fast(data, table: Table, backend: Backend, names: dict | None,
             del codes
             if frame is None:
                 with stage("parse numbers (libcudf)"):
-                    frame = parse_device(_pinned_copy(data), table, numbers,
-                                         part_bytes=parse_part_bytes(len(data)))
+                    frame = _parse_from_pinned(data, table, numbers)
         else:
             with stage("parse"):
                 frame = parse_host(data, table, backend)
@@ -530,15 +439,17 @@ def parse_part_bytes(size: int) -> int:
     return max(PARSE_PART_MIN, -(-size // PARSE_PARTS))
 
 
-def _pinned_copy(data: np.ndarray) -> np.ndarray:
-    """``data`` if it lies in this thread's page-locked buffer (what ``read_table`` reads
-    into), else a copy there (a chunk cleaned by the slow path)."""
-    array = getattr(_pinned, "array", None)
-    if array is not None and np.may_share_memory(data, array):
-        return data
-    out = pinned_bytes(len(data))
-    out[:] = data
-    return out
+def _parse_from_pinned(data: np.ndarray, table: Table, numbers: list[str]):
+    """libcudf's parse of ``numbers`` from ``data`` in page-locked memory, in parts: in place
+    when ``data`` is a chunk's lent buffer, else (a chunk cleaned by the slow path) from a
+    copy in one."""
+    pinned = chunk_bytes.BUFFERS[True]
+    part = parse_part_bytes(len(data))
+    if pinned.lent(data):
+        return parse_device(data, table, numbers, part_bytes=part)
+    with chunk_bytes.pinned(len(data)) as copy:
+        copy[:] = data
+        return parse_device(copy, table, numbers, part_bytes=part)
 
 
 def line_cuts(data, part_bytes: int | None) -> list[int]:
@@ -570,7 +481,7 @@ def _next_line(data, offset: int, window: int = 1 << 16) -> int:
 def parse_device(data, table: Table, columns: list[str] | None = None,
                  part_bytes: int | None = None):
     """cuDF's CSV reader on bytes the device can read (a CuPy uint8 array, or a NumPy one in
-    page-locked memory such as :func:`pinned_bytes`), for ``columns`` (default: all), at most
+    page-locked memory such as ``chunk_bytes.Buffers`` lend), for ``columns`` (default: all), at most
     ``part_bytes`` of text at a time (default: all at once; each part's columns are joined
     after, one column at a time). The result is what :func:`parse_host` gives with cuDF."""
     import cudf
@@ -709,20 +620,31 @@ class ReadResult:
 
 
 def read_table(source: Source, table: Table, backend: Backend, policy: str = "error",
-               names: dict | None = None) -> ReadResult:
-    """Read one chunk of a performance or acquisition file into a typed frame.
+               names: dict | None = None, read_next: Source | None = None) -> ReadResult:
+    """Read one chunk of a performance or acquisition file into a typed frame; then, when
+    ``read_next`` is given (the chunk this worker reads next), start reading that one ahead
+    (``chunk_bytes.ReadAhead``) while this one is parsed.
 
     Numbers are float64 (blank: NaN), dates month numbers (float32, blank: NaN), the reporting
     period an int32 month number, the status int32 (blank/unknown: -1), categorical fields
     int16 codes (see ``schema.vocabulary``).
     """
     check_policy(policy)
-    upload = DeviceUpload() if backend.is_gpu else None
-    allocate, done = (upload.allocate, upload.done) if upload else (None, None)
     with stage("file"):
-        data, offset = source.read(allocate, done)
+        chunk = chunk_bytes.fetch(source, backend.is_gpu)
+    if read_next is not None:
+        chunk_bytes.read_ahead(read_next, backend.is_gpu)
     try:
-        frame = _fast(data, table, backend, names, upload)
+        return _read_chunk(chunk, source, table, backend, policy, names)
+    finally:
+        chunk.release()
+
+
+def _read_chunk(chunk: chunk_bytes.Chunk, source: Source, table: Table, backend: Backend,
+                policy: str, names: dict | None) -> ReadResult:
+    data, offset = chunk.data, chunk.offset
+    try:
+        frame = _fast(data, table, backend, names, chunk.upload)
         return ReadResult(frame, [], len(frame))
     except _Unclean as unclean:
         first_problem = str(unclean)
