@@ -398,11 +398,13 @@ def test_one_kernel_cleans_a_group_of_columns_as_numpy_does_nulls_nan_and_offset
     n = 5_000
     columns = []
     for dtype in ("float64", "float32", "int64", "int32", "int16", "int8"):
-        values = pd.Series(rng.integers(-100, 100, n)).astype("float64")
-        values[rng.random(n) < 0.2] = None
-        series = cudf.Series(values).astype(dtype)  # nulls stay nulls
+        values = rng.integers(-100, 100, n).astype(dtype)
         if dtype.startswith("float"):
-            series = series.where(~(cudf.Series(rng.random(n)) < 0.1), np.nan)  # NaN too
+            values[rng.random(n) < 0.1] = np.nan
+        series = cudf.Series(values, nan_as_null=False).mask(cudf.Series(rng.random(n) < 0.2))
+        assert series.null_count > 0
+        if dtype.startswith("float"):  # NaN kept apart from the nulls
+            assert bool(cupy.isnan(series.fillna(0).values).any())
         columns.append(series)
     for sliced in (False, True):
         group = [c.iloc[37:] if sliced else c for c in columns]
@@ -467,3 +469,36 @@ def test_a_chunk_copied_to_the_device_block_by_block_is_the_file(dataset, monkey
     ahead = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
     pd.testing.assert_frame_equal(got, ahead)
     assert chunk_bytes.BUFFERS[True].allocated == pinned
+
+
+def test_the_label_kernel_gives_the_label_and_loan_places_of_the_scan():
+    """One thread per row looking twelve months ahead gives the label and each row's loan
+    place that the reverse running minimum gives on the host: gaps in the months, a loan's
+    last months, zero and missing balances, statuses around the rule's 3, one-row loans."""
+    import cudf
+    import cupy
+
+    from dask_gpu_interop.pipelines.mortgage import features
+
+    rng = np.random.default_rng(5)
+    loans, rows = [], []
+    for loan in range(3_000):
+        months = np.cumsum(rng.integers(1, 4, rng.integers(1, 40)))  # gaps of 0-2 months
+        for m in months:
+            loans.append(10_000 + 7 * loan)
+            rows.append((2005 * 12 + int(m), int(rng.choice([-1, 0, 1, 3, 4, 6], p=[
+                0.05, 0.7, 0.1, 0.05, 0.05, 0.05])), rng.choice([np.nan, 0.0, 1.5],
+                                                                 p=[0.1, 0.02, 0.88])))
+    host = pd.DataFrame({"loan_id": np.array(loans, dtype="int64"),
+                         "monthly_reporting_period": np.array([r[0] for r in rows], "int32"),
+                         "current_loan_delinquency_status": np.array([r[1] for r in rows],
+                                                                     "int32"),
+                         "current_actual_upb": np.array([r[2] for r in rows], "float64")})
+    want_label, want_run = features._label(host)
+    device = cudf.DataFrame(host).reset_index(drop=True)
+    device["current_actual_upb"] = device["current_actual_upb"].mask(
+        cudf.Series(host["current_actual_upb"].isna().to_numpy()))  # missing as null, as read
+    label, run = features._label_on_device(device)
+    np.testing.assert_array_equal(cupy.asnumpy(label), want_label)
+    np.testing.assert_array_equal(cupy.asnumpy(run), want_run)
+    assert 0.05 < want_label.mean() < 0.95

@@ -8,7 +8,8 @@ per-loan features and the forward-looking label need no shuffle between workers.
 The label: for a row at month T, ``delinquency_12`` is 1 when among the loan's rows in months
 T..T+11 the delinquency status exceeds 3 or the unpaid balance is exactly 0. The notebook
 computes it with twelve group-by passes over shifted windows; here one reverse running
-minimum gives, for every row, the month of the loan's next "bad" row, in one pass.
+minimum gives, for every row, the month of the loan's next "bad" row, in one pass (on the
+GPU, one thread per row looks at the loan's rows of the next twelve months).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def _sorted_by_loan_and_month(frame) -> bool:
     """True when rows are in strictly increasing (loan, month) order (as in the real files)."""
     if len(frame) < 2:
         return True
+    if _on_device(frame):  # CuPy on the columns: cuDF's diff and checks cost more than this
+        loan, month = _ids(frame["loan_id"], -1), frame[PERIOD].values
+        later = (loan[1:] > loan[:-1]) | ((loan[1:] == loan[:-1]) & (month[1:] > month[:-1]))
+        return bool(later.all())
     loan = frame["loan_id"].diff().iloc[1:]
     month = frame[PERIOD].diff().iloc[1:]
     return bool(((loan > 0) | ((loan == 0) & (month > 0))).all())
@@ -52,22 +57,81 @@ def performance_features(perf):
             work = work.sort_values(["loan_id", PERIOD, "_bad"]).drop(columns="_bad")
     with stage("label"):
         status = work[STATUS]
-        month = work[PERIOD].astype("int64")
-        new_loan = filled(work["loan_id"].diff(), 1) != 0
-        run = new_loan.astype("int64").cumsum()  # 1, 2, ...: the loan's place in the chunk
-        key = run * _LOAN_SHIFT + month
-        next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
-        label = (next_bad.values - key.values) < schema.LABEL_WINDOW
-        del key, next_bad, month
+        label, run = (_label_on_device if _on_device(work) else _label)(work)
 
     with stage("per loan"):
-        per_loan = _per_loan(work, status, run.values - 1)
+        per_loan = _per_loan(work, status, run)
     for name, values in per_loan.items():  # work is this function's own frame: no copy
         work[name] = values
     work[schema.LABEL] = label.astype("int8")
     if not in_order:
         work = work.sort_index()
     return work
+
+
+def _label(work):
+    """(label as booleans, each row's loan's place among the chunk's loans: 0, 1, ...) of rows
+    in (loan, month) order: one reverse running minimum of "loan, month of a bad row"."""
+    month = work[PERIOD].astype("int64")
+    new_loan = filled(work["loan_id"].diff(), 1) != 0
+    run = new_loan.astype("int64").cumsum()  # 1, 2, ...: the loan's place in the chunk
+    key = run * _LOAN_SHIFT + month
+    next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
+    label = (next_bad.values - key.values) < schema.LABEL_WINDOW
+    return label, run.values - 1
+
+
+_LABEL_SOURCE = r"""
+extern "C" __global__ void label_rows(
+        const long long* loan, const int* month, const int* status, const double* balance,
+        signed char* label, const long long rows, const int status_above, const int window) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows) return;
+    const long long id = loan[i];
+    const int last = month[i] + window;  // rows in (loan, month) order: look ahead, not back
+    signed char bad = 0;
+    for (long long j = i; j < rows && loan[j] == id && month[j] < last; ++j) {
+        if (status[j] > status_above || balance[j] == 0.0) { bad = 1; break; }
+    }
+    label[i] = bad;
+}
+"""
+
+
+@functools.cache
+def _label_kernel():
+    import cupy
+
+    return cupy.RawKernel(_LABEL_SOURCE, "label_rows")
+
+
+def _label_on_device(work):
+    """``_label`` on a cuDF frame, by one CUDA thread per row that looks at the loan's rows of
+    the next twelve months (at most a dozen in the real files' monthly rows); cuDF's scans
+    and shifts cost more in launches and checks than the work itself."""
+    import cupy
+    import numpy as np
+
+    loan = _ids(work["loan_id"], -1)
+    rows = len(loan)
+    new_loan = cupy.ones(rows, dtype=cupy.int64)
+    if rows > 1:
+        new_loan[1:] = loan[1:] != loan[:-1]
+    run = cupy.cumsum(new_loan) - 1
+    month = work[PERIOD].values.astype(cupy.int32, copy=False)
+    status = filled(work[STATUS], schema.MISSING).values.astype(cupy.int32, copy=False)
+    balance = filled(work["current_actual_upb"], -1).values.astype(cupy.float64, copy=False)
+    label = cupy.empty(rows, dtype=cupy.int8)
+    if rows:
+        threads = 256
+        _label_kernel()(((rows + threads - 1) // threads,), (threads,),
+                        (loan, month, status, balance, label, np.int64(rows),
+                         np.int32(schema.LABEL_STATUS_ABOVE), np.int32(schema.LABEL_WINDOW)))
+    return label.view(cupy.bool_), run
+
+
+def _on_device(frame) -> bool:
+    return type(frame).__module__.startswith("cudf")
 
 
 def _per_loan(work, status, run) -> dict:
@@ -165,11 +229,22 @@ def feature_table(perf, acq):
         out.update(zip(names, gathered, strict=True))
     out = {name: out[name] for name in schema.FEATURES}
     out[schema.LABEL] = label
-    if type(perf).__module__.startswith("cudf"):
-        # No NaN is left: spare cuDF the NaN count (a reduction and a device sync) it runs on
-        # every float array it is given (measured on a 293 MiB chunk: table 59 -> 37 ms)
-        return type(perf)(out, nan_as_null=False)
+    if _on_device(perf):
+        return device_frame(out)
     return type(perf)(out)
+
+
+def device_frame(arrays: dict):
+    """A cuDF frame whose columns are views of 1-D CuPy arrays (``{name: array}``; no nulls,
+    no copies): the feature table's 46 columns go to cuDF without its constructor's checks
+    and conversions, column by column."""
+    import cudf
+    import pylibcudf as plc
+
+    columns = [plc.Column(plc.DataType(getattr(plc.TypeId, str(values.dtype).upper())),
+                          len(values), plc.gpumemoryview(values), None, 0, 0, [])
+               for values in arrays.values()]
+    return cudf.DataFrame.from_pylibcudf(plc.Table(columns), {"columns": list(arrays)})
 
 
 # Performance columns cleaned per kernel launch: their float32 copies are made a few at a time,
