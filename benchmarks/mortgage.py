@@ -308,6 +308,22 @@ def _params_text(args) -> str:
     return f" with {', '.join(f'{k}={v}' for k, v in params.items())}" if params else ""
 
 
+def _tree_order(names) -> list[str]:
+    """Stage names (``a``, ``a/b``) in the order first seen, each under its parent: a stage
+    first entered late still shows inside the stage that holds it."""
+    ordered: list[str] = []
+    for name in names:
+        parent = name.rsplit("/", 1)[0] if "/" in name else None
+        if parent not in ordered:
+            ordered.append(name)
+            continue
+        at = ordered.index(parent) + 1
+        while at < len(ordered) and ordered[at].startswith(parent + "/"):
+            at += 1
+        ordered.insert(at, name)
+    return ordered
+
+
 def _read_ahead_text(args) -> str:
     read_ahead = getattr(args, "read_ahead", None)
     if read_ahead is None:
@@ -579,7 +595,7 @@ def stage_lines(results: list[dict]) -> list[str]:
     runs = [(config, totals) for config, totals in runs if totals]
     if not runs:
         return []
-    names = list(dict.fromkeys(name for _, totals in runs for name in totals))
+    names = _tree_order(dict.fromkeys(name for _, totals in runs for name in totals))
     lines = ["", "## Where each worker's ETL time goes (--stages: each stage timed after a "
              "device sync, seconds averaged over the workers)", "",
              "| stage | " + " | ".join(config for config, _ in runs) + " |",

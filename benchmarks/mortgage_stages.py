@@ -117,14 +117,12 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def parser_variants(the_plan, repeats: int) -> dict:
-    """Steps of the GPU ETL against the alternatives, on one chunk: the feature table made a
-    cuDF frame from its device arrays as views and by cuDF's constructor; the label by the
-    kernel and by cuDF's scans; the newlines found by the reader's kernel and by CuPy; the
+    """Steps of the GPU ETL against the alternatives, on one chunk: the label by the kernel and
+    by cuDF's scans; the newlines found by the reader's kernel and by CuPy; the
     numbers parsed by the reader's kernel from the device copy (what the ETL does), and by
     libcudf from the pinned host copy in parts (the ETL's way for number forms the kernel
     leaves to it), at once, and from a device copy; cuDF's own read_csv of every column from
     host bytes, and the copy alone."""
-    import cudf
     import cupy
 
     from dask_gpu_interop.backend import Backend
@@ -146,13 +144,7 @@ def parser_variants(the_plan, repeats: int) -> dict:
         raise SystemExit("the chunk has numbers the kernel leaves to libcudf: no comparison")
     part = read.parse_part_bytes(len(host))
     frame = read.read_table(chunk, schema.PERFORMANCE, Backend("gpu")).frame
-    table = {name: cupy.full(len(frame), 1.5, dtype=cupy.float32) for name in schema.FEATURES}
-    table[schema.LABEL] = cupy.zeros(len(frame), dtype=cupy.int32)
     return {
-        "feature table frame from its 46 device arrays, as views (the ETL)": _median_seconds(
-            lambda: features.device_frame(table), repeats),
-        "feature table frame from its 46 device arrays, by cuDF's constructor":
-            _median_seconds(lambda: cudf.DataFrame(table, nan_as_null=False), repeats),
         "label by one thread per row (the ETL)": _median_seconds(
             lambda: features._label_on_device(frame), repeats),
         "label by cuDF's scans (the reverse running minimum)": _median_seconds(

@@ -219,3 +219,11 @@ def test_the_goals_compare_each_repeated_configuration_by_its_median_run():
     assert "2 GPUs vs 1 GPU (ETL): 1.56x (goal 1.80x: NOT met)" in text  # 2.5 / 1.6
     assert "at most 3.2x the chunk" in text  # the largest peak of every run
     assert "| 2 | 1.60 | 1.56x |" in text
+
+
+def test_a_stage_first_seen_late_is_listed_under_its_parent():
+    names = ["read", "read/file", "read/layout", "features", "read/file/waiting", "table",
+             "read/layout/kernel", "outside"]
+    assert mortgage._tree_order(names) == [
+        "read", "read/file", "read/file/waiting", "read/layout", "read/layout/kernel",
+        "features", "table", "outside"]

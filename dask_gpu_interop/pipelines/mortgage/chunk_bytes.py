@@ -26,15 +26,23 @@ import numpy as np
 from .stages import stage
 
 READ_BLOCK = 16 << 20  # bytes each thread reads at a time
+# A chunk read ahead is read in this many blocks: each thread takes the GIL back once per
+# block, and a task's Python on the main thread waits for it each time (read ahead in 16 MiB
+# blocks, the one-GPU ETL ran 2.03-2.27 s against 1.71-1.74 s without reading ahead:
+# benchmarks/results/mortgage-1xH200-dense-read-ahead.md).
+AHEAD_PIECES = 4
 _readers = None
 
 
-def read_range(path: str, offset: int, out: np.ndarray, done=None) -> None:
-    """Fill ``out`` with the file's bytes from ``offset``, in parallel blocks. ``done(a, b)``:
-    called by the thread that read block ``[a, b)`` of ``out``, as soon as it is in."""
+def read_range(path: str, offset: int, out: np.ndarray, done=None,
+               pieces: int | None = None) -> None:
+    """Fill ``out`` with the file's bytes from ``offset``, in parallel blocks of READ_BLOCK
+    bytes, or in ``pieces`` blocks when given. ``done(a, b)``: called by the thread that read
+    block ``[a, b)`` of ``out``, as soon as it is in."""
     global _readers
     view = memoryview(out).cast("B")
-    blocks = [(a, min(a + READ_BLOCK, len(view))) for a in range(0, len(view), READ_BLOCK)]
+    step = READ_BLOCK if pieces is None else max(1, -(-len(view) // pieces))
+    blocks = [(a, min(a + step, len(view))) for a in range(0, len(view), step)]
     fd = os.open(path, os.O_RDONLY)
     try:
         def fill(block):
@@ -224,7 +232,8 @@ class ReadAhead:
 
 def _read_lent(source, buffers: Buffers, upload: DeviceUpload | None = None):
     """``source.read`` into a buffer lent by ``buffers`` (through ``upload``, which copies each
-    block to the device as it is in, when given), given back if the read fails."""
+    block to the device as it is in, when given; else in AHEAD_PIECES blocks), given back if
+    the read fails."""
     taken = []
 
     def allocate(nbytes):
@@ -232,7 +241,9 @@ def _read_lent(source, buffers: Buffers, upload: DeviceUpload | None = None):
         return taken[0]
 
     try:
-        return source.read(allocate, upload.done if upload else None)
+        if upload is not None:
+            return source.read(allocate, upload.done)
+        return source.read(allocate, pieces=AHEAD_PIECES)
     except BaseException:
         if taken:
             buffers.give(taken[0])

@@ -98,15 +98,16 @@ class Source:
                 return 0, size
             return loan_boundary(f, self.start, size), loan_boundary(f, end, size)
 
-    def read(self, allocate=None, done=None) -> tuple[np.ndarray, int]:
+    def read(self, allocate=None, done=None, pieces: int | None = None
+             ) -> tuple[np.ndarray, int]:
         """The chunk's bytes (a uint8 array from ``allocate(nbytes)``, by default NumPy's) and
         the offset where they start in the file, read by several threads at once; ``done(a,
-        b)`` is called as each block ``[a, b)`` of them is in (see
-        :func:`.chunk_bytes.read_range`)."""
+        b)`` is called as each block ``[a, b)`` of them is in; ``pieces``: that many blocks
+        (see :func:`.chunk_bytes.read_range`)."""
         start, stop = self.extent()
         nbytes = max(0, stop - start)
         out = np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
-        chunk_bytes.read_range(self.path, start, out, done)
+        chunk_bytes.read_range(self.path, start, out, done, pieces)
         return out, start
 
 
