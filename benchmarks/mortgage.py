@@ -324,13 +324,6 @@ def _tree_order(names) -> list[str]:
     return ordered
 
 
-def _read_ahead_text(args) -> str:
-    read_ahead = getattr(args, "read_ahead", None)
-    if read_ahead is None:
-        return "next chunk read ahead on GPU workers of one thread"
-    return "next chunk read ahead" if read_ahead else "no chunk read ahead"
-
-
 def _partition_sizes(args, results) -> str:
     """The chunk size of the configurations measured (each device's own by default)."""
     from dask_gpu_interop.pipelines.mortgage import etl
@@ -350,8 +343,7 @@ def run_config(config: str, args, the_plan) -> dict:
         workers = len(client.scheduler_info()["workers"])
         out.update(device=device, workers=workers, cluster_seconds=time.perf_counter() - started)
         say(f"{config}: {workers} worker(s) up in {out['cluster_seconds']:.1f} s; warm-up ...")
-        warm = the_plan.chunks[:2 * workers]  # two a worker: the buffer read ahead is made too
-        etl.run_plan(the_plan.subset(warm), device=device, read_ahead=args.read_ahead)
+        etl.run_plan(the_plan.subset(the_plan.chunks[:workers]), device=device)
 
         if device == "gpu":
             out.update(probe(client, device, the_plan))
@@ -359,7 +351,7 @@ def run_config(config: str, args, the_plan) -> dict:
         if args.stages:
             client.run(stages.start_process_profile, device)
         result = etl.run_plan(the_plan, device=device, bad_rows=args.bad_rows,
-                              progress=sys.stdout.isatty(), read_ahead=args.read_ahead)
+                              progress=sys.stdout.isatty())
         if args.stages:
             out["stages"] = client.run(stages.stop_process_profile)
         out.update(etl_seconds=result.seconds, rows=result.rows, input_bytes=result.input_bytes,
@@ -444,7 +436,7 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
            f"generated in {data['generate_seconds']:.0f} s" if data.get("generated") else "")
         + f"); chunks of at most {_partition_sizes(args, results)}; {args.rounds} boosting "
         f"rounds{_params_text(args)}; protocol {args.protocol}; {args.gpu_threads} thread(s) "
-        f"per GPU worker; {_read_ahead_text(args)}",
+        "per GPU worker",
         "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
         "ETL = read + features + label + join + last mile, persisted in worker memory",
         "",
@@ -635,9 +627,6 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu-threads", type=int, default=1,
                         help="threads per GPU worker (2: one chunk's file read overlaps "
                              "another's GPU work, at twice the chunks in device memory)")
-    parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
-                        help="each GPU worker reads its next chunk while the GPU works on this "
-                             "one (default: on GPUs with one thread per worker)")
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
     parser.add_argument("--stages", action="store_true",

@@ -136,7 +136,7 @@ def parser_variants(the_plan, repeats: int) -> dict:
     )
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
-    host, _ = chunk.read(chunk_bytes.BUFFERS[True].take)  # page-locked, kept
+    host, _ = chunk.read(chunk_bytes.PINNED.take)  # page-locked, kept
     raw = cupy.asarray(host)
     layout = lines.of(raw, cupy)
     numbers = [c.name for c in schema.PERFORMANCE.columns if c.kind in (schema.ID, schema.NUMBER)]

@@ -574,10 +574,6 @@ def test_a_range_is_read_in_blocks_each_reported_once_as_soon_as_it_is_in(tmp_pa
     chunk_bytes.read_range(str(path), 7, out, done)
     assert out.tobytes() == data[7:]
     assert sorted(seen) == [(a, min(a + 1000, len(out)), True) for a in range(0, len(out), 1000)]
-    blocks = []
-    chunk_bytes.read_range(str(path), 7, out, lambda a, b: blocks.append((a, b)), pieces=3)
-    step = -(-len(out) // 3)  # three blocks, the last one shorter
-    assert sorted(blocks) == [(0, step), (step, 2 * step), (2 * step, len(out))]
     one = np.zeros(10, dtype=np.uint8)
     blocks = []
     chunk_bytes.read_range(str(path), 0, one, lambda a, b: blocks.append((a, b)))  # one block: inline

@@ -11,7 +11,6 @@ through the client.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import re
@@ -189,13 +188,11 @@ def load_acquisitions(sources: list[Source], device: str, policy: str, names):
 
 
 def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
-                  intermediate: bool = False, out: str | None = None, index: int = 0,
-                  read_next: Source | None = None):
-    """Read, featurize, join and clean one chunk: (frame or rows written, report).
-    ``read_next``: the chunk this worker runs next, read ahead while this one is on the GPU."""
+                  intermediate: bool = False, out: str | None = None, index: int = 0):
+    """Read, featurize, join and clean one chunk: (frame or rows written, report)."""
     backend = Backend(device)
     with stage("read"):
-        result = read.read_table(source, schema.PERFORMANCE, backend, policy, names, read_next)
+        result = read.read_table(source, schema.PERFORMANCE, backend, policy, names)
     frame, result.frame = result.frame, None  # the frame's columns are freed as they are used
     with stage("features"):
         frame = features.performance_features(frame)
@@ -211,75 +208,13 @@ def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
     return len(frame), report
 
 
-def assign(chunks: list[Source], workers: list[str]) -> list[str]:
-    """The worker of each chunk: runs of consecutive chunks of about the same bytes each, so
-    that every worker knows the chunk it runs next and can read it ahead."""
-    sizes = [(c.end if c.end is not None else os.path.getsize(c.path)) - c.start
-             for c in chunks]
-    total, before, owners = max(1, sum(sizes)), 0, []
-    for size in sizes:
-        middle = before + size / 2
-        owners.append(workers[min(len(workers) - 1, int(middle * len(workers) / total))])
-        before += size
-    return owners
-
-
-def _tasks(plan: Plan, device: str, policy: str, intermediate: bool, out: str | None = None,
-           workers: list[str] | None = None):
-    """A task per chunk, and the acquisition reports; with ``workers``, each chunk's task goes
-    to its worker (``assign``; any other when that one is gone), told the chunk that worker
-    runs next, and joins acquisitions read on that worker (a quarter split between two
-    workers is read by both: moving the table, and waiting for it, would cost more)."""
-    owners = assign(plan.chunks, workers) if workers else [None] * len(plan.chunks)
-    read_next = [None] * len(plan.chunks)
-    last: dict = {}
-    for i, owner in enumerate(owners):
-        if owner is not None and owner in last:
-            read_next[last[owner]] = plan.chunks[i]
-        last[owner] = i
-    count = len(plan.chunks)
-    acq, reports = {}, {}  # each worker reads the acquisitions its chunks join, itself
-    for chunk, owner in zip(plan.chunks, owners, strict=True):
-        key = plan.key(chunk)
-        if (key, owner) not in acq:
-            with _placed(owner, count + 1):
-                acq[key, owner] = dask.delayed(load_acquisitions, pure=False, nout=2)(
-                    plan.acquisitions[key], device, policy, plan.names)
-            reports.setdefault(key, acq[key, owner][1])  # each file's bad rows counted once
-    for key, sources in plan.acquisitions.items():  # files no chunk joins: checked all the same
-        if key not in reports:
-            reports[key] = dask.delayed(load_acquisitions, pure=False, nout=2)(
-                sources, device, policy, plan.names)[1]
-    chunks = []
-    for i, chunk in enumerate(plan.chunks):
-        with _placed(owners[i], count - i):
-            chunks.append(dask.delayed(process_chunk, pure=False, nout=2)(
-                chunk, acq[plan.key(chunk), owners[i]], device, policy, plan.names,
-                intermediate, out, i, read_next[i]))
-    return chunks, list(reports.values())
-
-
-def _placed(worker: str | None, priority: int):
-    """Tasks made in the block run on ``worker`` (or any other when it is gone), before those
-    of lower ``priority``: a worker runs its chunks in order (the hints name the next one),
-    after the acquisitions they join."""
-    if worker is None:
-        return contextlib.nullcontext()
-    return dask.annotate(workers=[worker], allow_other_workers=True, priority=priority)
-
-
-def read_ahead_workers(client, device: str, read_ahead: bool | None = None) -> list[str] | None:
-    """The workers to assign chunks to, so that each reads its next chunk ahead: every worker
-    of ``client``'s cluster, when ``read_ahead`` (default: on GPUs) and each worker runs one
-    task at a time (with more, its next chunk is already running); else None."""
-    if read_ahead is None:
-        read_ahead = device == "gpu"
-    if not read_ahead or client is None:
-        return None
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    if not workers or any(w.get("nthreads", 1) != 1 for w in workers.values()):
-        return None
-    return sorted(workers)
+def _tasks(plan: Plan, device: str, policy: str, intermediate: bool, out: str | None = None):
+    acq = {key: dask.delayed(load_acquisitions, pure=False, nout=2)(
+        sources, device, policy, plan.names) for key, sources in plan.acquisitions.items()}
+    chunks = [dask.delayed(process_chunk, pure=False, nout=2)(
+        chunk, acq[plan.key(chunk)], device, policy, plan.names, intermediate, out, i)
+        for i, chunk in enumerate(plan.chunks)]
+    return chunks, [a[1] for a in acq.values()]
 
 
 def meta(device: str = "cpu", intermediate: bool = False):
@@ -366,32 +301,27 @@ def _client():
 
 def run(perf, acq, names: str | None = None, *, device: str = "cpu",
         partition_size: int | str | None = None, bad_rows: str = "error",
-        intermediate: bool = False, progress: bool = False,
-        read_ahead: bool | None = None) -> EtlResult:
+        intermediate: bool = False, progress: bool = False) -> EtlResult:
     """Run the ETL and keep the result in the cluster's memory (for training).
 
     ``perf``/``acq``: files, directories or globs. ``device``: "gpu" (cuDF) or "cpu" (pandas).
     ``partition_size``: text per task (default: ``PARTITION_SIZES[device]``).
     Bad rows raise :class:`~.read.BadRowsError` (``bad_rows="error"``), or are dropped with a
     warning ("warn") or only counted ("skip"). ``intermediate``: keep ids, dates and the
-    per-loan features instead of the 45-feature table. ``read_ahead`` (default: on GPUs):
-    on a distributed cluster, give each worker a run of chunks and let it read the next one
-    while the GPU works on this one (see :func:`read_ahead_workers`).
+    per-loan features instead of the 45-feature table.
     """
     read.check_policy(bad_rows)
     the_plan = plan(perf, acq, names, partition_size_for(device, partition_size))
     return run_plan(the_plan, device=device, bad_rows=bad_rows, intermediate=intermediate,
-                    progress=progress, read_ahead=read_ahead)
+                    progress=progress)
 
 
 def run_plan(the_plan: Plan, *, device: str = "cpu", bad_rows: str = "error",
-             intermediate: bool = False, progress: bool = False,
-             read_ahead: bool | None = None) -> EtlResult:
+             intermediate: bool = False, progress: bool = False) -> EtlResult:
     """:func:`run` on the files of a :func:`plan`."""
     read.check_policy(bad_rows)
     started = time.perf_counter()
-    workers = read_ahead_workers(_client(), device, read_ahead)
-    chunks, acq_reports = _tasks(the_plan, device, bad_rows, intermediate, workers=workers)
+    chunks, acq_reports = _tasks(the_plan, device, bad_rows, intermediate)
     persisted = _compute([*chunks, *acq_reports], progress)
     chunks, acq_reports = persisted[: len(chunks)], persisted[len(chunks):]
     reports = dask.compute(*[c[1] for c in chunks], *acq_reports)
@@ -406,14 +336,13 @@ def run_plan(the_plan: Plan, *, device: str = "cpu", bad_rows: str = "error",
 
 def write(out: str, perf, acq, names: str | None = None, *, device: str = "cpu",
           partition_size: int | str | None = None, bad_rows: str = "error",
-          overwrite: bool = False, progress: bool = False,
-          read_ahead: bool | None = None) -> EtlResult:
+          overwrite: bool = False, progress: bool = False) -> EtlResult:
     """Run the ETL and write the feature table to ``out``, a directory of Parquet files (one per
     chunk, written by the workers: ``out`` must be visible to them)."""
     read.check_policy(bad_rows)
     the_plan = plan(perf, acq, names, partition_size_for(device, partition_size))
     return write_plan(out, the_plan, device=device, bad_rows=bad_rows, overwrite=overwrite,
-                      progress=progress, read_ahead=read_ahead)
+                      progress=progress)
 
 
 def check_output(out: str, overwrite: bool = False) -> str:
@@ -425,8 +354,7 @@ def check_output(out: str, overwrite: bool = False) -> str:
 
 
 def write_plan(out: str, the_plan: Plan, *, device: str = "cpu", bad_rows: str = "error",
-               overwrite: bool = False, progress: bool = False,
-               read_ahead: bool | None = None) -> EtlResult:
+               overwrite: bool = False, progress: bool = False) -> EtlResult:
     """:func:`write` on the files of a :func:`plan`."""
     read.check_policy(bad_rows)
     out = check_output(out, overwrite)
@@ -434,8 +362,7 @@ def write_plan(out: str, the_plan: Plan, *, device: str = "cpu", bad_rows: str =
         shutil.rmtree(out) if os.path.isdir(out) else os.remove(out)
     os.makedirs(out)
     started = time.perf_counter()
-    workers = read_ahead_workers(_client(), device, read_ahead)
-    chunks, acq_reports = _tasks(the_plan, device, bad_rows, False, out, workers)
+    chunks, acq_reports = _tasks(the_plan, device, bad_rows, False, out)
     persisted = _compute([*chunks, *acq_reports], progress)
     results = dask.compute(*persisted)
     chunk_results = results[: len(chunks)]

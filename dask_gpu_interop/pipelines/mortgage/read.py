@@ -98,16 +98,15 @@ class Source:
                 return 0, size
             return loan_boundary(f, self.start, size), loan_boundary(f, end, size)
 
-    def read(self, allocate=None, done=None, pieces: int | None = None
-             ) -> tuple[np.ndarray, int]:
+    def read(self, allocate=None, done=None) -> tuple[np.ndarray, int]:
         """The chunk's bytes (a uint8 array from ``allocate(nbytes)``, by default NumPy's) and
         the offset where they start in the file, read by several threads at once; ``done(a,
-        b)`` is called as each block ``[a, b)`` of them is in; ``pieces``: that many blocks
-        (see :func:`.chunk_bytes.read_range`)."""
+        b)`` is called as each block ``[a, b)`` of them is in (see
+        :func:`.chunk_bytes.read_range`)."""
         start, stop = self.extent()
         nbytes = max(0, stop - start)
         out = np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
-        chunk_bytes.read_range(self.path, start, out, done, pieces)
+        chunk_bytes.read_range(self.path, start, out, done)
         return out, start
 
 
@@ -444,7 +443,7 @@ def _parse_from_pinned(data: np.ndarray, table: Table, numbers: list[str]):
     """libcudf's parse of ``numbers`` from ``data`` in page-locked memory, in parts: in place
     when ``data`` is a chunk's lent buffer, else (a chunk cleaned by the slow path) from a
     copy in one."""
-    pinned = chunk_bytes.BUFFERS[True]
+    pinned = chunk_bytes.PINNED
     part = parse_part_bytes(len(data))
     if pinned.lent(data):
         return parse_device(data, table, numbers, part_bytes=part)
@@ -621,10 +620,8 @@ class ReadResult:
 
 
 def read_table(source: Source, table: Table, backend: Backend, policy: str = "error",
-               names: dict | None = None, read_next: Source | None = None) -> ReadResult:
-    """Read one chunk of a performance or acquisition file into a typed frame; then, when
-    ``read_next`` is given (the chunk this worker reads next), start reading that one ahead
-    (``chunk_bytes.ReadAhead``) while this one is parsed.
+               names: dict | None = None) -> ReadResult:
+    """Read one chunk of a performance or acquisition file into a typed frame.
 
     Numbers are float64 (blank: NaN), dates month numbers (float32, blank: NaN), the reporting
     period an int32 month number, the status int32 (blank/unknown: -1), categorical fields
@@ -633,8 +630,6 @@ def read_table(source: Source, table: Table, backend: Backend, policy: str = "er
     check_policy(policy)
     with stage("file"):
         chunk = chunk_bytes.fetch(source, backend.is_gpu)
-    if read_next is not None:
-        chunk_bytes.read_ahead(read_next, backend.is_gpu)
     try:
         return _read_chunk(chunk, source, table, backend, policy, names)
     finally:
