@@ -9,9 +9,10 @@
 :func:`fetch` puts these together for one chunk's task.
 
 Not kept: reading a worker's next chunk ahead while the GPU works on this one (a background
-thread, chunks assigned to workers in runs). It made the ETL slower on the lent H200 machines,
-one GPU and two, started with the chunk's copy or after its parse
-(benchmarks/results/mortgage-1xH200-dense-read-ahead.md, mortgage-2xH200-dense-read-ahead.md).
+thread, chunks assigned to workers in runs). It made the ETL slower on the lent H200
+machines, one GPU and two, started with the chunk's copy or after its parse (results in
+benchmarks/results/: mortgage-1xH200-dense-read-ahead.md,
+mortgage-2xH200-dense-read-ahead-background.md).
 """
 
 from __future__ import annotations
