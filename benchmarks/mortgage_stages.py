@@ -118,11 +118,11 @@ def _median_seconds(fn, repeats: int) -> float:
 
 def parser_variants(the_plan, repeats: int) -> dict:
     """Steps of the GPU ETL against the alternatives, on one chunk: the label by the kernel and
-    by cuDF's scans; the newlines found by the reader's kernel and by CuPy; the
-    numbers parsed by the reader's kernel from the device copy (what the ETL does), and by
-    libcudf from the pinned host copy in parts (the ETL's way for number forms the kernel
-    leaves to it), at once, and from a device copy; cuDF's own read_csv of every column from
-    host bytes, and the copy alone."""
+    by cuDF's scans; the newlines found by the reader's kernel and by CuPy; the numbers parsed
+    by the reader's kernel from the device copy (what the ETL does), and by libcudf from the
+    pinned host copy in parts (the ETL's way for number forms the kernel leaves to it), at
+    once, and from a device copy; cuDF's own read_csv of every column from host bytes, and
+    the copy alone."""
     import cupy
 
     from dask_gpu_interop.backend import Backend

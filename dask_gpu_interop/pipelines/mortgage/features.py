@@ -26,6 +26,11 @@ STATUS = "current_loan_delinquency_status"
 PERIOD = "monthly_reporting_period"
 
 
+def _on_device(data) -> bool:
+    """Whether ``data`` (a frame or a column) is cuDF's."""
+    return type(data).__module__.startswith("cudf")
+
+
 def _bad(perf):
     """Rows that make the label 1 for the twelve months that end with them."""
     # filled: a blank balance is not 0, and cuDF's | would propagate the null
@@ -107,8 +112,9 @@ def _label_kernel():
 
 def _label_on_device(work):
     """``_label`` on a cuDF frame, by one CUDA thread per row that looks at the loan's rows of
-    the next twelve months (at most a dozen in the real files' monthly rows); cuDF's scans
-    and shifts cost more in launches and checks than the work itself."""
+    the next twelve months (at most a dozen in the real files' monthly rows): 1.6 ms for a
+    0.9 GiB chunk on an H200, where cuDF's scans and shifts took 10.5 ms
+    (benchmarks/results/mortgage-stages-gpu-dense-variants2-1xH200.md)."""
     import cupy
     import numpy as np
 
@@ -130,14 +136,10 @@ def _label_on_device(work):
     return label.view(cupy.bool_), run
 
 
-def _on_device(frame) -> bool:
-    return type(frame).__module__.startswith("cudf")
-
-
 def _per_loan(work, status, run) -> dict:
     """ever_* and delinquency_* of every row: one group-by over the loans, then each loan's
     values gathered to its rows (``run``: the loan's place among the chunk's sorted loans)."""
-    if type(work).__module__.startswith("cudf"):
+    if _on_device(work):
         return _per_loan_on_device(work, status, run)
     months = {f"_m{name}": work[PERIOD].where(status >= threshold)
               for name, threshold in schema.THRESHOLDS.items()}
@@ -344,7 +346,7 @@ def filled(column, value):
     """``column`` with its nulls as ``value`` (NaN stays NaN). On cuDF it goes straight to
     libcudf: cuDF's fillna first proves that the value fits the column, with reductions and
     a device sync each, about 2 ms a call on an H200 (a tenth of the feature table's time)."""
-    if not type(column).__module__.startswith("cudf"):
+    if not _on_device(column):
         return column.fillna(value)
     import pylibcudf as plc
 
@@ -358,7 +360,7 @@ def filled(column, value):
 
 def _ids(column, fill: int):
     """An int64 array of loan ids, nulls as ``fill``."""
-    if type(column).__module__.startswith("cudf"):
+    if _on_device(column):
         return filled(column, fill).astype("int64").values
     import numpy as np
 
