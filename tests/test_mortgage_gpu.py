@@ -311,13 +311,13 @@ def test_numbers_parsed_from_pinned_host_memory_in_parts_equal_the_device_parse(
 
     perf = max(dataset[0], key=os.path.getsize)
     data = open(perf, "rb").read()
-    pinned = chunk_bytes.PINNED.take(len(data))
-    pinned[:] = np.frombuffer(data, dtype=np.uint8)
     numeric = [c.name for c in schema.PERFORMANCE.columns if c.kind in (schema.ID, schema.NUMBER)]
-    want = read.parse_device(cupy.asarray(pinned), schema.PERFORMANCE, numeric).to_pandas()
-    part = -(-len(data) // 5)
-    assert len(read.line_cuts(pinned, part)) == 6  # five parts
-    got = read.parse_device(pinned, schema.PERFORMANCE, numeric, part_bytes=part)
+    with chunk_bytes.pinned(len(data)) as pinned:
+        pinned[:] = np.frombuffer(data, dtype=np.uint8)
+        want = read.parse_device(cupy.asarray(pinned), schema.PERFORMANCE, numeric).to_pandas()
+        part = -(-len(data) // 5)
+        assert len(read.line_cuts(pinned, part)) == 6  # five parts
+        got = read.parse_device(pinned, schema.PERFORMANCE, numeric, part_bytes=part)
     pd.testing.assert_frame_equal(got.to_pandas(), want)
     assert len(want) == data.count(b"\n")
 
@@ -470,6 +470,7 @@ def test_a_chunk_copied_to_the_device_block_by_block_is_the_file(dataset, monkey
         *source.read(), None, None))  # NumPy bytes, copied to the device after the read
     plain = read.read_table(source, schema.PERFORMANCE, Backend("gpu")).frame.to_pandas()
     pd.testing.assert_frame_equal(got, plain)
+
 
 def test_the_label_kernel_gives_the_label_and_loan_places_of_the_scan():
     """One thread per row looking twelve months ahead gives the label and each row's loan

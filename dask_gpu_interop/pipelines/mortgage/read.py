@@ -481,8 +481,8 @@ def _next_line(data, offset: int, window: int = 1 << 16) -> int:
 def parse_device(data, table: Table, columns: list[str] | None = None,
                  part_bytes: int | None = None):
     """cuDF's CSV reader on bytes the device can read (a CuPy uint8 array, or a NumPy one in
-    page-locked memory such as ``chunk_bytes.Buffers`` lend), for ``columns`` (default: all), at most
-    ``part_bytes`` of text at a time (default: all at once; each part's columns are joined
+    page-locked memory, such as the buffers ``chunk_bytes.PINNED`` lends), for ``columns``
+    (default: all), at most ``part_bytes`` of text at a time (default: all at once; each part's columns are joined
     after, one column at a time). The result is what :func:`parse_host` gives with cuDF."""
     import cudf
     import pylibcudf as plc
