@@ -444,6 +444,28 @@ def test_bad_rows_warn_or_skip_drop_and_count_them(dirty, policy, partition_size
 
 
 @needs_sample
+@pytest.mark.parametrize("partition_size", ["256MiB", "9KiB"])
+def test_bad_acquisition_rows_are_counted_once_whichever_task_loads_them(tmp_path,
+                                                                        partition_size):
+    """One chunk of the quarter loads its acquisitions in its own task; several share one
+    load: either way each bad acquisition row is reported once."""
+    rows = raw_lines([SAMPLE_ACQ])
+    rows[4] = rows[4][:-1]  # too few fields
+    rows[9] = rows[9][:3] + ["7.x"] + rows[9][4:]  # a bad number
+    acq = _write(tmp_path / "Acquisition_2007Q3.txt", "\n".join("|".join(r) for r in rows))
+    perf = _write(tmp_path / "Performance_2007Q3.txt_0",
+                  "\n".join("|".join(r) for r in raw_lines([SAMPLE_PERF])[:400]) + "\n")
+    the_plan = etl.plan(perf, acq, partition_size=partition_size)
+    chunks, shared = etl._tasks(the_plan, "cpu", "skip", False)
+    assert (len(chunks) == 1) == (partition_size == "256MiB")
+    assert len(shared) == (0 if len(chunks) == 1 else 1)  # the loads of acquisitions
+    result = etl.run(perf, acq, bad_rows="skip", partition_size=partition_size)
+    assert result.bad_count == 2
+    assert sorted((row.path, row.line) for row in result.bad) == [(acq, 5), (acq, 10)]
+    assert result.rows == 400
+
+
+@needs_sample
 def test_unknown_status_is_missing_not_bad(tmp_path):
     rows = raw_lines([SAMPLE_PERF])[:50]
     rows[4][10] = "X"

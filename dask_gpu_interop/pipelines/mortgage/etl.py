@@ -3,10 +3,10 @@
 One task per chunk of a performance file (chunks end at loan boundaries, at most about
 ``partition_size`` each, 1 GiB on GPUs and 256 MiB on CPUs by default, so device memory per
 task is bounded) reads it, adds the per-loan features and the label, joins the loan's
-acquisition row (read once per quarter, by one task whose result every chunk of that quarter
-shares) and keeps the 45 features and the label. The result is a dask DataFrame of cuDF or
-pandas partitions, one per chunk, in file order, ready for ``xgboost.dask`` without passing
-through the client.
+acquisition row (read once per quarter: by the chunk's own task when it is the quarter's only
+chunk, else by one task whose result the quarter's chunks share) and keeps the 45 features and
+the label. The result is a dask DataFrame of cuDF or pandas partitions, one per chunk, in file
+order, ready for ``xgboost.dask`` without passing through the client.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import shutil
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -157,12 +158,14 @@ def plan(perf, acq, names: str | None = None,
 
 @dataclass
 class ChunkReport:
-    """What one task read: rows, bad rows (the first KEPT_BAD_ROWS in full), bytes."""
+    """What one task read: rows, bad rows (the first KEPT_BAD_ROWS in full), and the reports
+    of the acquisition files it loaded itself (see :func:`process_chunk`)."""
 
     path: str
     rows: int = 0
     bad_count: int = 0
     bad: list[BadRow] = field(default_factory=list)
+    acquisitions: list[ChunkReport] = field(default_factory=list)
 
     @classmethod
     def of(cls, path: str, result: read.ReadResult) -> ChunkReport:
@@ -189,7 +192,15 @@ def load_acquisitions(sources: list[Source], device: str, policy: str, names):
 
 def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
                   intermediate: bool = False, out: str | None = None, index: int = 0):
-    """Read, featurize, join and clean one chunk: (frame or rows written, report)."""
+    """Read, featurize, join and clean one chunk: (frame or rows written, report).
+
+    ``acquisitions``: what :func:`load_acquisitions` returned for the chunk's quarter, or
+    the quarter's acquisition files, loaded here when no other chunk joins them.
+    """
+    loaded = []
+    if isinstance(acquisitions, list):
+        acquisitions = load_acquisitions(acquisitions, device, policy, names)
+        loaded = acquisitions[1]
     backend = Backend(device)
     with stage("read"):
         result = read.read_table(source, schema.PERFORMANCE, backend, policy, names)
@@ -202,6 +213,7 @@ def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
         with stage("table"):
             frame = features.feature_table(frame, acquisitions[0])
     report = ChunkReport.of(source.path, result)
+    report.acquisitions = loaded
     if out is None:
         return frame, report
     frame.to_parquet(os.path.join(out, f"part.{index:05d}.parquet"), index=False)
@@ -209,12 +221,19 @@ def process_chunk(source: Source, acquisitions, device: str, policy: str, names,
 
 
 def _tasks(plan: Plan, device: str, policy: str, intermediate: bool, out: str | None = None):
-    acq = {key: dask.delayed(load_acquisitions, pure=False, nout=2)(
-        sources, device, policy, plan.names) for key, sources in plan.acquisitions.items()}
+    """One task per chunk, and one per group of acquisition files that several chunks join
+    (or none). A chunk that alone joins its group loads it in its own task: one task fewer
+    (each costs a few ms of round trips to the scheduler), and the chunk depends on no other
+    task, so it goes to the first free worker instead of the one that holds its
+    acquisitions."""
+    joins = Counter(plan.key(chunk) for chunk in plan.chunks)
+    shared = {key: dask.delayed(load_acquisitions, pure=False, nout=2)(
+        sources, device, policy, plan.names) for key, sources in plan.acquisitions.items()
+        if joins[key] != 1}
     chunks = [dask.delayed(process_chunk, pure=False, nout=2)(
-        chunk, acq[plan.key(chunk)], device, policy, plan.names, intermediate, out, i)
-        for i, chunk in enumerate(plan.chunks)]
-    return chunks, [a[1] for a in acq.values()]
+        chunk, shared.get(plan.key(chunk), plan.acquisitions[plan.key(chunk)]), device,
+        policy, plan.names, intermediate, out, i) for i, chunk in enumerate(plan.chunks)]
+    return chunks, [a[1] for a in shared.values()]
 
 
 def meta(device: str = "cpu", intermediate: bool = False):
@@ -266,7 +285,8 @@ class EtlResult:
 def _reports_outcome(reports, policy: str) -> tuple[int, list[BadRow]]:
     flat = []
     for item in reports:
-        flat += item if isinstance(item, list) else [item]
+        for report in item if isinstance(item, list) else [item]:
+            flat += [report, *report.acquisitions]
     count = sum(r.bad_count for r in flat)
     rows = [row for r in flat for row in r.bad]
     if count and policy == "warn":
