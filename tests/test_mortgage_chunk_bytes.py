@@ -68,3 +68,79 @@ def test_fetch_on_cpus_reads_into_numpy_memory(tmp_path):
     assert chunk.data.tobytes() == path.read_bytes() and chunk.offset == 0
     assert chunk.upload is None and chunk.buffers is None
     chunk.release()  # nothing lent: nothing to give back
+
+
+HOLD_THE_LOCK = """
+import os, sys, tempfile, time
+tempfile.tempdir = sys.argv[1]
+from dask_gpu_interop.pipelines.mortgage import chunk_bytes
+with chunk_bytes.host_read_lock():
+    open(os.path.join(sys.argv[1], "held"), "w").close()
+    while not os.path.exists(os.path.join(sys.argv[1], "release")):
+        time.sleep(0.01)
+"""
+
+
+@pytest.fixture()
+def another_process_holds_the_lock(tmp_path, monkeypatch):
+    """Another process (as another GPU worker of the host would) holding the read lock until
+    ``release()``; this process's temporary directory is the same."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    child = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "held").exists():
+        assert child.poll() is None and time.monotonic() < deadline, "the holder did not start"
+        time.sleep(0.01)
+
+    def release():
+        (tmp_path / "release").touch()
+        child.wait(timeout=60)
+
+    yield release
+    release()
+
+
+def _enter_in_a_thread():
+    import threading
+
+    entered = threading.Event()
+
+    def enter():
+        with chunk_bytes.host_read_lock():
+            entered.set()
+
+    threading.Thread(target=enter, daemon=True).start()
+    return entered
+
+
+def test_the_host_read_lock_lets_one_process_at_a_time_read(another_process_holds_the_lock):
+    import dask
+
+    with dask.config.set({"gpu-interop.mortgage.host-read-lock": True}):
+        entered = _enter_in_a_thread()
+        assert not entered.wait(0.5)  # the other process holds it
+        another_process_holds_the_lock()
+        assert entered.wait(30)
+
+
+def test_the_host_read_lock_can_be_turned_off(another_process_holds_the_lock):
+    import dask
+
+    with dask.config.set({"gpu-interop.mortgage.host-read-lock": False}):
+        assert _enter_in_a_thread().wait(30)
+
+
+def test_without_a_usable_lock_file_reads_go_on_unlocked(tmp_path, monkeypatch):
+    import tempfile
+
+    import dask
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with dask.config.set({"gpu-interop.mortgage.host-read-lock": True}):
+        with chunk_bytes.host_read_lock():
+            pass
