@@ -31,6 +31,7 @@ import platform
 import re
 import shlex
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -333,6 +334,60 @@ def _partition_sizes(args, results) -> str:
                      for d in devices)
 
 
+def parse_alternate(text: str | None) -> tuple[str, list] | None:
+    """``"KEY=A,B"`` -> (KEY, [A, B]), each value read as YAML (true, 0.5, text)."""
+    if text is None:
+        return None
+    import yaml
+
+    key, sep, values = text.partition("=")
+    parsed = [yaml.safe_load(v) for v in values.split(",") if v.strip()]
+    if not sep or not key.strip() or len(parsed) < 2:
+        raise ValueError(f"--alternate {text!r}: write KEY=A,B (a dask config key and two or "
+                         "more values), e.g. gpu-interop.mortgage.host-read-lock=true,false")
+    return key.strip(), parsed
+
+
+def _set_config(key: str, value) -> None:
+    import dask
+
+    dask.config.set({key: value})
+
+
+def chunks_per_worker(tasks: list[dict]) -> list[int]:
+    """How many chunk tasks each worker ran, most first (from a task stream's records)."""
+    from collections import Counter
+
+    counts = Counter(t["worker"] for t in tasks if "process_chunk" in str(t["key"]))
+    return sorted(counts.values(), reverse=True)
+
+
+def timed_etl(client, the_plan, device: str, args) -> tuple:
+    """(the last run's result, every run as {"value", "seconds"}): ``--etl-runs`` runs, each
+    after setting the ``--alternate`` key on the workers to the next of its values."""
+    from distributed import get_task_stream
+
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    runs, result = [], None
+    for i in range(args.etl_runs):
+        value = None
+        if args.alternate:
+            key, values = args.alternate
+            value = values[i % len(values)]
+            client.run(_set_config, key, value)
+        result = None  # the previous run's frame is freed before the next
+        with get_task_stream(client) as stream:
+            result = etl.run_plan(the_plan, device=device, bad_rows=args.bad_rows,
+                                  progress=sys.stdout.isatty())
+        runs.append({"value": value, "seconds": result.seconds,
+                     "chunks_per_worker": chunks_per_worker(stream.data)})
+        say(f"  ETL{f' ({value})' if args.alternate else ''}: {result.summary()}")
+    if args.alternate:  # the workers go back to the first value, which the other figures use
+        client.run(_set_config, args.alternate[0], args.alternate[1][0])
+    return result, runs
+
+
 def run_config(config: str, args, the_plan) -> dict:
     from dask_gpu_interop.memory.report import memory_report
     from dask_gpu_interop.pipelines.mortgage import etl, job, stages, train
@@ -350,13 +405,13 @@ def run_config(config: str, args, the_plan) -> dict:
         say(f"  ETL of {format_bytes(the_plan.input_bytes)} ...")
         if args.stages:
             client.run(stages.start_process_profile, device)
-        result = etl.run_plan(the_plan, device=device, bad_rows=args.bad_rows,
-                              progress=sys.stdout.isatty())
+        result, runs = timed_etl(client, the_plan, device, args)
         if args.stages:
             out["stages"] = client.run(stages.stop_process_profile)
-        out.update(etl_seconds=result.seconds, rows=result.rows, input_bytes=result.input_bytes,
-                   partitions=result.partitions, bad_rows=result.bad_count)
-        say(f"  ETL: {result.summary()}")
+        first = [r["seconds"] for r in runs if r["value"] == runs[0]["value"]]
+        out.update(etl_seconds=statistics.median(first), etl_runs=runs, rows=result.rows,
+                   input_bytes=result.input_bytes, partitions=result.partitions,
+                   bad_rows=result.bad_count)
         if device == "gpu":
             report = memory_report(client)
             peaks = {a: s.get("peak_bytes") for a, s in report.items()}
@@ -438,7 +493,10 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
         f"rounds{_params_text(args)}; protocol {args.protocol}; {args.gpu_threads} thread(s) "
         "per GPU worker",
         "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
-        "ETL = read + features + label + join + last mile, persisted in worker memory",
+        "ETL = read + features + label + join + last mile, persisted in worker memory"
+        + (f"; {args.etl_runs} timed ETL runs per cluster (see below)" if args.etl_runs > 1
+           else ""),
+        f"- settings: {_settings_text()}",
         "",
         "| configuration | workers | ETL s | CSV GB/s | GB/s per GPU | rows/s | ETL vs CPU | "
         "train s | test AUC | peak device / worker | one chunk's device peak | "
@@ -476,6 +534,7 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
     if notes:
         lines += [""] + notes
     lines += scaling_lines(results)
+    lines += run_lines(results, args)
     lines += stage_lines(results)
     lines += ["", "## Goals (issue 4)", ""]
     repeated = sorted({r["config"] for r in results if "error" not in r
@@ -568,6 +627,45 @@ def scaling_lines(results: list[dict]) -> list[str]:
     return lines
 
 
+def _settings_text() -> str:
+    import dask
+
+    import dask_gpu_interop  # noqa: F401  (its defaults into dask's config)
+
+    flat = dask.config.get("gpu-interop.mortgage", default={}) or {}
+    return ", ".join(f"gpu-interop.mortgage.{k} {v}" for k, v in flat.items()) or "defaults"
+
+
+def run_lines(results: list[dict], args) -> list[str]:
+    """Every timed ETL run of every configuration (``--etl-runs``), by ``--alternate`` value,
+    and for each value the 2-GPU speed-up of the medians."""
+    done = [r for r in results if "error" not in r and len(r.get("etl_runs", [])) > 1]
+    if not done:
+        return []
+    key = args.alternate[0] if args.alternate else None
+    lines = ["", f"## Timed ETL runs, in order{f', alternating {key}' if key else ''}", "",
+             f"| configuration | {key or 'setting'} | runs, s | median s | chunks per worker |",
+             "| --- | --- | --- | ---: | --- |"]
+    medians: dict = {}
+    for r in done:
+        values = list(dict.fromkeys(str(run["value"]) for run in r["etl_runs"]))
+        for value in values:
+            runs = [run for run in r["etl_runs"] if str(run["value"]) == value]
+            seconds = [run["seconds"] for run in runs]
+            medians[r["config"], value] = statistics.median(seconds)
+            spread = ", ".join("/".join(map(str, run.get("chunks_per_worker") or ["?"]))
+                               for run in runs)
+            lines.append(f"| {r['config']} | {value if key else '-'} | "
+                         f"{', '.join(f'{t:.2f}' for t in seconds)} | "
+                         f"{medians[r['config'], value]:.2f} | {spread} |")
+    for (config, value), seconds in medians.items():
+        one = medians.get(("gpu1-pool", value))
+        if config.startswith("gpu") and config != "gpu1-pool" and config.endswith("-pool") and one:
+            lines.append(f"- {config}{f' ({key} {value})' if key else ''}: {one / seconds:.2f}x "
+                         "gpu1-pool, medians of the runs above")
+    return lines
+
+
 def stage_totals(run: dict) -> dict[str, float]:
     """Seconds per stage of the timed ETL, averaged over the workers (``--stages``), and the
     rest of each worker's ETL time outside any stage (scheduling, transfers, waiting)."""
@@ -629,6 +727,13 @@ def main(argv=None) -> int:
                              "another's GPU work, at twice the chunks in device memory)")
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
+    parser.add_argument("--etl-runs", type=int, default=1,
+                        help="timed ETL runs on each configuration's cluster (its figure is the "
+                             "median of the runs with the first --alternate value)")
+    parser.add_argument("--alternate", default=None, metavar="KEY=A,B",
+                        help="set the dask config KEY on the workers to A, B, A, ... before "
+                             "each timed run: a side-by-side comparison on one cluster, e.g. "
+                             "gpu-interop.mortgage.host-read-lock=true,false")
     parser.add_argument("--stages", action="store_true",
                         help="profile the timed ETL on every worker, stage by stage (adds a "
                              "device sync at each stage's ends)")
@@ -648,6 +753,14 @@ def main(argv=None) -> int:
         parse_bytes(args.partition_size)  # fails early on a bad size
     if args.gpu_threads < 1:
         parser.error(f"--gpu-threads {args.gpu_threads}: give 1 or more")
+    if args.etl_runs < 1:
+        parser.error(f"--etl-runs {args.etl_runs}: give 1 or more")
+    try:
+        args.alternate = parse_alternate(args.alternate)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.stages and args.etl_runs > 1:
+        parser.error("--stages profiles one timed run: leave --etl-runs at 1")
     from dask_gpu_interop.pipelines.mortgage.train import parse_params
 
     try:
