@@ -70,41 +70,6 @@ def test_fetch_on_cpus_reads_into_numpy_memory(tmp_path):
     chunk.release()  # nothing lent: nothing to give back
 
 
-HOLD_THE_LOCK = """
-import os, sys, tempfile, time
-tempfile.tempdir = sys.argv[1]
-from dask_gpu_interop.pipelines.mortgage import chunk_bytes
-with chunk_bytes.host_read_lock():
-    open(os.path.join(sys.argv[1], "held"), "w").close()
-    while not os.path.exists(os.path.join(sys.argv[1], "release")):
-        time.sleep(0.01)
-"""
-
-
-@pytest.fixture()
-def another_process_holds_the_lock(tmp_path, monkeypatch):
-    """Another process (as another GPU worker of the host would) holding the read lock until
-    ``release()``; this process's temporary directory is the same."""
-    import subprocess
-    import sys
-    import tempfile
-    import time
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    child = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)])
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "held").exists():
-        assert child.poll() is None and time.monotonic() < deadline, "the holder did not start"
-        time.sleep(0.01)
-
-    def release():
-        (tmp_path / "release").touch()
-        child.wait(timeout=60)
-
-    yield release
-    release()
-
-
 def _enter_in_a_thread():
     import threading
 
