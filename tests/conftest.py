@@ -1,5 +1,4 @@
-"""Shared test setup: GPU tests are skipped where there is no GPU (CI has none); a process
-that holds the mortgage reader's host read lock."""
+"""Shared test setup: GPU tests are skipped where there is no GPU (CI has none)."""
 
 from __future__ import annotations
 
@@ -33,38 +32,3 @@ def needs(module: str):
     return pytest.mark.skipif(
         importlib.util.find_spec(module.split(".")[0]) is None, reason=f"{module} not installed"
     )
-
-
-HOLD_THE_LOCK = """
-import os, sys, tempfile, time
-tempfile.tempdir = sys.argv[1]
-from dask_gpu_interop.pipelines.mortgage import chunk_bytes
-with chunk_bytes.host_read_lock():
-    open(os.path.join(sys.argv[1], "held"), "w").close()
-    while not os.path.exists(os.path.join(sys.argv[1], "release")):
-        time.sleep(0.01)
-"""
-
-
-@pytest.fixture()
-def another_process_holds_the_lock(tmp_path, monkeypatch):
-    """Another process (as another GPU worker of the host would) holding the read lock until
-    ``release()``; this process's temporary directory is the same."""
-    import subprocess
-    import sys
-    import tempfile
-    import time
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    child = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)])
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "held").exists():
-        assert child.poll() is None and time.monotonic() < deadline, "the holder did not start"
-        time.sleep(0.01)
-
-    def release():
-        (tmp_path / "release").touch()
-        child.wait(timeout=60)
-
-    yield release
-    release()

@@ -472,28 +472,6 @@ def test_a_chunk_copied_to_the_device_block_by_block_is_the_file(dataset, monkey
     pd.testing.assert_frame_equal(got, plain)
 
 
-def test_a_gpu_fetch_reads_only_while_no_other_worker_of_the_host_does(
-        dataset, another_process_holds_the_lock):
-    """The chunk's read and copy wait for the host read lock that another process holds."""
-    import threading
-
-    import cupy
-
-    perf = max(dataset[0], key=os.path.getsize)
-    fetched = []
-    with dask.config.set({"gpu-interop.mortgage.host-read-lock": True}):
-        reader = threading.Thread(
-            target=lambda: fetched.append(chunk_bytes.fetch(read.Source(perf), gpu=True)))
-        reader.start()
-        reader.join(0.5)
-        assert not fetched  # waiting for the lock
-        another_process_holds_the_lock()
-        reader.join(60)
-    chunk = fetched[0]
-    assert cupy.asnumpy(chunk.upload.take()).tobytes() == open(perf, "rb").read()
-    chunk.release()
-
-
 def test_the_label_kernel_gives_the_label_and_loan_places_of_the_scan():
     """One thread per row looking twelve months ahead gives the label and each row's loan
     place that the reverse running minimum gives on the host: gaps in the months, a loan's

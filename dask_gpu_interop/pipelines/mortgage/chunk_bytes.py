@@ -5,22 +5,23 @@
 - :class:`Buffers`: page-locked host buffers, which the device copies from at full speed and
   libcudf reads in place. Pinning memory is slow, so a process keeps and reuses them.
 - :class:`DeviceUpload`: each block's copy to the device is queued as soon as the block is in.
-- :func:`host_read_lock`: one GPU worker of a host at a time reads a chunk and copies it.
 
 :func:`fetch` puts these together for one chunk's task.
 
-Not kept: reading a worker's next chunk ahead while the GPU works on this one (a background
-thread, chunks assigned to workers in runs). It made the ETL slower on the lent H200
-machines, one GPU and two, started with the chunk's copy or after its parse (results in
-benchmarks/results/: mortgage-1xH200-dense-read-ahead.md,
-mortgage-2xH200-dense-read-ahead-background.md).
+Not kept, each measured on the lent H200 machines (files in benchmarks/results/):
+
+- Reading a worker's next chunk ahead while the GPU works on this one (a background thread,
+  chunks assigned to workers in runs): slower, one GPU and two, started with the chunk's copy
+  or after its parse (mortgage-1xH200-dense-read-ahead.md,
+  mortgage-2xH200-dense-read-ahead-background.md).
+- A host-wide file lock letting one GPU worker at a time read and copy its chunk, so that
+  two workers' reads would not share the host's memory bandwidth: two GPUs took 0.95 s with
+  it and 0.92 s without, medians on one cluster (mortgage-2xH200-dense-host-read-lock.md).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -170,37 +171,6 @@ class DeviceUpload:
             self._copied.synchronize()
 
 
-LOCK_FILE = "dask-gpu-interop-chunk-reads.lock"  # in the host's temporary directory
-
-
-@contextmanager
-def host_read_lock():
-    """Hold the host's chunk-read lock, a file lock that the GPU workers of one host share
-    (config ``gpu-interop.mortgage.host-read-lock``; without it, or when the lock file
-    cannot be opened, this does nothing).
-
-    Reading from the page cache and copying to the device is bound by the host's memory
-    bandwidth: two workers reading at once each take about twice as long, and both GPUs
-    wait. One at a time, a read runs at full speed while the other worker's GPU works.
-    """
-    from ... import _config
-
-    if not _config.get("mortgage.host-read-lock"):
-        yield
-        return
-    try:
-        fd = os.open(os.path.join(tempfile.gettempdir(), LOCK_FILE), os.O_RDONLY | os.O_CREAT,
-                     0o666)
-    except OSError:  # another user's file we cannot read, a read-only directory
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def _read_lent(source, upload: DeviceUpload):
     """``source.read`` into a buffer lent through ``upload``, which copies each block to the
     device as it is in; the buffer is given back if the read fails."""
@@ -236,10 +206,8 @@ def fetch(source, gpu: bool) -> Chunk:
     block as they are read; else in NumPy memory."""
     if gpu:
         upload = DeviceUpload()
-        with host_read_lock():
-            data, offset = _read_lent(source, upload)
-            upload.queued()
-            upload.finish()  # the copies also draw on the host's memory bandwidth
+        data, offset = _read_lent(source, upload)
+        upload.queued()
         return Chunk(data, offset, upload, upload.buffers)
     data, offset = source.read()
     return Chunk(data, offset, None, None)
