@@ -334,24 +334,18 @@ def _partition_sizes(args, results) -> str:
                      for d in devices)
 
 
-def parse_alternate(text: str | None) -> tuple[str, list] | None:
-    """``"KEY=A,B"`` -> (KEY, [A, B]), each value read as YAML (true, 0.5, text)."""
-    if text is None:
-        return None
-    import yaml
-
-    key, sep, values = text.partition("=")
-    parsed = [yaml.safe_load(v) for v in values.split(",") if v.strip()]
-    if not sep or not key.strip() or len(parsed) < 2:
-        raise ValueError(f"--alternate {text!r}: write KEY=A,B (a dask config key and two or "
-                         "more values), e.g. gpu-interop.mortgage.host-read-lock=true,false")
-    return key.strip(), parsed
-
-
-def _set_config(key: str, value) -> None:
-    import dask
-
-    dask.config.set({key: value})
+def warm_up_chunks(the_plan, workers: int) -> list:
+    """The first chunk of each of the first ``workers`` quarters: one per worker, and each
+    also loads its quarter's acquisitions. Two chunks of one quarter share one load, which
+    left one worker's first load of acquisitions, with its one-time costs, in the timed ETL
+    (on 2xH200 acquisitions then took 0.21-0.30 s per worker against 0.18-0.24 s for all of
+    them on one GPU: mortgage-2xH200-dense-stages-lock-*.md)."""
+    picked: dict = {}
+    for chunk in the_plan.chunks:
+        picked.setdefault(the_plan.key(chunk), chunk)
+        if len(picked) == workers:
+            break
+    return list(picked.values())
 
 
 def chunks_per_worker(tasks: list[dict]) -> list[int]:
@@ -363,28 +357,21 @@ def chunks_per_worker(tasks: list[dict]) -> list[int]:
 
 
 def timed_etl(client, the_plan, device: str, args) -> tuple:
-    """(the last run's result, every run as {"value", "seconds"}): ``--etl-runs`` runs, each
-    after setting the ``--alternate`` key on the workers to the next of its values."""
+    """(the last run's result, every run as {"seconds", "chunks_per_worker"}): ``--etl-runs``
+    runs on the same cluster."""
     from distributed import get_task_stream
 
     from dask_gpu_interop.pipelines.mortgage import etl
 
     runs, result = [], None
-    for i in range(args.etl_runs):
-        value = None
-        if args.alternate:
-            key, values = args.alternate
-            value = values[i % len(values)]
-            client.run(_set_config, key, value)
+    for _ in range(args.etl_runs):
         result = None  # the previous run's frame is freed before the next
         with get_task_stream(client) as stream:
             result = etl.run_plan(the_plan, device=device, bad_rows=args.bad_rows,
                                   progress=sys.stdout.isatty())
-        runs.append({"value": value, "seconds": result.seconds,
+        runs.append({"seconds": result.seconds,
                      "chunks_per_worker": chunks_per_worker(stream.data)})
-        say(f"  ETL{f' ({value})' if args.alternate else ''}: {result.summary()}")
-    if args.alternate:  # the workers go back to the first value, which the other figures use
-        client.run(_set_config, args.alternate[0], args.alternate[1][0])
+        say(f"  ETL: {result.summary()}")
     return result, runs
 
 
@@ -398,7 +385,7 @@ def run_config(config: str, args, the_plan) -> dict:
         workers = len(client.scheduler_info()["workers"])
         out.update(device=device, workers=workers, cluster_seconds=time.perf_counter() - started)
         say(f"{config}: {workers} worker(s) up in {out['cluster_seconds']:.1f} s; warm-up ...")
-        etl.run_plan(the_plan.subset(the_plan.chunks[:workers]), device=device)
+        etl.run_plan(the_plan.subset(warm_up_chunks(the_plan, workers)), device=device)
 
         if device == "gpu":
             out.update(probe(client, device, the_plan))
@@ -408,8 +395,8 @@ def run_config(config: str, args, the_plan) -> dict:
         result, runs = timed_etl(client, the_plan, device, args)
         if args.stages:
             out["stages"] = client.run(stages.stop_process_profile)
-        first = [r["seconds"] for r in runs if r["value"] == runs[0]["value"]]
-        out.update(etl_seconds=statistics.median(first), etl_runs=runs, rows=result.rows,
+        out.update(etl_seconds=statistics.median(r["seconds"] for r in runs), etl_runs=runs,
+                   rows=result.rows,
                    input_bytes=result.input_bytes, partitions=result.partitions,
                    bad_rows=result.bad_count)
         if device == "gpu":
@@ -496,7 +483,6 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
         "ETL = read + features + label + join + last mile, persisted in worker memory"
         + (f"; {args.etl_runs} timed ETL runs per cluster (see below)" if args.etl_runs > 1
            else ""),
-        f"- settings: {_settings_text()}",
         "",
         "| configuration | workers | ETL s | CSV GB/s | GB/s per GPU | rows/s | ETL vs CPU | "
         "train s | test AUC | peak device / worker | one chunk's device peak | "
@@ -534,7 +520,7 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
     if notes:
         lines += [""] + notes
     lines += scaling_lines(results)
-    lines += run_lines(results, args)
+    lines += run_lines(results)
     lines += stage_lines(results)
     lines += ["", "## Goals (issue 4)", ""]
     repeated = sorted({r["config"] for r in results if "error" not in r
@@ -627,42 +613,21 @@ def scaling_lines(results: list[dict]) -> list[str]:
     return lines
 
 
-def _settings_text() -> str:
-    import dask
-
-    import dask_gpu_interop  # noqa: F401  (its defaults into dask's config)
-
-    flat = dask.config.get("gpu-interop.mortgage", default={}) or {}
-    return ", ".join(f"gpu-interop.mortgage.{k} {v}" for k, v in flat.items()) or "defaults"
-
-
-def run_lines(results: list[dict], args) -> list[str]:
-    """Every timed ETL run of every configuration (``--etl-runs``), by ``--alternate`` value,
-    and for each value the 2-GPU speed-up of the medians."""
+def run_lines(results: list[dict]) -> list[str]:
+    """Every timed ETL run of every configuration (``--etl-runs``), in order, with how many
+    chunks each worker ran."""
     done = [r for r in results if "error" not in r and len(r.get("etl_runs", [])) > 1]
     if not done:
         return []
-    key = args.alternate[0] if args.alternate else None
-    lines = ["", f"## Timed ETL runs, in order{f', alternating {key}' if key else ''}", "",
-             f"| configuration | {key or 'setting'} | runs, s | median s | chunks per worker |",
-             "| --- | --- | --- | ---: | --- |"]
-    medians: dict = {}
+    lines = ["", "## Timed ETL runs, in order (each configuration's figure is their median)",
+             "", "| configuration | runs, s | median s | chunks per worker |",
+             "| --- | --- | ---: | --- |"]
     for r in done:
-        values = list(dict.fromkeys(str(run["value"]) for run in r["etl_runs"]))
-        for value in values:
-            runs = [run for run in r["etl_runs"] if str(run["value"]) == value]
-            seconds = [run["seconds"] for run in runs]
-            medians[r["config"], value] = statistics.median(seconds)
-            spread = ", ".join("/".join(map(str, run.get("chunks_per_worker") or ["?"]))
-                               for run in runs)
-            lines.append(f"| {r['config']} | {value if key else '-'} | "
-                         f"{', '.join(f'{t:.2f}' for t in seconds)} | "
-                         f"{medians[r['config'], value]:.2f} | {spread} |")
-    for (config, value), seconds in medians.items():
-        one = medians.get(("gpu1-pool", value))
-        if config.startswith("gpu") and config != "gpu1-pool" and config.endswith("-pool") and one:
-            lines.append(f"- {config}{f' ({key} {value})' if key else ''}: {one / seconds:.2f}x "
-                         "gpu1-pool, medians of the runs above")
+        seconds = [run["seconds"] for run in r["etl_runs"]]
+        spread = ", ".join("/".join(map(str, run.get("chunks_per_worker") or ["?"]))
+                           for run in r["etl_runs"])
+        lines.append(f"| {r['config']} | {', '.join(f'{t:.2f}' for t in seconds)} | "
+                     f"{statistics.median(seconds):.2f} | {spread} |")
     return lines
 
 
@@ -728,12 +693,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu-workers", type=int, default=None,
                         help="processes of the CPU cluster (default: one per core)")
     parser.add_argument("--etl-runs", type=int, default=1,
-                        help="timed ETL runs on each configuration's cluster (its figure is the "
-                             "median of the runs with the first --alternate value)")
-    parser.add_argument("--alternate", default=None, metavar="KEY=A,B",
-                        help="set the dask config KEY on the workers to A, B, A, ... before "
-                             "each timed run: a side-by-side comparison on one cluster, e.g. "
-                             "gpu-interop.mortgage.host-read-lock=true,false")
+                        help="timed ETL runs on each configuration's cluster (its figure is "
+                             "their median)")
     parser.add_argument("--stages", action="store_true",
                         help="profile the timed ETL on every worker, stage by stage (adds a "
                              "device sync at each stage's ends)")
@@ -755,10 +716,6 @@ def main(argv=None) -> int:
         parser.error(f"--gpu-threads {args.gpu_threads}: give 1 or more")
     if args.etl_runs < 1:
         parser.error(f"--etl-runs {args.etl_runs}: give 1 or more")
-    try:
-        args.alternate = parse_alternate(args.alternate)
-    except ValueError as exc:
-        parser.error(str(exc))
     if args.stages and args.etl_runs > 1:
         parser.error("--stages profiles one timed run: leave --etl-runs at 1")
     from dask_gpu_interop.pipelines.mortgage.train import parse_params

@@ -190,8 +190,6 @@ def test_stage_totals_average_the_workers_and_count_the_time_outside_stages():
     (["--gpu-threads", "0"], "--gpu-threads 0: give 1 or more"),
     (["--configs", "gpu1-pool,tpu"], "unknown configurations"),
     (["--etl-runs", "0"], "--etl-runs 0: give 1 or more"),
-    (["--alternate", "gpu-interop.mortgage.host-read-lock"], "write KEY=A,B"),
-    (["--alternate", "gpu-interop.mortgage.host-read-lock=true"], "write KEY=A,B"),
     (["--stages", "--etl-runs", "2"], "--stages profiles one timed run"),
 ])
 def test_the_mortgage_benchmark_refuses_bad_options_before_anything_starts(argv, error, capsys,
@@ -218,7 +216,7 @@ def test_the_goals_compare_each_repeated_configuration_by_its_median_run():
             "versions": {}}
     data = {"bytes": 10**10, "directory": "/d", "files": 2}
     args = SimpleNamespace(rounds=0, protocol="tcp", gpu_threads=1, partition_size=None,
-                           etl_runs=1, alternate=None)
+                           etl_runs=1)
     text = mortgage.markdown(info, data, results, "python benchmarks/mortgage.py", args)
     assert "- gpu1-pool, gpu2-pool ran more than once: each counts by its median run" in text
     assert "2 GPUs vs 1 GPU (ETL): 1.56x (goal 1.80x: NOT met)" in text  # 2.5 / 1.6
@@ -234,31 +232,17 @@ def test_a_stage_first_seen_late_is_listed_under_its_parent():
         "features", "table", "outside"]
 
 
-def test_alternate_reads_a_config_key_and_its_values_as_yaml():
-    assert mortgage.parse_alternate("gpu-interop.mortgage.host-read-lock=true,false") == (
-        "gpu-interop.mortgage.host-read-lock", [True, False])
-    assert mortgage.parse_alternate("a.b=0.5,x") == ("a.b", [0.5, "x"])
-    assert mortgage.parse_alternate(None) is None
-
-
-def test_runs_are_listed_by_alternated_value_with_each_values_two_gpu_speed_up():
-    from types import SimpleNamespace
-
-    def run(config, seconds):
+def test_timed_runs_are_listed_in_order_with_their_median_and_chunks_per_worker():
+    def run(config, seconds, spread):
         return {"config": config, "etl_runs": [
-            {"value": value, "seconds": s} for value, s in zip([True, False] * 3, seconds,
-                                                              strict=True)]}
+            {"seconds": t, "chunks_per_worker": c} for t, c in zip(seconds, spread, strict=True)]}
 
-    results = [run("gpu1-pool", [2.0, 2.2, 1.8, 2.4, 1.9, 2.3]),
-               run("gpu2-pool", [1.0, 1.6, 1.1, 1.5, 1.2, 1.4])]
-    args = SimpleNamespace(alternate=("k", [True, False]))
-    text = "\n".join(mortgage.run_lines(results, args))
-    assert "| gpu1-pool | True | 2.00, 1.80, 1.90 | 1.90 | ?, ?, ? |" in text
-    assert "| gpu2-pool | False | 1.60, 1.50, 1.40 | 1.50 | ?, ?, ? |" in text
-    assert "- gpu2-pool (k True): 1.73x gpu1-pool" in text  # 1.9 / 1.1
-    assert "- gpu2-pool (k False): 1.53x gpu1-pool" in text  # 2.3 / 1.5
-    assert mortgage.run_lines([{"config": "cpu", "etl_runs": [{"value": None, "seconds": 1}]}],
-                              args) == []
+    results = [run("gpu1-pool", [2.0, 1.8, 1.9], [[16]] * 3),
+               run("gpu2-pool", [1.6, 1.1, 1.2], [[10, 6], [8, 8], [9, 7]])]
+    text = "\n".join(mortgage.run_lines(results))
+    assert "| gpu1-pool | 2.00, 1.80, 1.90 | 1.90 | 16, 16, 16 |" in text
+    assert "| gpu2-pool | 1.60, 1.10, 1.20 | 1.20 | 10/6, 8/8, 9/7 |" in text
+    assert mortgage.run_lines([run("cpu", [1.0], [[1]])]) == []  # one run: nothing to list
 
 
 def test_chunks_per_worker_counts_the_chunk_tasks_of_each_worker():
@@ -266,3 +250,17 @@ def test_chunks_per_worker_counts_the_chunk_tasks_of_each_worker():
         ("a", "process_chunk-1"), ("b", "process_chunk-2"), ("a", "process_chunk-3"),
         ("b", "load_acquisitions-4"), ("a", ("getitem-5", 0))]]
     assert mortgage.chunks_per_worker(tasks) == [2, 1]
+
+
+def test_the_warm_up_gives_each_worker_a_chunk_of_another_quarter(tmp_path):
+    from dask_gpu_interop.pipelines.mortgage import etl
+
+    for quarter, size in (("2007Q1", 3000), ("2007Q2", 1000), ("2007Q3", 1000)):
+        (tmp_path / f"Acquisition_{quarter}.txt").write_text("1|R\n")
+        lines = "".join(f"{n}|x\n" for n in range(size // 4))  # 4 bytes a line
+        (tmp_path / f"Performance_{quarter}.txt").write_text(lines)
+    the_plan = etl.plan(str(tmp_path), str(tmp_path), partition_size=1024)
+    assert [c.quarter for c in the_plan.chunks][:3] == ["2007Q1"] * 3  # split in three
+    picked = mortgage.warm_up_chunks(the_plan, 2)
+    assert [c.quarter for c in picked] == ["2007Q1", "2007Q2"]
+    assert picked[0] is the_plan.chunks[0]
