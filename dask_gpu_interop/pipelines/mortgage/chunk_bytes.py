@@ -17,6 +17,9 @@ Not kept, each measured on the lent H200 machines (files in benchmarks/results/)
 - A host-wide file lock letting one GPU worker at a time read and copy its chunk, so that
   two workers' reads would not share the host's memory bandwidth: two GPUs took 0.95 s with
   it and 0.92 s without, medians on one cluster (mortgage-2xH200-dense-host-read-lock.md).
+- Registering the file's page-cache pages with CUDA (mmap + cudaHostRegister) instead of
+  reading them: 0.10-0.12 s for 1.18 GiB against 0.063 s to read and copy it
+  (mortgage-1xH200-page-cache-to-device.md).
 """
 
 from __future__ import annotations
