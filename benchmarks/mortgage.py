@@ -5,9 +5,10 @@ with plain cudaMalloc, and the same machine's CPUs with pandas.
     python benchmarks/mortgage.py --gb 10 --configs gpu1-pool,gpu1-cudamalloc,gpu2-pool,cpu
 
 One dataset (generated once, reused when --data already holds one) is read by every
-configuration, each on a fresh local cluster: a warm-up ETL of a few chunks (imports, CUDA
-contexts), a probe of one chunk's peak device memory, then the timed ETL (persisted, as
-training needs it) and the timed training on a held-out quarter. The markdown table, with the
+configuration, each on a fresh local cluster: a warm-up ETL of one chunk per worker
+(imports, CUDA contexts), a probe of one chunk's peak device memory, then the timed ETL
+(persisted, as training needs it; ``--etl-runs N``: the median of N) and the timed training on
+a held-out quarter. The markdown table, with the
 command and the machine, goes to benchmarks/results/mortgage-<machine>.md (and .json), rewritten
 after every configuration so that a failure later keeps what was measured.
 
@@ -339,7 +340,8 @@ def warm_up_chunks(the_plan, workers: int) -> list:
     also loads its quarter's acquisitions. Two chunks of one quarter share one load, which
     left one worker's first load of acquisitions, with its one-time costs, in the timed ETL
     (on 2xH200 acquisitions then took 0.21-0.30 s per worker against 0.18-0.24 s for all of
-    them on one GPU: mortgage-2xH200-dense-stages-lock-*.md)."""
+    them on one GPU, mortgage-2xH200-dense-stages-lock-*.md; with this warm-up 0.12 s,
+    mortgage-2xH200-dense-stages.md)."""
     picked: dict = {}
     for chunk in the_plan.chunks:
         picked.setdefault(the_plan.key(chunk), chunk)
@@ -396,9 +398,8 @@ def run_config(config: str, args, the_plan) -> dict:
         if args.stages:
             out["stages"] = client.run(stages.stop_process_profile)
         out.update(etl_seconds=statistics.median(r["seconds"] for r in runs), etl_runs=runs,
-                   rows=result.rows,
-                   input_bytes=result.input_bytes, partitions=result.partitions,
-                   bad_rows=result.bad_count)
+                   rows=result.rows, input_bytes=result.input_bytes,
+                   partitions=result.partitions, bad_rows=result.bad_count)
         if device == "gpu":
             report = memory_report(client)
             peaks = {a: s.get("peak_bytes") for a, s in report.items()}
@@ -479,7 +480,8 @@ def markdown(info: dict, data: dict, results: list[dict], command: str, args) ->
         + f"); chunks of at most {_partition_sizes(args, results)}; {args.rounds} boosting "
         f"rounds{_params_text(args)}; protocol {args.protocol}; {args.gpu_threads} thread(s) "
         "per GPU worker",
-        "- each configuration on a fresh local cluster, after a warm-up ETL of a few chunks; "
+        "- each configuration on a fresh local cluster, after a warm-up ETL of one chunk per "
+        "worker; "
         "ETL = read + features + label + join + last mile, persisted in worker memory"
         + (f"; {args.etl_runs} timed ETL runs per cluster (see below)" if args.etl_runs > 1
            else ""),
