@@ -255,9 +255,9 @@ def test_chunks_per_worker_counts_the_chunk_tasks_of_each_worker():
 def test_the_warm_up_gives_each_worker_a_chunk_of_another_quarter(tmp_path):
     from dask_gpu_interop.pipelines.mortgage import etl
 
-    for quarter, size in (("2007Q1", 3000), ("2007Q2", 1000), ("2007Q3", 1000)):
+    for quarter, loans in (("2007Q1", 750), ("2007Q2", 250), ("2007Q3", 250)):
         (tmp_path / f"Acquisition_{quarter}.txt").write_text("1|R\n")
-        lines = "".join(f"{n}|x\n" for n in range(size // 4))  # 4 bytes a line
+        lines = "".join(f"{n}|x\n" for n in range(loans))  # one line a loan
         (tmp_path / f"Performance_{quarter}.txt").write_text(lines)
     the_plan = etl.plan(str(tmp_path), str(tmp_path), partition_size=1024)
     assert [c.quarter for c in the_plan.chunks][:3] == ["2007Q1"] * 3  # split in three
