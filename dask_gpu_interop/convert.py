@@ -528,9 +528,11 @@ def _cudf_build(cudf, src: _Source):
     ptrs = [_cudf_ptr(out[j]) for j in range(cols)]
     if src.nbytes and ptrs != [_cudf_ptr(s) for s in series]:
         # The public constructor copied: build the frame from the columns themselves.
-        from_data = getattr(cudf.DataFrame, "_from_data", None)
-        if from_data is not None:
-            out = from_data({j: s._column for j, s in enumerate(series)})
+        from .compat import cudf_frame_of_columns
+
+        built = cudf_frame_of_columns(cudf, series)
+        if built is not None:
+            out = built
             ptrs = [_cudf_ptr(out[j]) for j in range(cols)]
     return out, ptrs
 

@@ -7,8 +7,8 @@ before that, they stop its default 75% preallocation and cap its share of the de
 from __future__ import annotations
 
 import os
-import sys
 
+from ..compat import jax_backend_started
 from . import OUTSIDE, Binding
 
 BIND_ON_IMPORT = False
@@ -22,13 +22,7 @@ _ours: set = set()  # variables this module set
 
 
 def backend_started() -> bool:
-    if "jax" not in sys.modules:
-        return False
-    try:
-        from jax._src import xla_bridge
-    except ImportError:
-        return False
-    return bool(getattr(xla_bridge, "_backends", None))
+    return jax_backend_started()
 
 
 def bind(module, resource, stack) -> Binding:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dask.config
 
+from ..compat import pending_worker_plugins
+
 UCXX_KEYS = ("distributed-ucxx.rmm.pool-size", "distributed.rmm.pool-size")
 DASK_CUDA_OPTIONS = {
     # RMMSetup attribute -> the option a user passed to dask-cuda
@@ -45,7 +47,7 @@ def dask_cuda_rmm_options(worker) -> list[str]:
     """dask-cuda RMM options in force on ``worker`` (from its RMMSetup plugin), if any."""
     found = []
     # Plugins passed at worker creation are added after preloads run: look at those too.
-    plugins = [*getattr(worker, "plugins", {}).values(), *getattr(worker, "_pending_plugins", ())]
+    plugins = [*getattr(worker, "plugins", {}).values(), *pending_worker_plugins(worker)]
     for plugin in plugins:
         cls = type(plugin)
         if cls.__name__ != "RMMSetup" or not cls.__module__.startswith("dask_cuda"):

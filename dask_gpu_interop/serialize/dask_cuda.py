@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from ..compat import lazy_registrations
+
 
 def register() -> None:
     """Register with dask-cuda where it is loaded (its workers import it before any task)."""
@@ -23,7 +25,7 @@ def register() -> None:
     if module is None:
         return
     dispatch = module.is_device_object
-    if "torch" in getattr(dispatch, "_lazy", {}):
+    if "torch" in lazy_registrations(dispatch):
         return
 
     @dispatch.register_lazy("torch")

@@ -15,6 +15,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 
+from ..compat import python_api_handle
 from .dtypes import DType
 
 # dlpack.h, DLDeviceType
@@ -68,7 +69,7 @@ _delete = _Deleter(_release)
 
 # Our own handle on the C API: argtypes set on the shared ctypes.pythonapi would change how
 # every other library's calls through it are converted.
-_pythonapi = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+_pythonapi = ctypes.PyDLL(None, handle=python_api_handle())
 _pythonapi.PyCapsule_New.restype = ctypes.py_object
 _pythonapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _pythonapi.PyCapsule_IsValid.restype = ctypes.c_int

@@ -20,6 +20,7 @@ import numpy as np
 from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
 from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
+from ..compat import registered_types
 from . import dlpack, dtypes, placement
 from .header import ArraySpec, HeaderError, array_header, c_strides, field, frame_count, parse_array
 
@@ -151,4 +152,4 @@ def register() -> None:
 
 
 def is_registered() -> bool:
-    return dask_serialize._lookup.get(jax.Array) is dask_serialize_array
+    return registered_types(dask_serialize).get(jax.Array) is dask_serialize_array

@@ -15,6 +15,7 @@ import importlib
 import sys
 import threading
 
+from ..compat import lazy_registrations
 from . import dask_cuda
 
 #: Our serializer modules, by the top-level modules whose objects they serialize.
@@ -62,8 +63,7 @@ def register(frameworks=None) -> None:
 
 def _install(dispatch, toplevel: str, framework: str) -> bool:
     """Chain ours onto ``dispatch``'s lazy entry for ``toplevel``; True: register right now."""
-    lazy = getattr(dispatch, "_lazy", None)
-    previous = lazy.get(toplevel) if isinstance(lazy, dict) else None
+    previous = lazy_registrations(dispatch).get(toplevel)
     if getattr(previous, _MARK, None) == framework:
         return False
     if previous is None and toplevel in sys.modules:
@@ -84,8 +84,7 @@ def registered(framework: str) -> bool:
     """Whether our serializers for ``framework`` are registered, or will be lazily."""
     for toplevel in FRAMEWORKS[framework]:
         for dispatch in _dispatchers():
-            lazy = getattr(dispatch, "_lazy", {})
-            if getattr(lazy.get(toplevel), _MARK, None) == framework:
+            if getattr(lazy_registrations(dispatch).get(toplevel), _MARK, None) == framework:
                 continue
             module = sys.modules.get(f"{__package__}.{framework}")
             if module is None or not module.is_registered():

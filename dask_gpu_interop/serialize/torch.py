@@ -25,6 +25,7 @@ import torch
 from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
 from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
+from ..compat import registered_types
 from . import dtypes, placement
 from .header import (
     ArraySpec,
@@ -283,15 +284,15 @@ def register() -> None:
         }
         stale.discard(None)
     for dispatch in (cuda_serialize, cuda_deserialize, dask_serialize, dask_deserialize):
-        for cls, func in list(dispatch._lookup.items()):
+        for cls, func in list(registered_types(dispatch).items()):
             if isinstance(cls, type) and issubclass(cls, torch.Tensor) and cls not in _KINDS:
                 if func in stale:
-                    del dispatch._lookup[cls]
+                    del registered_types(dispatch)[cls]
 
 
 def is_registered() -> bool:
     return all(
-        dispatch._lookup.get(torch.Tensor) is func
+        registered_types(dispatch).get(torch.Tensor) is func
         for dispatch, func in (
             (cuda_serialize, cuda_serialize_tensor),
             (cuda_deserialize, cuda_deserialize_tensor),

@@ -1,0 +1,87 @@
+"""The private upstream APIs the library relies on, in one place.
+
+Each is used because no public API does the job; ``tests/test_compat.py`` checks every one
+against the installed release and fails saying what moved, so that an upgrade breaks here,
+loudly, rather than somewhere deep in a worker.
+"""
+
+from __future__ import annotations
+
+
+def lazy_registrations(dispatch) -> dict:
+    """``{top-level module: registration}`` pending on a ``dask.utils.Dispatch``.
+
+    Private: ``Dispatch._lazy``. We chain our serializers onto distributed's own lazy
+    registrations, which the public ``register_lazy`` would silently replace.
+    """
+    lazy = getattr(dispatch, "_lazy", None)
+    if not isinstance(lazy, dict):
+        raise RuntimeError(
+            "dask.utils.Dispatch has no _lazy dict any more: update "
+            "dask_gpu_interop.compat.lazy_registrations for this dask release"
+        )
+    return lazy
+
+
+def registered_types(dispatch) -> dict:
+    """``{type: function}`` registered (or cached for subclasses) on a ``Dispatch``.
+
+    Private: ``Dispatch._lookup``. Needed to drop lookups cached for tensor subclasses before
+    our serializers were registered, and to tell whether ours are the ones in force.
+    """
+    lookup = getattr(dispatch, "_lookup", None)
+    if not isinstance(lookup, dict):
+        raise RuntimeError(
+            "dask.utils.Dispatch has no _lookup dict any more: update "
+            "dask_gpu_interop.compat.registered_types for this dask release"
+        )
+    return lookup
+
+
+def pending_worker_plugins(worker) -> tuple:
+    """Plugins given to a ``distributed.Worker`` at creation, not yet set up.
+
+    Private: ``Worker._pending_plugins``. dask-cuda passes its RMM setup this way, and it runs
+    after preloads: the plugin looks here to refuse to fight it.
+    """
+    return tuple(getattr(worker, "_pending_plugins", ()))
+
+
+def cudf_frame_of_columns(cudf, series: list):
+    """A cuDF DataFrame whose columns are the given Series' own columns (no copy), named 0..n.
+
+    Private: ``DataFrame._from_data`` and ``Series._column``. The public constructor copies
+    columns that are views of one 2-D buffer; ``None`` when these are gone.
+    """
+    from_data = getattr(cudf.DataFrame, "_from_data", None)
+    if from_data is None or not all(hasattr(s, "_column") for s in series):
+        return None
+    return from_data({j: s._column for j, s in enumerate(series)})
+
+
+def jax_backend_started() -> bool:
+    """Whether JAX has started its backends (after which its memory settings are fixed).
+
+    Private: ``jax._src.xla_bridge._backends``. JAX has no public "initialized?" question
+    that does not itself start the backends.
+    """
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+    except ImportError:
+        return False
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def python_api_handle() -> int:
+    """The handle of the running interpreter's C API, for a private ``ctypes.PyDLL`` of it.
+
+    Private: ``ctypes.pythonapi._handle``. Setting argtypes on the shared ``ctypes.pythonapi``
+    would change how every other library's calls through it convert.
+    """
+    import ctypes
+
+    return ctypes.pythonapi._handle
