@@ -1,19 +1,28 @@
-"""Load the package's defaults into dask's config, so users override them the dask way."""
+"""The package's defaults in dask's config, so users override them the dask way.
+
+``gpu-interop.memory.*`` comes from ``MemoryConfig``'s fields; set one in a YAML file or by
+environment (``DASK_GPU_INTEROP__MEMORY__POOL_SIZE=0.8``). ``dask-gpu-interop config`` prints
+them all with their help.
+"""
 
 from __future__ import annotations
 
-import pathlib
-
 import dask.config
-import yaml
 
-_DEFAULTS = pathlib.Path(__file__).with_name("gpu-interop.yaml")
+SERIALIZE_DEFAULTS = {
+    # A CUDA tensor arriving at a process with no GPU: "error" (say so) or "cpu" (land it there).
+    "no-gpu": "error",
+}
+
+
+def defaults() -> dict:
+    from .memory.config import config_defaults
+
+    return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS)}}
 
 
 def load_defaults() -> None:
-    with _DEFAULTS.open() as f:
-        defaults = yaml.safe_load(f)
-    dask.config.update_defaults(defaults)
+    dask.config.update_defaults(defaults())
 
 
 def get(key: str):

@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from distributed import Client
 
 from dask_gpu_interop import GPUMemoryPlugin
+from dask_gpu_interop.memory.config import OPTIONS
+from dask_gpu_interop.options import given_memory
 from dask_gpu_interop.preload import argv_for, dask_setup
 
 DASK = [sys.executable, "-m", "dask"]
@@ -76,7 +78,7 @@ def test_worker_starts_with_options_and_dask_cudas_flag(scheduler):
     "argv, words",
     [
         (["--gpu-pool-size", "-5"], "--gpu-pool-size '-5': a size must be more than zero"),
-        (["--gpu-managed", "--gpu-async"], "cannot be combined"),
+        (["--gpu-managed", "--gpu-async-alloc"], "cannot be combined"),
         (["--gpu-frameworks", "tensorflow"], "unknown framework 'tensorflow'"),
         (["--gpu-release-threshold", "1GB"], "async_alloc=True"),
         (["--gpu-pool-szie", "5"], "No such option '--gpu-pool-szie'"),
@@ -96,18 +98,19 @@ def test_argv_round_trip_gives_the_same_configuration():
     )
     argv = argv_for(plugin.config)
     ctx = dask_setup.make_context("dask_setup", argv, allow_extra_args=False)
-    p = ctx.params
-    again = GPUMemoryPlugin(
-        pool_size=p["gpu_pool_size"], maximum_pool_size=p["gpu_maximum_pool_size"],
-        managed=p["gpu_managed"], async_alloc=p["gpu_async"], frameworks=p["gpu_frameworks"], statistics=p["gpu_statistics"],
-        spill=p["gpu_spill"], log_directory=p["gpu_log_directory"],
-        jax_memory_fraction=p["gpu_jax_memory_fraction"],
-    )
+    params = dict(ctx.params)
+    again = GPUMemoryPlugin(force=params.pop("gpu_force"), **given_memory(params))
     assert again.name == plugin.name
+
+
+def test_every_memory_option_has_a_preload_flag():
+    flags = {opt for param in dask_setup.params for opt in param.opts}
+    for spec in OPTIONS:
+        assert f"--gpu-{spec.key}" in flags, spec.name
 
 
 def test_help_lists_the_options():
     result = CliRunner().invoke(dask_setup, ["--help"])
     assert result.exit_code == 0
-    for flag in ("--gpu-pool-size", "--gpu-managed", "--gpu-async", "--create-cuda-context"):
+    for flag in ("--gpu-pool-size", "--gpu-managed", "--gpu-async-alloc", "--create-cuda-context"):
         assert flag in result.output

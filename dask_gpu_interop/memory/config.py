@@ -1,4 +1,10 @@
-"""The plugin's options: parsed and validated once, on the client, when the plugin is built.
+"""The plugin's options: declared once, parsed and validated once, on the client.
+
+``MemoryConfig``'s fields are the one source of the memory options. Each field's metadata
+gives its help text and how a user's value is parsed; from them come the plugin's keyword
+arguments, the dask config defaults (``gpu-interop.memory.<name with dashes>``), the worker
+preload's ``--gpu-*`` flags and the commands' ``--*`` flags (see :mod:`dask_gpu_interop.options`).
+Adding an option is one new field.
 
 Every check here runs before a worker is touched; what can only be known on a worker (the
 device's size, which libraries are installed there) is checked in ``stack.plan``.
@@ -10,43 +16,123 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from .. import _config
+import dask.config
+
 from ..frameworks import normalize_names
 from .sizes import Size, parse_size
 
-UNSET = object()  # "not given": take the default from dask config
 
-# Option name -> dask config key under gpu-interop.memory
-CONFIG_KEYS = {
-    "pool_size": "pool-size",
-    "maximum_pool_size": "maximum-pool-size",
-    "managed": "managed",
-    "async_alloc": "async",
-    "release_threshold": "release-threshold",
-    "frameworks": "frameworks",
-    "statistics": "statistics",
-    "spill": "spill",
-    "log_directory": "log-directory",
-    "jax_memory_fraction": "jax-memory-fraction",
-}
+class _Unset:
+    """An option not given: its value comes from dask config."""
+
+    def __repr__(self) -> str:
+        return "<from dask config>"
+
+
+UNSET = _Unset()
+CONFIG_PREFIX = "gpu-interop.memory"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of option is read from users and written back as plain data."""
+
+    parse: Callable[[object, str], object]  # (user value, option name) -> field value
+    plain: Callable[[object], object]  # field value -> int/float/str/bool/list/None
+    flag: bool = False  # on the command line: --name/--no-name rather than --name VALUE
+    text: type = str  # the command line's type for a value
+
+
+def _check_bool(value, option: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{option}={value!r}: expected True or False")
+    return value
+
+
+def _check_optional_bool(value, option: str) -> bool | None:
+    return None if value is None else _check_bool(value, option)
+
+
+def _check_directory(value, option: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{option}={value!r}: expected a path (str), not {type(value).__name__}")
+    text = os.fspath(value)
+    if not text:
+        raise ValueError(f"{option}='': give a directory path, or None for no logs")
+    return text
+
+
+def _check_fraction(value, option: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{option}={value!r}: expected a number in (0, 1] or None")
+    if not 0 < value <= 1:
+        raise ValueError(f"{option}={value!r}: must be in (0, 1] (the share of the device)")
+    return float(value)
+
+
+def _plain_size(size: Size | None):
+    if size is None:
+        return None
+    return size.value if size.is_fraction else int(size.value)
+
+
+def _same(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+SIZE = Kind(lambda v, o: parse_size(v, o), _plain_size)
+SIZE_OR_ZERO = Kind(lambda v, o: parse_size(v, o, allow_zero=True), _plain_size)
+BOOL = Kind(_check_bool, _same, flag=True)
+OPTIONAL_BOOL = Kind(_check_optional_bool, _same, flag=True)
+NAMES = Kind(lambda v, o: normalize_names(v), _same)
+PATH = Kind(_check_directory, _same)
+FRACTION = Kind(_check_fraction, _same, text=float)
+
+
+def _option(default, kind: Kind, help: str):
+    return field(default=default, metadata={"kind": kind, "help": help})
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
     """A validated memory configuration. Build it with :meth:`from_options`."""
 
-    pool_size: Size | None = None
-    maximum_pool_size: Size | None = None
-    managed: bool = False
-    async_alloc: bool = False
-    release_threshold: Size | None = None
-    frameworks: tuple[str, ...] | None = None
-    statistics: bool = True
-    spill: bool | None = None
-    log_directory: str | None = None
-    jax_memory_fraction: float | None = 0.2
+    pool_size: Size | None = _option(
+        None, SIZE,
+        "Initial size of the RMM pool: bytes, a size such as '8GB', or a fraction of the "
+        "device such as '0.8'. Default: half the free memory for device pools, no pool for "
+        "managed memory.")
+    maximum_pool_size: Size | None = _option(
+        None, SIZE, "Largest the pool may grow to (same forms). Default: the whole device.")
+    managed: bool = _option(
+        False, BOOL, "Managed (unified) memory, so that work may oversubscribe the device.")
+    async_alloc: bool = _option(
+        False, BOOL,
+        "CUDA's stream-ordered pool (cudaMallocAsync) on the device's default pool, shared "
+        "with PyTorch and XGBoost.")
+    release_threshold: Size | None = _option(
+        None, SIZE_OR_ZERO, "Async pool only: memory kept in the pool when idle.")
+    frameworks: tuple[str, ...] | None = _option(
+        None, NAMES,
+        "Which libraries allocate from the worker's resource: a list or 'a,b' of cupy, "
+        "numba, torch, xgboost, jax, cudf. Default: every installed one.")
+    statistics: bool = _option(
+        True, BOOL, "Count current and peak bytes (RMM statistics) for the memory report.")
+    spill: bool | None = _option(
+        None, OPTIONAL_BOOL, "cuDF's spilling to host memory. Default: cuDF's own setting.")
+    log_directory: str | None = _option(
+        None, PATH, "A directory for RMM allocation logs, one CSV per worker.")
+    jax_memory_fraction: float | None = _option(
+        0.2, FRACTION,
+        "JAX cannot allocate through RMM: it is kept from preallocating and capped to this "
+        "share of the device.")
 
     @property
     def mode(self) -> str:
@@ -57,37 +143,18 @@ class MemoryConfig:
 
     @classmethod
     def from_options(cls, **options) -> MemoryConfig:
-        """Validate user options; those left ``UNSET`` come from ``gpu-interop.memory.*``."""
-        unknown = set(options) - set(CONFIG_KEYS)
+        """Validate user options; those left out or ``UNSET`` come from dask config."""
+        known = option_names()
+        unknown = set(options) - set(known)
         if unknown:
-            raise TypeError(
-                f"unknown option(s) {sorted(unknown)}; known options: {sorted(CONFIG_KEYS)}"
-            )
-        values = {
-            name: options[name]
-            if options.get(name, UNSET) is not UNSET
-            else _config.get(f"memory.{key}")
-            for name, key in CONFIG_KEYS.items()
-        }
-        for flag in ("managed", "async_alloc", "statistics"):
-            _check_bool(values[flag], flag)
-        if values["spill"] is not None:
-            _check_bool(values["spill"], "spill")
-
-        config = cls(
-            pool_size=parse_size(values["pool_size"], "pool_size"),
-            maximum_pool_size=parse_size(values["maximum_pool_size"], "maximum_pool_size"),
-            managed=values["managed"],
-            async_alloc=values["async_alloc"],
-            release_threshold=parse_size(
-                values["release_threshold"], "release_threshold", allow_zero=True
-            ),
-            frameworks=normalize_names(values["frameworks"]),
-            statistics=values["statistics"],
-            spill=values["spill"],
-            log_directory=_check_directory(values["log_directory"]),
-            jax_memory_fraction=_check_fraction(values["jax_memory_fraction"]),
-        )
+            raise TypeError(f"unknown option(s) {sorted(unknown)}; known options: {list(known)}")
+        values = {}
+        for spec in OPTIONS:
+            value = options.get(spec.name, UNSET)
+            if value is UNSET:
+                value = dask.config.get(spec.config_key)
+            values[spec.name] = spec.kind.parse(value, spec.name)
+        config = cls(**values)
         config._check_combinations()
         return config
 
@@ -117,15 +184,7 @@ class MemoryConfig:
 
     def options(self) -> dict:
         """The options as plain values (sizes as given), for logs, reports and the CLI."""
-        out = {}
-        for name in CONFIG_KEYS:
-            value = getattr(self, name)
-            if isinstance(value, Size):
-                value = value.value if value.is_fraction else int(value.value)
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[name] = value
-        return out
+        return {spec.name: spec.kind.plain(getattr(self, spec.name)) for spec in OPTIONS}
 
     def digest(self) -> str:
         """A short stable hash of the configuration: equal configs give equal plugin names."""
@@ -133,29 +192,39 @@ class MemoryConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
-def _check_bool(value, option: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{option}={value!r}: expected True or False")
+@dataclass(frozen=True)
+class OptionSpec:
+    """One memory option, as every place that spells it needs it."""
+
+    name: str  # keyword argument and field: pool_size
+    kind: Kind
+    help: str
+    default: object  # the field's default
+
+    @property
+    def key(self) -> str:
+        """pool-size: the dask config key under gpu-interop.memory, and the flags' stem."""
+        return self.name.replace("_", "-")
+
+    @property
+    def config_key(self) -> str:
+        return f"{CONFIG_PREFIX}.{self.key}"
+
+    @property
+    def plain_default(self):
+        return self.kind.plain(self.default)
 
 
-def _check_directory(value) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"log_directory={value!r}: expected a path (str), not {type(value).__name__}")
-    text = os.fspath(value)
-    if not text:
-        raise ValueError("log_directory='': give a directory path, or None for no logs")
-    return text
+OPTIONS: tuple[OptionSpec, ...] = tuple(
+    OptionSpec(f.name, f.metadata["kind"], f.metadata["help"], f.default)
+    for f in dataclasses.fields(MemoryConfig)
+)
 
 
-def _check_fraction(value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"jax_memory_fraction={value!r}: expected a number in (0, 1] or None")
-    if not 0 < value <= 1:
-        raise ValueError(
-            f"jax_memory_fraction={value!r}: must be in (0, 1] (the share of the device JAX may use)"
-        )
-    return float(value)
+def option_names() -> tuple[str, ...]:
+    return tuple(spec.name for spec in OPTIONS)
+
+
+def config_defaults() -> dict:
+    """``{"pool-size": None, ...}``: the defaults under ``gpu-interop.memory`` in dask config."""
+    return {spec.key: spec.plain_default for spec in OPTIONS}

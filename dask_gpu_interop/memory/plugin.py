@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 from distributed import WorkerPlugin
@@ -9,7 +10,7 @@ from distributed import WorkerPlugin
 from .. import device
 from ..serialize import register as register_serializers
 from . import conflicts, metrics, state
-from .config import UNSET, MemoryConfig, _check_bool
+from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
 from .errors import GPUMemorySetupError
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
@@ -52,33 +53,8 @@ class GPUMemoryPlugin(WorkerPlugin):
 
     idempotent = True
 
-    def __init__(
-        self,
-        *,
-        pool_size=UNSET,
-        maximum_pool_size=UNSET,
-        managed=UNSET,
-        async_alloc=UNSET,
-        release_threshold=UNSET,
-        frameworks=UNSET,
-        statistics=UNSET,
-        spill=UNSET,
-        log_directory=UNSET,
-        jax_memory_fraction=UNSET,
-        force: bool = False,
-    ):
-        self.config = MemoryConfig.from_options(
-            pool_size=pool_size,
-            maximum_pool_size=maximum_pool_size,
-            managed=managed,
-            async_alloc=async_alloc,
-            release_threshold=release_threshold,
-            frameworks=frameworks,
-            statistics=statistics,
-            spill=spill,
-            log_directory=log_directory,
-            jax_memory_fraction=jax_memory_fraction,
-        )
+    def __init__(self, *, force: bool = False, **options):
+        self.config = MemoryConfig.from_options(**options)
         _check_bool(force, "force")
         self.force = force
         setting = conflicts.ucxx_pool_size()
@@ -86,6 +62,14 @@ class GPUMemoryPlugin(WorkerPlugin):
             raise ValueError(conflicts.ucxx_message(setting))
         # Equal configurations share a name, so registering one twice is a no-op.
         self.name = f"gpu-interop-memory-{self.config.digest()}"
+
+    # help() and editors show the options by name, as if spelled out here.
+    __init__.__signature__ = inspect.Signature([
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+        *(inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=UNSET)
+          for spec in OPTIONS),
+        inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False),
+    ])
 
     def __repr__(self) -> str:
         defaults = MemoryConfig().options()

@@ -1,0 +1,132 @@
+"""Click options for commands that start or reach a cluster: where to run, and the memory.
+
+Applications built on the library (the examples, your own scripts) take the same options the
+same way::
+
+    @click.command()
+    @cluster_options
+    def main(cluster):
+        with cluster_client(**cluster) as (client, device):
+            ...
+
+The memory flags are made from ``MemoryConfig``'s fields (``--pool-size``, ``--managed``,
+...; the worker preload's are the same with ``--gpu-``), so they cannot drift from the plugin's
+keyword arguments. A bad value is refused by click before anything starts, in one line that
+names the flag.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import click
+
+from .cluster import DEVICES, PROTOCOLS
+from .memory.config import OPTIONS, MemoryConfig, OptionSpec
+
+
+def _flag_name(spec: OptionSpec, prefix: str) -> str:
+    return f"--{prefix}{spec.key}"
+
+
+def as_flags(message: str, prefix: str = "") -> str:
+    """A plugin error ("pool_size=...") in the command line's words ("--pool-size ...")."""
+    names = [(spec.name, _flag_name(spec, prefix)) for spec in OPTIONS]
+    names.append(("force", f"--{prefix}force"))
+    for name, flag in names:
+        no_flag = "--no-" + flag[2:]
+        message = re.sub(rf"\b{name}=True\b", flag, message)
+        message = re.sub(rf"\b{name}=False\b", no_flag, message)
+        message = re.sub(rf"\b{name}=", f"{flag} ", message)
+        message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
+    return message
+
+
+def _checked(spec: OptionSpec, prefix: str):
+    def callback(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            spec.kind.parse(value, spec.name)
+        except (TypeError, ValueError) as err:
+            raise click.BadParameter(as_flags(str(err), prefix)) from None
+        return value
+
+    return callback
+
+
+def memory_click_options(prefix: str = "") -> list:
+    """One click option per memory option (``--{prefix}pool-size`` ...), unset by default."""
+    options = []
+    for spec in OPTIONS:
+        name = _flag_name(spec, prefix)
+        if spec.kind.flag:
+            declaration = f"{name}/--no-{prefix}{spec.key}"
+            options.append(click.option(declaration, spec.name, default=None, help=spec.help))
+        else:
+            options.append(click.option(
+                name, spec.name, type=spec.kind.text, default=None, help=spec.help,
+                callback=_checked(spec, prefix),
+            ))
+    return options
+
+
+def given_memory(kwargs: dict) -> dict:
+    """Pop the memory options out of a command's ``kwargs``: those given, by option name."""
+    memory = {spec.name: kwargs.pop(spec.name, None) for spec in OPTIONS}
+    return {name: value for name, value in memory.items() if value is not None}
+
+
+def memory_options(prefix: str = ""):
+    """Add the memory flags; the command receives ``memory``: the options given (a dict),
+    already checked together (``MemoryConfig``), for ``GPUMemoryPlugin(**memory)``."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            memory = given_memory(kwargs)
+            check_memory(memory, prefix)
+            return command(*args, memory=memory, **kwargs)
+
+        for option in reversed(memory_click_options(prefix)):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def check_memory(memory: dict, prefix: str = "") -> MemoryConfig:
+    """``MemoryConfig.from_options(**memory)``, its errors as a click usage error."""
+    try:
+        return MemoryConfig.from_options(**memory)
+    except (TypeError, ValueError) as err:
+        raise click.UsageError(as_flags(str(err), prefix)) from None
+
+
+def cluster_options(command):
+    """Add --scheduler/--device/--protocol/--workers, the memory flags and --memory-plot.
+
+    The command receives ``cluster``: keyword arguments for :func:`.cluster.cluster_client`.
+    """
+
+    @click.option("--scheduler", default=None, metavar="ADDRESS",
+                  help="Run on this running cluster instead of starting a local one.")
+    @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+                  help="gpu: cuDF/CuPy on GPUs; cpu: pandas/NumPy; auto: GPUs when present.")
+    @click.option("--protocol", type=click.Choice(PROTOCOLS), default="tcp", show_default=True,
+                  help="Communication between workers of a local cluster (ucx: NVLink).")
+    @click.option("--workers", "n_workers", type=click.IntRange(min=1), default=None,
+                  help="Workers of a local cluster (default: one per GPU, or up to 4 on CPUs).")
+    @memory_options()
+    @click.option("--memory-plot", type=click.Path(dir_okay=False), default=None, metavar="PNG",
+                  help="Plot each worker's device memory over the run into this PNG.")
+    @functools.wraps(command)
+    def wrapper(*args, scheduler, device, protocol, n_workers, memory, memory_plot, **kwargs):
+        cluster = dict(
+            scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
+            memory=memory or None, memory_plot=memory_plot,
+        )
+        return command(*args, cluster=cluster, **kwargs)
+
+    return wrapper
