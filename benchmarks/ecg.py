@@ -26,13 +26,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the checkout's root: examples/
 STAGES = ("read", "convolve", "detect", "embed", "train", "score")
 SEGMENTATION = ("read", "convolve", "detect", "embed")
 
 
 def main(argv=None):
     args = parse(argv)
-    from dask_gpu_interop.backend import resolve_device
+    from dask_gpu_interop import resolve_device
 
     devices = args.devices.split(",") if args.devices != "auto" else (
         ["gpu", "cpu"] if resolve_device("auto") == "gpu" else ["cpu"])
@@ -81,7 +82,7 @@ def parse(argv):
 
 def dataset(folder: Path, hours: float, rate: float, seed: int):
     """The synthetic recording (its truth is regenerated, cheaply) and its CSV, made once."""
-    from dask_gpu_interop.pipelines.ecg.synthetic import make_ecg, write_csv
+    from examples.ecg.synthetic import make_ecg, write_csv
 
     truth = make_ecg(hours * 3600, rate, seed=seed)
     path = folder / f"ecg-{hours:g}h-{rate:g}Hz-seed{seed}.csv"
@@ -98,13 +99,13 @@ def dataset(folder: Path, hours: float, rate: float, seed: int):
 def measure(csv, warm_csv, truth, args, device, mode) -> dict:
     import dask
 
-    from dask_gpu_interop.pipelines.ecg.params import Params
-    from dask_gpu_interop.pipelines.ecg.pipeline import evaluate, run
+    from examples.ecg.params import Params
+    from examples.ecg.pipeline import evaluate, run
 
     rate = args.rate
     params = Params(max_steps=args.max_steps) if args.max_steps else Params()
     if mode == "cluster":
-        from dask_gpu_interop.cluster import cluster_client
+        from dask_gpu_interop import cluster_client
 
         workers = 1 if device == "gpu" else (args.cpu_workers or min(4, os.cpu_count() or 1))
         with cluster_client(device=device, n_workers=workers) as (client, _):

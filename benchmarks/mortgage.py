@@ -41,6 +41,7 @@ import traceback
 from dask.utils import format_bytes, parse_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 CONFIGS = ("gpu1-pool", "gpu1-cudamalloc", "gpu1-async", "gpu2-pool", "gpu2-cudamalloc",
            "cpu")  # and gpuN-*
 CONFIG = re.compile(r"^(?:gpu(?P<gpus>[1-9][0-9]*)-(?:pool|cudamalloc|async)|cpu)$")
@@ -139,9 +140,9 @@ def dataset(directory: str, gb: float, years: str, seed: int, loans_per_part: in
     the first configuration after generation ran 16% longer than the same one run last; the
     write-back is the likely cause).
     """
-    from dask_gpu_interop.cluster import cluster_client
-    from dask_gpu_interop.pipelines.mortgage import etl
-    from dask_gpu_interop.pipelines.mortgage import generate as gen
+    from dask_gpu_interop import cluster_client
+    from examples.mortgage import etl
+    from examples.mortgage import generate as gen
 
     pending = os.path.join(directory, ".generating")
     if os.path.exists(pending):
@@ -206,7 +207,7 @@ def _device_peak_on_worker() -> dict:
 @contextlib.contextmanager
 def cluster_for(config: str, args):
     """(client, device) of a fresh local cluster for ``config``."""
-    from dask_gpu_interop.cluster import cluster_client
+    from dask_gpu_interop import cluster_client
 
     if config == "cpu":
         with cluster_client(device="cpu", n_workers=args.cpu_workers or os.cpu_count(),
@@ -272,7 +273,7 @@ def _chunk_peak(chunk, acquisitions, device, names) -> dict:
     """Peak device bytes of the whole ETL of one chunk, on a worker (RMM statistics)."""
     import rmm
 
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     if rmm.statistics.push_statistics() is None:
         return {}
@@ -287,7 +288,7 @@ def probe(client, device: str, the_plan) -> dict:
     """One chunk's ETL alone on a worker: its peak device bytes against its size."""
     import dask
 
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
     size = chunk.end - chunk.start
@@ -328,7 +329,7 @@ def _tree_order(names) -> list[str]:
 
 def _partition_sizes(args, results) -> str:
     """The chunk size of the configurations measured (each device's own by default)."""
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     devices = sorted({"cpu" if r["config"] == "cpu" else "gpu" for r in results})
     return ", ".join(f"{etl.partition_size_for(d, args.partition_size)} on {d.upper()}s"
@@ -363,7 +364,7 @@ def timed_etl(client, the_plan, device: str, args) -> tuple:
     runs on the same cluster."""
     from distributed import get_task_stream
 
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     runs, result = [], None
     for _ in range(args.etl_runs):
@@ -378,8 +379,8 @@ def timed_etl(client, the_plan, device: str, args) -> tuple:
 
 
 def run_config(config: str, args, the_plan) -> dict:
-    from dask_gpu_interop.memory.report import memory_report
-    from dask_gpu_interop.pipelines.mortgage import etl, job, stages, train
+    from dask_gpu_interop import memory_report
+    from examples.mortgage import etl, job, stages, train
 
     out = {"config": config, "chunks": len(the_plan.chunks)}
     started = time.perf_counter()
@@ -720,14 +721,14 @@ def main(argv=None) -> int:
         parser.error(f"--etl-runs {args.etl_runs}: give 1 or more")
     if args.stages and args.etl_runs > 1:
         parser.error("--stages profiles one timed run: leave --etl-runs at 1")
-    from dask_gpu_interop.pipelines.mortgage.train import parse_params
+    from examples.mortgage.train import parse_params
 
     try:
         args.params = parse_params(args.xgb_param)
     except ValueError as exc:
         parser.error(str(exc))
 
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     info = machine()
     gpus = info["gpu_count"]

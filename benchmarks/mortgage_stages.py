@@ -23,6 +23,7 @@ from dask.utils import format_bytes, parse_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 from mortgage import command_line, machine, machine_name, say, write_results  # noqa: E402
 
 
@@ -30,8 +31,8 @@ def dataset(directory: str, gb: float, years: str, seed: int):
     """(perf files, acq files, names.csv) of the dataset in ``directory``, made if absent."""
     import dask
 
-    from dask_gpu_interop.pipelines.mortgage import etl
-    from dask_gpu_interop.pipelines.mortgage import generate as gen
+    from examples.mortgage import etl
+    from examples.mortgage import generate as gen
 
     try:
         return etl.find_dataset(directory)
@@ -57,8 +58,8 @@ def install_pool() -> str:
 
 
 def profile_chunk(the_plan, device: str, repeats: int) -> dict:
-    from dask_gpu_interop.pipelines.mortgage import etl
-    from dask_gpu_interop.pipelines.mortgage.stages import Profile
+    from examples.mortgage import etl
+    from examples.mortgage.stages import Profile
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
     acq = etl.load_acquisitions(the_plan.acquisitions[the_plan.key(chunk)], device, "error",
@@ -84,8 +85,8 @@ def profile_chunk(the_plan, device: str, repeats: int) -> dict:
 def profile_all(the_plan, device: str) -> dict:
     """Every chunk of the plan, one after the other in this thread, results kept (as the
     ETL persists them): stage totals, to set against the ETL's time on a cluster."""
-    from dask_gpu_interop.pipelines.mortgage import etl
-    from dask_gpu_interop.pipelines.mortgage.stages import Profile
+    from examples.mortgage import etl
+    from examples.mortgage.stages import Profile
 
     kept = []
     started = time.perf_counter()
@@ -125,8 +126,7 @@ def parser_variants(the_plan, repeats: int) -> dict:
     the copy alone."""
     import cupy
 
-    from dask_gpu_interop.backend import Backend
-    from dask_gpu_interop.pipelines.mortgage import (
+    from examples.mortgage import (
         chunk_bytes,
         features,
         lines,
@@ -134,6 +134,7 @@ def parser_variants(the_plan, repeats: int) -> dict:
         read,
         schema,
     )
+    from examples.mortgage.backend import Backend
 
     chunk = max(the_plan.chunks, key=lambda c: c.end - c.start)
     host, _ = chunk.read(chunk_bytes.PINNED.take)  # page-locked, kept
@@ -172,7 +173,7 @@ def parser_variants(the_plan, repeats: int) -> dict:
 
 def size_sweep(files, sizes: list[str], device: str, repeats: int) -> list[dict]:
     """The largest chunk of the dataset cut at each of ``sizes``: its ETL's time and peak."""
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     out = []
     for size in sizes:
@@ -259,7 +260,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
 
-    from dask_gpu_interop.pipelines.mortgage import etl
+    from examples.mortgage import etl
 
     sizes = [x.strip() for x in (args.sizes or "").split(",") if x.strip()]
     for size in [args.partition_size or "1B", *sizes]:

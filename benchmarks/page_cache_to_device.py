@@ -36,7 +36,7 @@ def main(argv=None) -> int:
 
     import cupy
 
-    from dask_gpu_interop.pipelines.mortgage import chunk_bytes
+    from examples.mortgage import chunk_bytes
 
     cupy.cuda.Device(args.gpu).use()
     runtime = cupy.cuda.runtime

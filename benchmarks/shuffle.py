@@ -86,7 +86,7 @@ def register_serializers() -> bool:
 
 @contextlib.contextmanager
 def cluster(device: str, workers: int, protocol: str, pool_size: str | None):
-    from dask_gpu_interop.cluster import cluster_client
+    from dask_gpu_interop import cluster_client
 
     memory = {"pool_size": pool_size} if device == "gpu" and pool_size else None
     with cluster_client(device=device, n_workers=workers, threads_per_worker=1,

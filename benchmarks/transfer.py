@@ -167,7 +167,7 @@ def machine_name() -> str:
 @contextlib.contextmanager
 def cluster(protocol: str, pool_size: str, setup: str, workers: int = 2):
     if setup == "preload":
-        from dask_gpu_interop.cluster import cluster_client
+        from dask_gpu_interop import cluster_client
 
         with cluster_client(
             device="gpu", n_workers=workers, protocol=protocol, memory={"pool_size": pool_size}

@@ -20,6 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 from mortgage import choices, command_line, machine, machine_name, say, write_results  # noqa: E402
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
@@ -50,8 +51,8 @@ def frame(client, rows: int, partitions: int, seed: int, device: str):
 def run(workers: int, policy: str, args) -> dict:
     import xgboost.dask as dxgb
 
-    from dask_gpu_interop.cluster import cluster_client
-    from dask_gpu_interop.pipelines.mortgage.train import PARAMS
+    from dask_gpu_interop import cluster_client
+    from examples.mortgage.train import PARAMS
 
     params = {**PARAMS, **POLICIES[policy], "device": "cuda" if args.device == "gpu" else "cpu"}
     with cluster_client(device=args.device, n_workers=workers) as (client, _):

@@ -1,6 +1,9 @@
 """dask-gpu-interop: a Dask cluster of GPUs that behaves like one coherent GPU machine.
 
-Importing this package imports no CUDA library; GPU libraries are touched only where used.
+The public names are these; the documented modules beside them are :mod:`.convert`
+(zero-copy conversions), :mod:`.preload` (the worker preload), :mod:`.options` (click options
+for your own commands), :mod:`.tls` and :mod:`.serialize`. Importing this package imports no
+CUDA library; GPU libraries are touched only where used.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -13,6 +16,7 @@ from .serialize import register as _register_serializers  # noqa: E402
 
 _register_serializers()  # lazily: no torch/JAX import until one of their objects is sent
 
+from .cluster import cluster_client, local_cluster, resolve_device  # noqa: E402
 from .frameworks.xgboost import xgboost_config  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
@@ -21,6 +25,7 @@ from .memory import (  # noqa: E402
     MemoryReport,
     memory_report,
 )
+from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")
@@ -32,7 +37,12 @@ __all__ = [
     "GPUMemorySetupError",
     "MemoryConfig",
     "MemoryReport",
+    "MemoryTimeline",
+    "cluster_client",
+    "local_cluster",
     "memory_report",
+    "record_memory",
+    "resolve_device",
     "xgboost_config",
     "__version__",
 ]

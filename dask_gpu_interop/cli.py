@@ -1,66 +1,59 @@
-"""``dask-gpu-interop``: the package's commands."""
+"""``dask-gpu-interop``: the library's commands (also ``python -m dask_gpu_interop.cli``).
+
+    dask-gpu-interop report --scheduler ADDRESS [--watch 2] [--json]   the memory report
+    dask-gpu-interop config                                            the memory options
+    dask-gpu-interop tls make DIR [--hostname node1 ...]               a CA and certificates
+    dask-gpu-interop tls env DIR --role worker                         export lines for a shell
+    dask-gpu-interop tls show DIR                                      names and expiry dates
+    dask-gpu-interop wait-for-workers --scheduler-file F -n 4
+    dask-gpu-interop memory-plot --scheduler ADDR --png memory.png [--duration 600]
+
+The examples (``python -m examples.mortgage``, ...) live beside the package, not in it.
+"""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
+import shlex
 import time
 
 import click
 
-from .cli_options import cluster_options
-from .deploy_cli import COMMANDS as DEPLOY_COMMANDS
-from .deploy_cli import connect, connection_options
-
-# Sub-commands that live with their pipelines, imported only when used.
-LAZY_COMMANDS = {
-    "mortgage": ("dask_gpu_interop.pipelines.mortgage.cli", "mortgage"),
-    "ecg": ("dask_gpu_interop.pipelines.ecg.cli", "ecg"),
-}
+from . import tls as tls_mod
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx):
-        return sorted([*super().list_commands(ctx), *self._available()])
-
-    def _available(self):
-        return [
-            name for name, (module, _) in LAZY_COMMANDS.items()
-            if importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None
-        ]
-
-    def get_command(self, ctx, name):
-        if name in LAZY_COMMANDS and name in self._available():
-            module, attr = LAZY_COMMANDS[name]
-            return getattr(importlib.import_module(module), attr)
-        return super().get_command(ctx, name)
-
-
-@click.group(cls=LazyGroup)
+@click.group()
 @click.version_option(package_name="dask-gpu-interop")
 def main():
     """One coherent GPU data-science machine out of a Dask cluster of GPUs."""
 
 
-@main.command()
-@cluster_options
-@click.option("--rows", type=click.IntRange(min=1000), default=1_000_000, show_default=True)
-def demo(cluster, rows):
-    """A mixed cuDF/pandas -> PyTorch -> XGBoost workload with the memory report."""
-    from .cluster import cluster_client
-    from .demo import run
+def connect(scheduler, scheduler_file, tls_dir, timeout):
+    """A Client from an address or scheduler file, with the client certificate of ``tls_dir``."""
+    from distributed import Client
 
-    with cluster_client(**cluster) as (client, device):
-        click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
-        result = run(client, device, rows=rows)
-    click.echo(f"steps:    {result['steps']}")
-    click.echo(f"rows:     {result['rows']:,}")
-    click.echo(f"prepare:  {result['prepare_s']:.2f} s")
-    click.echo(f"train:    {result['train_s']:.2f} s (XGBoost, 20 rounds)")
-    click.echo(f"train AUC {result['train_auc']:.4f}")
-    click.echo("memory:")
-    click.echo(str(result["memory"]))
+    if (scheduler is None) == (scheduler_file is None):
+        raise click.UsageError("give one of --scheduler ADDRESS or --scheduler-file FILE")
+    security = tls_mod.security(tls_dir, "client") if tls_dir else None
+    kwargs = dict(timeout=timeout)
+    if security is not None:
+        kwargs["security"] = security
+    if scheduler_file is not None:
+        return Client(scheduler_file=scheduler_file, **kwargs)
+    return Client(scheduler, **kwargs)
+
+
+def connection_options(command):
+    for option in reversed([
+        click.option("--scheduler", default=None, metavar="ADDRESS", help="The scheduler's address."),
+        click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False),
+                     help="The file `dask scheduler --scheduler-file` wrote."),
+        click.option("--tls", "tls_dir", default=None, type=click.Path(file_okay=False),
+                     help="Directory from `tls make`: connect with its client certificate "
+                          "(otherwise dask config applies, e.g. DASK_CONFIG=DIR/client.yaml)."),
+    ]):
+        command = option(command)
+    return command
 
 
 @main.command()
@@ -87,9 +80,148 @@ def report(scheduler, scheduler_file, tls_dir, watch, as_json):
             time.sleep(watch)
 
 
-for _command in DEPLOY_COMMANDS:  # tls make|env|show, wait-for-workers, memory-plot
-    main.add_command(_command)
+@main.command("config")
+def config_command():
+    """Print the memory options as dask config YAML, with their defaults and help."""
+    from .memory.config import OPTIONS
+
+    click.echo("# Set in a dask config file, or by environment, e.g.")
+    click.echo("# DASK_GPU_INTEROP__MEMORY__POOL_SIZE=0.8; the same options as GPUMemoryPlugin's.")
+    click.echo("gpu-interop:\n  memory:")
+    for spec in OPTIONS:
+        for line in _wrap(spec.help, 92):
+            click.echo(f"    # {line}")
+        click.echo(f"    {spec.key}: {json.dumps(spec.plain_default)}")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width)
+
+
+@main.group("tls")
+def tls():
+    """TLS for a cluster: a private CA and certificates for scheduler, workers and client."""
+
+
+@tls.command("make")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--hostname", "hostnames", multiple=True, metavar="NAME",
+              help="A name or IP the scheduler/workers are reached at (repeatable). "
+                   "localhost and 127.0.0.1 are always included.")
+@click.option("--days", type=click.IntRange(min=1), default=tls_mod.DEFAULT_DAYS, show_default=True,
+              help="Validity of the certificates.")
+@click.option("--dashboard-https", is_flag=True,
+              help="The role configs also serve dashboards and /metrics over HTTPS.")
+@click.option("--keep-ca-key", is_flag=True,
+              help="Also write the CA's private key (ca-key.pem); by default it is discarded.")
+@click.option("--force", is_flag=True, help="Replace certificates already in DIRECTORY.")
+def tls_make(directory, hostnames, days, dashboard_https, keep_ca_key, force):
+    """Make a CA and certificates for scheduler, workers and client in DIRECTORY."""
+    try:
+        out = tls_mod.make_certificates(
+            directory, hostnames=hostnames, days=days, overwrite=force,
+            keep_ca_key=keep_ca_key, dashboard=dashboard_https,
+        )
+    except (FileExistsError, ValueError, ImportError) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"certificates in {out.directory} (valid {days} days)")
+    click.echo(f"  scheduler/workers: DASK_CONFIG={out.directory}/scheduler.yaml (worker.yaml)")
+    click.echo(f"  client:            DASK_CONFIG={out.directory}/client.yaml  "
+               f"or  Client(address, security=dask_gpu_interop.tls.security({str(out.directory)!r}))")
+    click.echo("  copy ca.pem and each role's .pem/-key.pem only to the machines of that role")
+
+
+@tls.command("env")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.option("--role", type=click.Choice(tls_mod.ROLES), default="client", show_default=True)
+@click.option("--dashboard-https", is_flag=True, help="Also the dashboards' HTTPS settings.")
+def tls_env(directory, role, dashboard_https):
+    """Print `export DASK_...` lines for ROLE: eval "$(... tls env DIR --role worker)"."""
+    try:
+        env = tls_mod.tls_env(directory, role, dashboard=dashboard_https)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
+    for key, value in env.items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
+@tls.command("show")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+def tls_show(directory):
+    """Print each certificate's subject, names and expiry."""
+    try:
+        rows = tls_mod.describe(directory)
+    except (FileNotFoundError, ImportError) as err:
+        raise click.ClickException(str(err)) from None
+    for row in rows:
+        warn = "  EXPIRED" if row["days_left"] < 0 else ""
+        names = ", ".join(row["names"]) or "-"
+        click.echo(f"{row['role']:<10} {row['subject']:<45} expires {row['expires']}"
+                   f" ({row['days_left']} days){warn}  names: {names}")
+
+
+@main.command("wait-for-workers")
+@connection_options
+@click.option("-n", "--workers", "n_workers", type=click.IntRange(min=1), required=True,
+              help="How many workers to wait for.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="Seconds to wait, for the scheduler and then the workers.")
+def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
+    """Wait until the cluster has N workers (exit status 1 on timeout)."""
+    deadline = time.monotonic() + timeout
+    if scheduler_file is not None:
+        from pathlib import Path
+
+        while not Path(scheduler_file).exists():
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"no scheduler file {scheduler_file} after {timeout:g} s")
+            time.sleep(0.5)
+    try:
+        with connect(scheduler, scheduler_file, tls_dir, f"{timeout}s") as client:
+            left = max(1.0, deadline - time.monotonic())
+            client.wait_for_workers(n_workers, timeout=left)
+            count = len(client.scheduler_info(n_workers=-1)["workers"])
+    except (OSError, TimeoutError) as err:
+        raise click.ClickException(f"{type(err).__name__}: {err}") from None
+    click.echo(f"{count} workers")
+
+
+@main.command("memory-plot")
+@connection_options
+@click.option("--png", required=True, type=click.Path(dir_okay=False), help="Where to write the plot.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Seconds between samples.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None,
+              help="Seconds to record (default: until interrupted with Ctrl-C).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the samples as CSV.")
+def memory_plot(scheduler, scheduler_file, tls_dir, png, interval, duration, csv_path):
+    """Record each worker's GPU memory of a running cluster and plot it over time."""
+    from .memory.timeline import MemoryTimeline
+
+    with connect(scheduler, scheduler_file, tls_dir, "10s") as client:
+        timeline = MemoryTimeline(client, interval=interval)
+        with timeline:
+            click.echo(f"recording every {interval:g} s" + ("" if duration else "; Ctrl-C to stop"))
+            try:
+                if duration:
+                    time.sleep(duration)
+                else:
+                    _sleep_forever()
+            except KeyboardInterrupt:
+                pass
+    timeline.plot(png)
+    if csv_path:
+        timeline.to_frame().to_csv(csv_path, index=False)
+    click.echo(f"{len(timeline.samples)} samples -> {png}")
+
+
+def _sleep_forever():
+    while True:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="python -m dask_gpu_interop.cli")

@@ -1,21 +1,57 @@
-"""A client for the package's commands: on a running cluster, or on a local one we start.
+"""A cluster with the memory plugin on every worker: a running one, or a local one we start.
 
-With GPUs: a dask-cuda ``LocalCUDACluster`` whose workers start with our preload, so every
-framework is bound to the worker's memory resource before its first allocation. Without:
-a ``LocalCluster`` of processes.
+    with cluster_client(device="auto", memory={"pool_size": "0.8"}) as (client, device):
+        ...   # device: "gpu" (cuDF/CuPy workers) or "cpu" (pandas/NumPy workers)
+
+With GPUs, :func:`local_cluster` is a dask-cuda ``LocalCUDACluster`` whose workers start with
+the plugin's preload, so every framework is bound to the worker's memory resource before its
+first allocation. Without GPUs it is a ``LocalCluster`` of processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 
 from distributed import Client, LocalCluster
 
-from .backend import resolve_device
+from . import device as device_mod
 from .memory.plugin import GPUMemoryPlugin
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
+DEVICES = ("auto", "gpu", "cpu")
+GPU_STACK = ("cudf", "cupy", "dask_cuda")
+
+
+def _gpu_stack_missing() -> list[str]:
+    return [name for name in GPU_STACK if importlib.util.find_spec(name) is None]
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``"gpu"`` or ``"cpu"`` for a requested ``device``; raises when a GPU is asked but absent.
+
+    "auto" is "gpu" when this machine has a GPU and the GPU stack (cuDF, CuPy, dask-cuda).
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    have_gpu = device_mod.gpu_count() > 0
+    missing = _gpu_stack_missing() if have_gpu else []
+    if device == "auto":
+        return "gpu" if have_gpu and not missing else "cpu"
+    if not have_gpu:
+        raise RuntimeError(
+            "device='gpu' but no CUDA GPU is visible here (check nvidia-smi and "
+            "CUDA_VISIBLE_DEVICES), or use device='cpu'"
+        )
+    if missing:
+        raise RuntimeError(
+            f"device='gpu' needs {', '.join(missing)}: pip install 'dask-gpu-interop[cuda13]' "
+            "(or [cuda12]), or use device='cpu'"
+        )
+    return "gpu"
 
 
 def _check_protocol(protocol: str, device: str) -> None:
@@ -23,6 +59,64 @@ def _check_protocol(protocol: str, device: str) -> None:
         raise ValueError(f"protocol={protocol!r}: choose one of {', '.join(PROTOCOLS)}")
     if protocol == "ucx" and device != "gpu":
         raise ValueError("protocol='ucx' is for GPU clusters (distributed-ucxx); use 'tcp' on CPUs")
+
+
+def local_cluster(
+    device: str = "auto",
+    *,
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    protocol: str = "tcp",
+    memory: dict | None = None,
+    dashboard_address: str | None = ":0",
+    security=None,
+):
+    """A local cluster for ``device``: GPU workers with the memory plugin, or CPU workers.
+
+    ``device="gpu"``: a dask-cuda ``LocalCUDACluster``, one worker per GPU (or ``n_workers``),
+    each starting with the plugin's preload and ``memory`` (``GPUMemoryPlugin`` options).
+    ``device="cpu"``: a ``LocalCluster`` of up to 4 processes sharing the cores. "auto": GPUs
+    when present. Bad options raise here, before any process starts.
+    """
+    plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
+    device = resolve_device(device)
+    _check_protocol(protocol, device)
+    if device == "gpu":
+        from dask_cuda import LocalCUDACluster
+
+        from .preload import argv_for
+
+        return LocalCUDACluster(
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker or 1,
+            protocol=protocol,
+            dashboard_address=dashboard_address,
+            preload=["dask_gpu_interop.preload"],
+            preload_argv=argv_for(plugin.config),
+        )
+    workers = n_workers or max(1, min(4, os.cpu_count() or 1))
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=threads_per_worker or max(1, (os.cpu_count() or 1) // workers),
+        protocol=protocol,
+        dashboard_address=dashboard_address,
+        security=security,
+    )
+
+
+def workers_device(client, device: str = "auto") -> str:
+    """``"gpu"`` or ``"cpu"``: what the workers of a running cluster can do, checked against
+    ``device`` (each worker resolves "auto" for itself; GPUs only if every worker has one)."""
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: choose one of {', '.join(DEVICES)}")
+    found = set(client.run(resolve_device, "auto").values())
+    have = "gpu" if found == {"gpu"} else "cpu"
+    if device == "gpu" and have != "gpu":
+        raise RuntimeError(
+            "device='gpu' but not every worker of the cluster has a GPU and the GPU stack "
+            "(cuDF, CuPy, dask-cuda); start GPU workers, or use device='cpu'"
+        )
+    return device if device != "auto" else have
 
 
 @contextlib.contextmanager
@@ -34,51 +128,30 @@ def cluster_client(
     threads_per_worker: int | None = None,
     protocol: str = "tcp",
     memory: dict | None = None,
-    dashboard: bool = False,
     security=None,
     memory_plot=None,
 ):
     """Yield ``(client, device)``: a Client and the device ("gpu"/"cpu") its workers use.
 
-    ``memory``: GPUMemoryPlugin options for GPU workers (validated here, before anything
-    starts). On a running ``scheduler`` they are registered with ``register_plugin`` when given.
-    ``memory_plot``: a PNG path; each worker's memory over the block is plotted there.
+    Without ``scheduler``: on a :func:`local_cluster`, closed at the end of the block. With
+    one: on that running cluster, where ``memory`` (when given) is registered as a
+    ``GPUMemoryPlugin``. ``memory_plot``: a PNG path; each worker's memory over the block is
+    plotted there.
     """
-    plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
-    device = resolve_device(device)
-    if device != "gpu":
-        plugin = None
     if scheduler is not None:
+        plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting
         with Client(scheduler, security=security) as client:
-            if plugin is not None and memory is not None:
+            device = workers_device(client, device)
+            if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)
             with _recording(client, memory_plot):
                 yield client, device
         return
-    _check_protocol(protocol, device)
-    dashboard_address = ":0"  # a free port: a fixed one clashes with other clusters
-    if device == "gpu":
-        from dask_cuda import LocalCUDACluster
-
-        from .preload import argv_for
-
-        cluster = LocalCUDACluster(
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker or 1,
-            protocol=protocol,
-            dashboard_address=dashboard_address,
-            preload=["dask_gpu_interop.preload"],
-            preload_argv=argv_for(plugin.config),
-        )
-    else:
-        workers = n_workers or max(1, min(4, os.cpu_count() or 1))
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=threads_per_worker or max(1, (os.cpu_count() or 1) // workers),
-            protocol=protocol,
-            dashboard_address=dashboard_address,
-            security=security,
-        )
+    cluster = local_cluster(
+        device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
+        memory=memory, security=security,
+    )
+    device = "gpu" if type(cluster).__name__ == "LocalCUDACluster" else "cpu"
     with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot):
         yield client, device
 

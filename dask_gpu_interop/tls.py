@@ -94,6 +94,7 @@ def make_certificates(
     """
     if not isinstance(days, int) or days < 1:
         raise ValueError(f"days={days!r}: give a whole number of days, 1 or more")
+    _need_cryptography()
     names = _subject_alt_names(hostnames)
     out = TLSFiles(Path(directory).expanduser().resolve())
     if out.ca_file.exists() and not overwrite:
@@ -172,6 +173,17 @@ def make_certificates(
     for role in ROLES:
         write_role_config(out, role, dashboard=dashboard)
     return out
+
+
+def _need_cryptography() -> None:
+    """Certificates are made and read with ``cryptography``, an optional dependency."""
+    import importlib.util
+
+    if importlib.util.find_spec("cryptography") is None:
+        raise ImportError(
+            "making or reading certificates needs the cryptography package: "
+            "pip install 'dask-gpu-interop[tls]'"
+        )
 
 
 def _key_usage(*, cert_sign: bool):
@@ -322,6 +334,7 @@ def security(directory, role: str = "client"):
 
 def describe(directory) -> list[dict]:
     """Subject, names and validity of each certificate in ``directory`` (for ``tls show``)."""
+    _need_cryptography()
     from cryptography import x509
 
     tls_files = files(directory)

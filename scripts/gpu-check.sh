@@ -90,8 +90,8 @@ SECTIONS=("$@")
 want probe scripts && section probe 120 probe
 want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py ${MEMORY_TESTS_K:+-k "$MEMORY_TESTS_K"} --junitxml="$OUT/results/memory-tests.xml"
 want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
-for name in serialize convert mortgage ecg; do
-  files=$(ls tests/test_${name}*.py 2>/dev/null | tr '\n' ' ')
+for name in compat serialize convert mortgage ecg demo; do
+  files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}

@@ -1,9 +1,6 @@
-"""The command line: the demo job and the memory report of a running cluster, on CPUs."""
+"""The library's command line on CPUs: the memory report of a running cluster, the options."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
@@ -39,31 +36,19 @@ def test_report_needs_a_scheduler():
     assert result.exit_code != 0 and "--scheduler" in result.output
 
 
-def test_bad_memory_option_fails_before_anything_starts():
-    result = CliRunner().invoke(main, ["demo", "--device", "cpu", "--pool-size", "-1GB"])
-    assert result.exit_code != 0
+def test_config_prints_every_memory_option_with_its_default():
+    import yaml
+
+    from dask_gpu_interop.memory.config import OPTIONS
+
+    result = CliRunner().invoke(main, ["config"])
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)["gpu-interop"]["memory"]
+    assert printed == {spec.key: spec.plain_default for spec in OPTIONS}
 
 
-def test_gpu_asked_on_a_machine_without_one():
-    from dask_gpu_interop import device
-
-    if device.gpu_count():
-        pytest.skip("this machine has a GPU")
-    result = CliRunner().invoke(main, ["demo", "--device", "gpu"])
-    assert result.exit_code != 0
-    assert "no CUDA GPU is visible" in str(result.exception)
-
-
-@pytest.mark.slow
-def test_demo_runs_end_to_end_on_cpus():
-    out = subprocess.run(
-        [sys.executable, "-m", "dask_gpu_interop.cli", "demo", "--device", "cpu", "--rows", "20000",
-         "--workers", "2"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "train AUC" in out.stdout
-    auc = float(out.stdout.split("train AUC")[1].split()[0])
-    assert auc > 0.85
-    assert out.stdout.count("no GPU: the plugin does nothing here") == 2
+def test_the_library_command_has_no_example_commands():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for name in ("mortgage", "ecg", "demo"):
+        assert f"  {name} " not in result.output

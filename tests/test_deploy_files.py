@@ -172,7 +172,7 @@ def test_sbatch_ucx_runs_without_tls_and_passes_preload_options(slurm):
     tmp, run = slurm
     result, calls = run(
         str(tmp / "bin" / "job"), DASK_GPU_PROTOCOL="ucx", DASK_GPU_INTERFACE="ib0",
-        DASK_GPU_PRELOAD_ARGS="--gpu-async --gpu-release-threshold 10GB",
+        DASK_GPU_PRELOAD_ARGS="--gpu-async-alloc --gpu-release-threshold 10GB",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (scheduler,) = find(calls, "dask", "scheduler")
@@ -182,7 +182,7 @@ def test_sbatch_ucx_runs_without_tls_and_passes_preload_options(slurm):
     (worker,) = find(calls, "dask", "cuda", "worker")
     assert worker["argv"][3] == "ucx://node1:8786"
     assert after(worker["argv"], "--interface") == "ib0"
-    assert worker["argv"][-3:] == ["--gpu-async", "--gpu-release-threshold", "10GB"]
+    assert worker["argv"][-3:] == ["--gpu-async-alloc", "--gpu-release-threshold", "10GB"]
     assert not (tmp / "dask-gpu-4242" / "tls").exists()
 
 

@@ -149,7 +149,7 @@ def test_strangers_are_refused(cluster, tmp_path):
 
 def deploy_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "dask_gpu_interop.deploy_cli", *args], env=ENV,
+        [sys.executable, "-m", "dask_gpu_interop.cli", *args], env=ENV,
         capture_output=True, text=True, timeout=60,
     )
 

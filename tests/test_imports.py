@@ -23,11 +23,21 @@ def test_importing_the_package_imports_no_gpu_library():
     loaded = run(
         f"""
         import sys, dask_gpu_interop, dask_gpu_interop.preload, dask_gpu_interop.cli
-        import dask_gpu_interop.cluster, dask_gpu_interop.demo
+        import dask_gpu_interop.cluster, dask_gpu_interop.options, dask_gpu_interop.convert
+        import dask_gpu_interop.compat, dask_gpu_interop.tls
         print(sorted({{m.split('.')[0] for m in sys.modules}} & set({GPU_LIBRARIES!r})))
         """
     )
     assert loaded == "[]"
+
+
+def test_the_library_does_not_import_the_examples():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "dask_gpu_interop"
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "import examples" not in text and "from examples" not in text, path
 
 
 def write_module(tmp_path, name, body="VALUE = 41\n"):

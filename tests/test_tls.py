@@ -17,7 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from distributed import Client, Scheduler, Worker
 
 from dask_gpu_interop import tls
-from dask_gpu_interop.deploy_cli import cli
+from dask_gpu_interop.cli import main as cli
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,11 @@ class MemoryTimeline:
 
     def to_frame(self):
         """The samples as a pandas DataFrame, one row per worker and sample."""
-        import pandas as pd
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError(
+                "the samples' table needs pandas: pip install 'dask-gpu-interop[plot]'") from None
 
         with self._lock:
             return pd.DataFrame(list(self.samples), columns=list(COLUMNS))
@@ -154,8 +158,12 @@ def plot_timeline(frame, path, *, title: str | None = None, interval: float | No
     Workers without GPU numbers (CPU workers) get no panel; if none has any, the image says so,
     so that a pipeline asked for a plot on CPUs still writes one.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(
+            "the memory plot needs matplotlib: pip install 'dask-gpu-interop[plot]'") from None
 
     path = Path(path)
     numeric = ("device_used_bytes", "pool_size", "current_bytes", "peak_bytes",

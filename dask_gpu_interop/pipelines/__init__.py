@@ -1,1 +1,0 @@
-"""Example pipelines that run on GPUs (cuDF) and CPUs (pandas) from one command."""

@@ -1,0 +1,206 @@
+"""A small convolutional VAE with a 2-D latent space: normal beats are what it learns to draw.
+
+Trained on most beats of a recording (mostly normal ones), it reconstructs normal beats well
+and abnormal ones badly or only from codes far from the prior, so the negative ELBO
+(reconstruction error plus KL term) is an outlier score that needs no labels; the 2-D latent
+mean is a map of the beats that can be plotted. The beats arrive as CuPy or NumPy arrays and
+enter PyTorch by DLPack, without a copy.
+
+The trained model travels between processes as a dict of plain NumPy arrays: a CUDA
+``torch.Tensor`` cannot be sent by distributed 2026.7, and NumPy pickles everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .backend import Backend
+from .handoff import to_torch
+from .params import EMBED_SIZE, Params
+
+LATENT = 2
+CHANNELS = (8, 16)  # convolution widths
+HIDDEN = 64
+SCORE_BATCH = 8192
+
+
+@functools.cache
+def _model_class():
+    import torch
+    from torch import nn
+
+    class BeatVAE(nn.Module):
+        """256 samples -> 4 strided convolutions -> 2-D Gaussian -> 4 transposed ones -> 256."""
+
+        def __init__(self):
+            super().__init__()
+            c1, c2 = CHANNELS
+            flat = c2 * (EMBED_SIZE // 16)
+            self.encoder = nn.Sequential(
+                nn.Conv1d(1, c1, 9, stride=2, padding=4), nn.ReLU(),
+                nn.Conv1d(c1, c2, 9, stride=2, padding=4), nn.ReLU(),
+                nn.Conv1d(c2, c2, 9, stride=2, padding=4), nn.ReLU(),
+                nn.Conv1d(c2, c2, 9, stride=2, padding=4), nn.ReLU(),
+                nn.Flatten(), nn.Linear(flat, HIDDEN), nn.ReLU(),
+            )
+            self.mu = nn.Linear(HIDDEN, LATENT)
+            self.logvar = nn.Linear(HIDDEN, LATENT)
+            self.decoder = nn.Sequential(
+                nn.Linear(LATENT, HIDDEN), nn.ReLU(),
+                nn.Linear(HIDDEN, flat), nn.ReLU(),
+                nn.Unflatten(1, (c2, EMBED_SIZE // 16)),
+                nn.ConvTranspose1d(c2, c2, 4, stride=2, padding=1), nn.ReLU(),
+                nn.ConvTranspose1d(c2, c2, 4, stride=2, padding=1), nn.ReLU(),
+                nn.ConvTranspose1d(c2, c1, 4, stride=2, padding=1), nn.ReLU(),
+                nn.ConvTranspose1d(c1, 1, 4, stride=2, padding=1),
+            )
+
+        def encode(self, x):
+            h = self.encoder(x.unsqueeze(1))
+            return self.mu(h), self.logvar(h).clamp(-10, 10)
+
+        def decode(self, z):
+            return self.decoder(z).squeeze(1)
+
+        def forward(self, x, generator=None):
+            mu, logvar = self.encode(x)
+            noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+            z = mu + noise * torch.exp(0.5 * logvar)
+            return self.decode(z), mu, logvar
+
+    return BeatVAE
+
+
+def _torch_device(backend: Backend):
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if backend.is_gpu else torch.device("cpu")
+
+
+def _as_tensor(beats, backend: Backend):
+    """The beats as a float32 tensor on their own device: DLPack, no copy."""
+    xp = backend.xp
+    beats = xp.ascontiguousarray(beats, dtype=xp.float32)
+    if beats.ndim != 2 or beats.shape[1] != EMBED_SIZE:
+        raise ValueError(f"expected beats of shape (n, {EMBED_SIZE}), got {beats.shape}")
+    return to_torch(beats)
+
+
+def train(beats, params: Params, device: str, threads: int | None = None) -> dict:
+    """Fit the VAE to ``beats`` ((n, 256) CuPy/NumPy); returns the model state as NumPy.
+
+    The state holds the weights, the input scale (the beats' standard deviation, so the
+    network sees unit-scale inputs whatever the recording's units) and the loss history.
+    ``threads``: PyTorch's CPU threads while training (default: as they are).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _train(beats, params, device)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(beats, params: Params, device: str) -> dict:
+    import torch
+
+    backend = Backend(device)
+    x = _as_tensor(beats, backend)
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError(f"the VAE needs at least 2 training beats, got {n}")
+    torch.manual_seed(params.seed)
+    generator = torch.Generator(device=x.device).manual_seed(params.seed)
+    model = _model_class()().to(x.device)
+    scale = float(x.std()) or 1.0
+    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+    batch = min(params.batch_size, n)
+    per_epoch = max(1, n // batch)
+    steps = min(params.epochs * per_epoch, params.max_steps)
+    history = []
+    model.train()
+    step = 0
+    while step < steps:
+        order = torch.randperm(n, generator=generator, device=x.device)
+        epoch_loss = torch.zeros((), device=x.device)
+        for k in range(per_epoch):
+            if step >= steps:
+                break
+            xb = x[order[k * batch:(k + 1) * batch]] / scale
+            recon, mu, logvar = model(xb, generator)
+            loss = _loss(recon, xb, mu, logvar, params.kl_weight).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            epoch_loss += loss.detach()  # no sync with the GPU per step
+            step += 1
+        history.append(float(epoch_loss) / per_epoch)
+    state = {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
+    return {"weights": state, "scale": scale, "kl_weight": params.kl_weight,
+            "history": history, "steps": steps, "train_beats": n}
+
+
+def _loss(recon, x, mu, logvar, kl_weight):
+    squared = ((recon - x) ** 2).sum(dim=1)
+    kl = -0.5 * (1 + logvar - mu**2 - logvar.exp()).sum(dim=1)
+    return squared + kl_weight * kl
+
+
+def load(state: dict, device: str):
+    """The model of ``state`` on ``device``'s torch device, in eval mode."""
+    import torch
+
+    model = _model_class()()
+    weights = state["weights"]
+    model.load_state_dict({name: torch.from_numpy(np.asarray(a)) for name, a in weights.items()})
+    return model.to(_torch_device(Backend(device))).eval()
+
+
+def score(beats, state: dict, device: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per beat: the negative ELBO at the latent mean (reconstruction error plus the KL term,
+    the loss the model was trained on), and that mean, as NumPy (3 numbers a beat).
+
+    The KL term matters: a kind of beat common enough to get its own corner of the latent
+    plane is reconstructed well there, but that corner is far from the prior's bulk.
+    """
+    import torch
+
+    backend = Backend(device)
+    x = _as_tensor(beats, backend)
+    model = load(state, device)
+    scale = state["scale"]
+    scores, latent = [], []
+    with torch.no_grad():
+        for lo in range(0, x.shape[0], SCORE_BATCH):
+            xb = x[lo:lo + SCORE_BATCH] / scale
+            mu, logvar = model.encode(xb)
+            recon = model.decode(mu)
+            scores.append(_loss(recon, xb, mu, logvar, state["kl_weight"]).cpu())
+            latent.append(mu.cpu())
+    if not scores:
+        return np.empty(0, np.float32), np.empty((0, LATENT), np.float32)
+    return torch.cat(scores).numpy(), torch.cat(latent).numpy()
+
+
+def decode(state: dict, z) -> np.ndarray:
+    """Beats drawn from latent points ``z`` ((m, 2)), in the embeddings' units, on the CPU."""
+    import torch
+
+    model = load(state, "cpu")
+    with torch.no_grad():
+        out = model.decode(torch.as_tensor(np.asarray(z, dtype=np.float32)))
+    return out.numpy() * state["scale"]
+
+
+def latent_grid(points: int, lo, hi) -> np.ndarray:
+    """A ``points`` x ``points`` grid over the box ``lo``-``hi`` (2 numbers each), row by row
+    from the top (high z2) down, for drawing decoded beats."""
+    zx = np.linspace(lo[0], hi[0], points, dtype=np.float32)
+    zy = np.linspace(hi[1], lo[1], points, dtype=np.float32)
+    gx, gy = np.meshgrid(zx, zy)
+    return np.stack([gx.ravel(), gy.ravel()], axis=1)

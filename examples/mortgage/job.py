@@ -1,0 +1,98 @@
+"""The whole job on a cluster: ETL, training, and what it cost (time, memory).
+
+Shared by ``python -m examples.mortgage`` and ``benchmarks/mortgage.py`` so that what the
+command prints and what the benchmark records are measured the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from dask.utils import format_bytes
+
+from dask_gpu_interop import memory_report
+
+from . import etl, train
+
+
+def _host_memory(dask_worker=None) -> dict:
+    """This worker process's resident memory: now, and the highest seen."""
+    import resource
+
+    import psutil
+
+    rss = psutil.Process().memory_info().rss
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak *= 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    monitor = getattr(dask_worker, "monitor", None)
+    seen = max(monitor.quantities["memory"], default=0) if monitor is not None else 0
+    return {"rss": int(rss), "peak_rss": int(max(peak, seen, rss))}
+
+
+def host_memory(client) -> dict[str, dict]:
+    """``{worker: {"rss", "peak_rss"}}``: the peak is since the worker process started."""
+    return client.run(_host_memory)
+
+
+@dataclass
+class JobResult:
+    device: str
+    workers: int
+    etl: etl.EtlResult
+    training: train.TrainResult
+    memory: dict  # the GPU memory report (MemoryReport)
+    host: dict[str, dict]
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        e, t = self.etl, self.training
+        out = [
+            f"device: {self.device}, {self.workers} worker(s)",
+            "stage times:",
+            *(f"  {name:<9} {seconds:8.2f} s" for name, seconds in self.stages.items()),
+            f"ETL:      {e.summary()}",
+            f"training: {t.train_rows:,} rows, test {t.test_rows:,} rows ({t.holdout}); "
+            f"{t.train_rows / t.seconds:,.0f} rows/s",
+            f"test AUC: {t.auc:.4f} (train AUC {t.train_auc:.4f})",
+            "peak host memory per worker (since it started):",
+        ]
+        out += [f"  {address}  {format_bytes(m['peak_rss'])} (now {format_bytes(m['rss'])})"
+                for address, m in sorted(self.host.items())]
+        out += ["GPU memory per worker:", *("  " + line for line in str(self.memory).splitlines())]
+        return out
+
+
+def run(client, device: str, perf, acq, names=None, *, partition_size=None,
+        bad_rows: str = "error", rounds: int = train.ROUNDS, holdout: str | None = None,
+        params: dict | None = None, progress: bool = False, echo=None) -> JobResult:
+    """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends.
+
+    ``perf`` may also be an :func:`etl.plan` (then ``acq``, ``names`` and ``partition_size``
+    are not used).
+    """
+    say = echo or (lambda text: None)
+    the_plan = perf if isinstance(perf, etl.Plan) else etl.plan(
+        perf, acq, names, etl.partition_size_for(device, partition_size))
+    say("ETL ...")
+    result = etl.run_plan(the_plan, device=device, bad_rows=bad_rows, progress=progress)
+    say(f"ETL done: {result.summary()}")
+    say(f"training ({rounds} rounds) ...")
+    merged = {**train.PARAMS, **(params or {})}
+    if device == "gpu" and merged.get("grow_policy") == "lossguide" and len(
+            client.scheduler_info()["workers"]) > 1:
+        say(f"note: {train.SEVERAL_WORKERS_HINT}")
+    trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
+                          holdout=holdout, params=params)
+    say(f"training done: {trained.seconds:.2f} s, test AUC {trained.auc:.4f}")
+    job = JobResult(
+        device=device,
+        workers=len(client.scheduler_info()["workers"]),
+        etl=result,
+        training=trained,
+        memory=memory_report(client),
+        host=host_memory(client),
+        stages={"ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
+                "training": trained.train_seconds},
+    )
+    return job

@@ -1,0 +1,153 @@
+"""The whole ECG pipeline on a CPU Dask cluster, scored against the synthetic ground truth."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from distributed import Client, LocalCluster
+
+from examples.ecg import plots
+from examples.ecg.cli import ecg as main
+from examples.ecg.pipeline import STAGES, evaluate, run
+from examples.ecg.synthetic import make_ecg, write_csv
+
+RATE = 250.0
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def ecg():
+    return make_ecg(1200, RATE, seed=0)
+
+
+@pytest.fixture(scope="module")
+def csv_file(ecg, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ecg") / "ecg.csv"
+    write_csv(path, ecg.signal)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def result(csv_file, cluster):
+    with Client(cluster):
+        return run(csv_file, RATE, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def scores(result, ecg):
+    out = evaluate(result, ecg)
+    print(f"\n20 min synthetic ECG, 2 CPU workers: {out}\ntimes: {result.times}")
+    return out
+
+
+def test_every_stage_ran_on_several_chunks(result, ecg):
+    assert list(result.times) == list(STAGES)
+    assert all(t > 0 for t in result.times.values())
+    assert result.samples == len(ecg.signal) and result.chunks >= 2
+
+
+def test_detection_f1(scores):
+    assert scores["detection"]["f1"] >= 0.98
+
+
+def test_outlier_roc_auc_on_held_out_beats(scores):
+    o = scores["outliers"]
+    assert o["abnormal"] >= 5, "too few abnormal beats held out for an AUC to mean anything"
+    assert o["auc"] >= 0.9
+
+
+def test_training_and_held_out_beats_are_disjoint(result):
+    kept = result.beats.kept
+    assert not np.any(result.train & result.test)
+    assert np.array_equal(result.train | result.test, kept)
+    assert 0.7 < result.train.sum() / kept.sum() < 0.8
+    assert np.all(np.isfinite(result.scores[kept])) and np.all(np.isnan(result.scores[~kept]))
+    assert result.latent.shape == (len(result.beats), 2)
+
+
+def test_model_state_is_plain_numpy(result):
+    assert all(isinstance(a, np.ndarray) for a in result.model["weights"].values())
+    assert result.model["history"][-1] < result.model["history"][0]
+
+
+def test_pictures(result, ecg, tmp_path):
+    paths = plots.write_all(result, tmp_path, ecg)
+    assert [p.name for p in paths] == ["stream.png", "beat_lengths.png", "latent.png",
+                                        "decoded.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == PNG and p.stat().st_size > 10_000
+
+
+def test_evaluate_refuses_a_truth_at_another_rate(result):
+    with pytest.raises(ValueError, match="Hz"):
+        evaluate(result, make_ecg(10, 360, seed=0))
+
+
+def test_an_array_too_short_is_refused():
+    with pytest.raises(ValueError, match="too short|could be embedded"):
+        run(make_ecg(3, RATE, seed=0).signal, RATE)
+
+
+def test_cli_end_to_end_on_cpus(tmp_path, cluster):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        main, ["--device", "cpu", "--workers", "2", "--hours", "0.1", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    text = res.output
+    for stage in STAGES:
+        assert f"  {stage} " in text
+    f1 = float(text.split("detection: F1 ")[1].split()[0])
+    assert f1 >= 0.98
+    assert "ROC AUC" in text and "beats found:" in text
+    assert "memory:" in text and "no GPU" in text
+    for name in ("stream", "beat_lengths", "latent", "decoded"):
+        assert (out / f"{name}.png").read_bytes()[:8] == PNG
+    assert (out / "ecg.csv").is_file()
+
+    # The same file as a user's own recording, on a running cluster: no truth, so no F1.
+    res = CliRunner().invoke(
+        main, ["--device", "cpu", "--scheduler", cluster.scheduler_address,
+               "--csv", str(out / "ecg.csv"), "--rate", "250", "--out", str(tmp_path / "own")]
+    )
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "need a known truth" in res.output and "beats found:" in res.output
+
+
+def test_cli_says_why_a_recording_cannot_be_used(tmp_path, cluster):
+    gap = tmp_path / "gap.csv"
+    gap.write_text("ecg\n" + "0.1\n" * 500 + "nan\n" + "0.2\n" * 500)
+    res = CliRunner().invoke(main, ["--device", "cpu", "--scheduler",
+                                    cluster.scheduler_address, "--csv", str(gap), "--rate", "250",
+                                    "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "Error:" in res.output, res.output
+    assert "missing values" in res.output
+
+
+def test_cli_gpu_asked_on_a_machine_without_one(tmp_path):
+    from dask_gpu_interop import device
+
+    if device.gpu_count():
+        pytest.skip("this machine has a GPU")
+    res = CliRunner().invoke(main, ["--device", "gpu", "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "no CUDA GPU is visible" in res.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--csv", "{csv}"], "--csv needs --rate"),
+        (["--csv", "{csv}", "--rate", "250", "--hours", "1"], "does not apply to --csv"),
+        (["--csv", "/no/such/file.csv", "--rate", "250"], "does not exist"),
+        (["--hours", "-1"], "--hours"),
+    ],
+)
+def test_cli_usage_errors(args, message, csv_file):
+    args = [a.replace("{csv}", str(csv_file)) for a in args]
+    res = CliRunner().invoke(main, ["--device", "cpu", *args])
+    assert res.exit_code == 2 and message in res.output

@@ -1,0 +1,140 @@
+"""``dask-gpu-interop mortgage`` end to end on CPUs: the default job, generate, etl, errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from distributed import LocalCluster
+
+from examples.mortgage import schema
+from examples.mortgage.cli import mortgage as main
+
+from .mortgage_sample import SAMPLE
+
+CPU = ["--device", "cpu", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def running():
+    """A running cluster for the commands' --scheduler (one start for the whole file)."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                      env={"CUDA_VISIBLE_DEVICES": ""}) as cluster:
+        yield ["--device", "cpu", "--scheduler", cluster.scheduler_address]
+
+
+def _run(args):
+    result = CliRunner().invoke(main, [*args], catch_exceptions=False)
+    return result
+
+
+def test_the_default_job_runs_end_to_end(tmp_path):
+    model = tmp_path / "model.json"
+    result = _run([*CPU, "--years", "2007", "--loans-per-quarter", "120", "--rounds", "10",
+                   "--model-out", str(model)])
+    out = result.output
+    assert result.exit_code == 0, out
+    assert "cluster: 2 workers, device=cpu" in out
+    assert re.search(r"generated .* 480 loans", out)
+    for stage in ("generate", "ETL", "DMatrix", "training"):
+        assert re.search(rf"^  {stage} +\d+\.\d\d s$", out, re.M), stage
+    assert re.search(r"rows/s", out)
+    auc = float(re.search(r"test AUC: (\d\.\d+)", out).group(1))
+    assert 0.5 < auc <= 1.0
+    assert "(quarter 2007Q4)" in out
+    assert out.count("no GPU: the plugin does nothing here") == 2
+    assert "peak host memory per worker" in out
+    assert model.stat().st_size > 1000
+
+
+def test_generate_then_etl(tmp_path, running):
+    data, out = tmp_path / "data", tmp_path / "features.parquet"
+    result = _run(["generate", "--out", str(data), "--years", "2007", "--loans-per-quarter",
+                   "40", "--scheduler", running[-1]])
+    assert result.exit_code == 0, result.output
+    assert "160 loans" in result.output
+    lines = sum(sum(1 for _ in open(p)) for p in (data / "perf").iterdir())
+    result = _run(["etl", *running, "--perf", str(data / "perf" / "Performance_*"),
+                   "--acq", str(data / "acq"), "--names", str(data / "names.csv"),
+                   "--out", str(out), "--partition-size", "50KB"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(out)
+    assert len(table) == lines
+    assert list(table.columns) == [*schema.FEATURES, schema.LABEL]
+    assert f"{lines:,} rows" in result.output
+    again = _run(["etl", *running, "--perf", str(data / "perf"), "--acq", str(data / "acq"),
+                  "--out", str(out)])
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    again = _run(["generate", "--out", str(data), "--years", "2007"])
+    assert again.exit_code == 2 and "--overwrite" in again.output
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
+def test_the_job_on_the_real_sample(running):
+    result = _run([*running, "--data", SAMPLE, "--rounds", "5"])
+    assert result.exit_code == 0, result.output
+    assert "10,000 rows" in result.output
+    assert "one quarter only" in result.output
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
+def test_bad_rows_stop_with_file_and_line(tmp_path, running):
+    perf = tmp_path / "Performance_2007Q3.txt_0"
+    with open(os.path.join(SAMPLE, "Performance_2007Q3.txt_0")) as f:
+        lines = f.readlines()[:100]
+    lines[41] = lines[41].replace("|", "|junk|", 1)
+    perf.write_text("".join(lines))
+    args = ["etl", *running, "--perf", str(perf), "--acq", os.path.join(SAMPLE, "Acquisition_*"),
+            "--out", str(tmp_path / "out")]
+    result = _run(args)
+    assert result.exit_code == 1
+    assert f"{perf}:42: expected 31 fields, found 32" in result.output
+    assert "--bad-rows warn" in result.output
+    result = _run([*args, "--bad-rows", "skip", "--overwrite"])
+    assert result.exit_code == 0 and "1 bad rows dropped" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["etl", "--device", "cpu", "--perf", "/nowhere/*", "--acq", "/nowhere", "--out", "x"],
+     "no performance files found"),
+    (["--device", "cpu", "--years", "2010-2007"], "first <= last"),
+    (["--device", "cpu", "--size", "lots"], "write a size such as"),
+    (["generate", "--out", "x", "--years", "twenty"], "a year (2007) or a range"),
+    (["--device", "cpu", "--xgb-param", "depthwise"], "KEY=VALUE"),
+])
+def test_usage_errors_say_what_to_do(args, message):
+    result = _run(args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_gpu_asked_where_there_is_none():
+    from dask_gpu_interop import device
+
+    if device.gpu_count():
+        pytest.skip("this machine has a GPU")
+    result = _run(["--device", "gpu"])
+    assert result.exit_code == 1
+    assert "no CUDA GPU is visible" in result.output and "device='cpu'" in result.output
+
+
+def test_the_pipeline_imports_no_gpu_library():
+    code = ("import sys, examples.mortgage, "
+            "examples.mortgage.cli, examples.mortgage.job; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'cudf', 'cupy', 'rmm', 'dask_cudf', 'dask_cuda', 'numba', 'torch', 'cuda'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_the_sub_commands():
+    result = _run(["--help"])
+    assert result.exit_code == 0
+    assert "generate" in result.output and "etl" in result.output

@@ -1,0 +1,104 @@
+"""XGBoost on the ETL's partitions, on a CPU cluster: it learns, and it is tested fairly."""
+
+from __future__ import annotations
+
+import dask
+import pytest
+from distributed import Client, LocalCluster
+
+from examples.mortgage import etl, job, schema, train
+from examples.mortgage import generate as gen
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                      env={"CUDA_VISIBLE_DEVICES": ""}) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("train"))
+    spec = gen.Spec(2006, 2007, loans_per_quarter=150, loans_per_part=80, seed=5)
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(directory, spec)
+    return etl.find_dataset(directory)
+
+
+def _rows(paths):
+    return sum(sum(1 for _ in open(p)) for p in paths)
+
+
+def test_learns_and_is_tested_on_the_latest_quarter(client, data):
+    perf, acq, names = data
+    result = etl.run(perf, acq, names)
+    trained = train.train(client, result.frame, result.quarters, "cpu", rounds=20)
+    assert trained.holdout == "quarter 2007Q4"
+    test_files = [p for p in perf if "2007Q4" in p]
+    assert trained.test_rows == _rows(test_files)
+    assert trained.train_rows + trained.test_rows == result.rows == _rows(perf)
+    assert trained.auc > 0.75, trained.auc
+    assert trained.booster.num_features() == 45
+    assert trained.booster.feature_names == list(schema.FEATURES)
+
+
+def test_another_holdout_quarter(client, data):
+    perf, acq, names = data
+    result = etl.run(perf, acq, names)
+    trained = train.train(client, result.frame, result.quarters, "cpu", rounds=3,
+                          holdout="2006Q2")
+    assert trained.test_rows == _rows([p for p in perf if "2006Q2" in p])
+    with pytest.raises(ValueError, match="the data has quarters 2006Q1"):
+        train.train(client, result.frame, result.quarters, "cpu", holdout="1999Q1")
+
+
+def test_a_single_quarter_holds_out_rows(client, data):
+    perf, acq, names = data
+    one = [p for p in perf if "2007Q1" in p]
+    result = etl.run(one, acq, names)
+    trained = train.train(client, result.frame, result.quarters, "cpu", rounds=3)
+    assert "one quarter only" in trained.holdout
+    assert trained.train_rows + trained.test_rows == _rows(one)
+    assert 0.1 < trained.test_rows / _rows(one) < 0.3
+
+
+def test_the_notebook_parameters_are_the_defaults():
+    p = train.PARAMS
+    assert (p["max_depth"], p["max_leaves"], p["eta"], p["gamma"], p["min_child_weight"],
+            p["scale_pos_weight"], p["grow_policy"], p["objective"], train.ROUNDS) == (
+        8, 256, 0.1, 0.1, 30, 2, "lossguide", "binary:logistic", 100)
+
+
+def test_the_job_reports_times_auc_and_memory(client, data):
+    perf, acq, names = data
+    said = []
+    result = job.run(client, "cpu", perf, acq, names, rounds=5, echo=said.append)
+    text = "\n".join(result.lines())
+    assert result.etl.rows == _rows(perf)
+    assert "test AUC" in text and "rows/s" in text
+    assert set(result.host) == set(client.scheduler_info()["workers"])
+    assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
+    assert text.count("no GPU: the plugin does nothing here") == 2
+    assert said[0] == "ETL ..." and said[-1].startswith("training done")
+
+
+def test_xgboost_parameters_from_key_value_text():
+    assert train.parse_params(["grow_policy=depthwise", "max_depth=10", "eta=0.05",
+                               "single_precision_histogram=true"]) == {
+        "grow_policy": "depthwise", "max_depth": 10, "eta": 0.05,
+        "single_precision_histogram": True}
+    assert train.parse_params([]) == {}
+    for bad in ("depthwise", "=3", " =x"):
+        with pytest.raises(ValueError, match="KEY=VALUE"):
+            train.parse_params([bad])
+
+
+def test_the_job_trains_with_the_parameters_given(client, data):
+    import json
+
+    perf, acq, names = data
+    result = job.run(client, "cpu", perf, acq, names, rounds=2, params={"max_depth": 3})
+    config = json.loads(result.training.booster.save_config())
+    assert config["learner"]["gradient_booster"]["tree_train_param"]["max_depth"] == "3"
+    assert len(result.training.booster.get_dump()) == 2
