@@ -47,6 +47,21 @@ def pending_worker_plugins(worker) -> tuple:
     return tuple(getattr(worker, "_pending_plugins", ()))
 
 
+def add_pending_worker_plugin(worker, plugin) -> None:
+    """Have a starting ``distributed.Worker`` set up ``plugin`` after all its preloads, before
+    it registers with the scheduler; a failure stops the worker.
+
+    Private: ``Worker._pending_plugins``. dask-cuda's own preload, which creates the CUDA
+    context on the worker's device, comes after user preloads: setting up memory in ours
+    would create the context first (and dask-cuda warns that one already exists).
+    """
+    if not hasattr(worker, "_pending_plugins"):
+        raise RuntimeError(
+            "distributed.Worker has no _pending_plugins any more: update "
+            "dask_gpu_interop.compat.add_pending_worker_plugin for this distributed release")
+    worker._pending_plugins = (*worker._pending_plugins, plugin)
+
+
 def cudf_frame_of_columns(cudf, series: list):
     """A cuDF DataFrame whose columns are the given Series' own columns (no copy), named 0..n.
 

@@ -17,6 +17,7 @@ import logging
 
 import click
 
+from .compat import add_pending_worker_plugin
 from .memory.plugin import GPUMemoryPlugin
 from .options import as_flags, given_memory, memory_click_options
 
@@ -45,7 +46,7 @@ def _with(options):
     help="Passed by dask-cuda to every preload; the plugin creates the context itself.",
 )
 @click.argument("others", nargs=-1, type=click.UNPROCESSED)
-async def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
+def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     from distributed import Worker
 
     if not isinstance(worker, Worker):
@@ -59,10 +60,9 @@ async def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     except (TypeError, ValueError) as err:
         _stop(f"bad option: {as_flags(str(err), PREFIX)}")
     _keep_dask_cuda_preload_to_its_flags(worker)
-    try:
-        await worker.plugin_add(plugin=plugin, name=plugin.name, catch_errors=False)
-    except Exception as err:
-        _stop(str(err))
+    # After every preload (dask-cuda's creates the CUDA context on the worker's device),
+    # before the worker takes any task; a refusal stops the worker.
+    add_pending_worker_plugin(worker, plugin)
 
 
 def argv_for(config) -> list[str]:

@@ -90,3 +90,24 @@ def test_cudf_frame_of_columns_keeps_each_column_without_a_copy():
     for j, s in enumerate(series):
         assert (frame[j].__cuda_array_interface__["data"][0]
                 == s.__cuda_array_interface__["data"][0])
+
+
+def test_a_plugin_added_while_preloading_is_set_up_before_the_worker_registers():
+    class Probe(WorkerPlugin):
+        name = "probe-late"
+
+        def setup(self, worker):
+            self.seen_status = str(worker.status)
+
+    probe = Probe()
+
+    async def check():
+        async with Scheduler(dashboard_address=":0") as scheduler:
+            worker = Worker(scheduler.address, dashboard_address=":0")
+            compat.add_pending_worker_plugin(worker, probe)
+            async with worker:
+                return sorted(worker.plugins), len(scheduler.workers)
+
+    names, workers = asyncio.run(check())
+    assert "probe-late" in names and workers == 1
+    assert probe.seen_status != "Status.running"  # set up while the worker was starting
