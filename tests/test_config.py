@@ -56,6 +56,9 @@ def test_environment_variable_sets_the_default():
         ({"jax_memory_fraction": 2}, ValueError, "jax_memory_fraction=2"),
         ({"jax_memory_fraction": "half"}, TypeError, "jax_memory_fraction='half'"),
         ({"force": "yes"}, TypeError, "force='yes'"),
+        ({"pool": False, "pool_size": "8GB"}, ValueError, "pool=False (cudaMalloc for every"),
+        ({"pool": False, "managed": True}, ValueError, "drop managed"),
+        ({"pool": "no"}, TypeError, "pool='no'"),
     ],
 )
 def test_invalid_options_raise_on_the_client_naming_option_and_fix(options, error, words):
@@ -65,10 +68,10 @@ def test_invalid_options_raise_on_the_client_naming_option_and_fix(options, erro
 
 
 def test_unknown_keyword_is_a_type_error():
-    with pytest.raises(TypeError):
-        GPUMemoryPlugin(pool=1)
+    with pytest.raises(TypeError, match="unknown option.*'pools'"):
+        GPUMemoryPlugin(pools=1)
     with pytest.raises(TypeError, match="unknown option"):
-        MemoryConfig.from_options(pool=1)
+        MemoryConfig.from_options(poolsize=1)
 
 
 def test_modes():

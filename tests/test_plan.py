@@ -96,3 +96,8 @@ def test_spill_needs_cudf():
 def test_log_file_is_per_worker(tmp_path):
     p = plan(make(log_directory=str(tmp_path)), H200, everything, "tcp://127.0.0.1:4000")
     assert p.log_file == str(tmp_path / "rmm_log.tcp___127.0.0.1_4000.csv")
+
+
+def test_no_pool_is_plain_device_memory_counted():
+    p = plan(MemoryConfig.from_options(pool=False), H200, lambda n: False)
+    assert p.mode == "pool" and not p.pooled and p.initial is None and p.statistics

@@ -111,6 +111,10 @@ class MemoryConfig:
         "managed memory.")
     maximum_pool_size: Size | None = _option(
         None, SIZE, "Largest the pool may grow to (same forms). Default: the whole device.")
+    pool: bool = _option(
+        True, BOOL,
+        "Device memory through an RMM pool; False: cudaMalloc and cudaFree for every buffer "
+        "(still counted), to compare against.")
     managed: bool = _option(
         False, BOOL, "Managed (unified) memory, so that work may oversubscribe the device.")
     async_alloc: bool = _option(
@@ -159,6 +163,13 @@ class MemoryConfig:
         return config
 
     def _check_combinations(self) -> None:
+        if not self.pool:
+            given = [name for name in ("pool_size", "maximum_pool_size", "managed", "async_alloc")
+                     if getattr(self, name)]
+            if given:
+                raise ValueError(
+                    f"pool=False (cudaMalloc for every buffer) cannot be combined with "
+                    f"{', '.join(given)}: drop pool=False, or drop {given[0]}.")
         if self.managed and self.async_alloc:
             raise ValueError(
                 "managed=True and async_alloc=True cannot be combined: CUDA's async pool does "

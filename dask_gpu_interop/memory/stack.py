@@ -56,7 +56,7 @@ def plan(
     where = f"on {worker_label} ({device.name}, {format_bytes(device.total)} total, " \
         f"{format_bytes(device.free)} free)"
     mode = config.mode
-    pooled = mode == "pool" or (mode == "managed" and config.pool_size is not None)
+    pooled = (mode == "pool" and config.pool) or (mode == "managed" and config.pool_size is not None)
     maximum = config.maximum_pool_size.resolve(device.total) if config.maximum_pool_size else None
     if config.pool_size is not None:
         initial = config.pool_size.resolve(device.total)
