@@ -1,19 +1,20 @@
-"""The Fannie Mae mortgage pipeline: synthetic data, ETL and XGBoost, on Dask.
+"""The Fannie Mae mortgage pipeline on Dask: the classic RAPIDS notebook's ETL and XGBoost.
 
-One code for both stacks: cuDF on GPU workers, pandas on CPU workers (see ``backend``).
+One code for both stacks: cuDF on GPU workers, pandas on CPU workers.
 
-- ``generate``: files in the real layout (perf/, acq/, names.csv), at any size
-- ``etl``: the classic notebook's ETL into 45 float32 features and the label
-- ``read``: the files into typed frames, bad rows found and reported; on GPUs through the
-  reader's own kernels (``lines``: line layout and text codes, ``number_fields``: numbers)
+- ``generate``: synthetic files in either layout (classic or current), at any size
+- ``files``: which files a dataset holds, their layout, and the partitions they are cut into
+- ``read``: the files into typed frames (``cudf.read_csv`` / pyarrow), bad rows reported
 - ``features``: the per-loan features, the label and the feature table
+- ``etl``: the ETL as a dask DataFrame of one partition per piece of the files
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter
 - ``job``: all of it on a cluster, with timings and memory
 """
 
-from .etl import find_dataset, plan
+from .etl import EtlResult
 from .etl import run as run_etl
 from .etl import write as write_features
+from .files import plan
 from .generate import Spec, loans_for_size
 from .generate import generate as generate_dataset
 from .read import BadRow, BadRowsError
@@ -24,11 +25,11 @@ from .train import train as train_model
 __all__ = [
     "BadRow",
     "BadRowsError",
+    "EtlResult",
     "FEATURES",
     "LABEL",
     "PARAMS",
     "Spec",
-    "find_dataset",
     "generate_dataset",
     "loans_for_size",
     "plan",

@@ -1,29 +1,27 @@
 """``python -m examples.mortgage``: the whole job with no arguments; ``generate`` and ``etl``.
 
-    python -m examples.mortgage                        # small synthetic dataset, local cluster
+    python -m examples.mortgage                        # small generated dataset, local cluster
     python -m examples.mortgage --data DIR --device gpu --protocol ucx
-    python -m examples.mortgage generate --out DIR --years 2000-2016 --size 10GB
-    python -m examples.mortgage etl --perf 'DIR/perf/*' --acq DIR/acq --out features.parquet
+    python -m examples.mortgage generate --out DIR --size 10GB [--layout current]
+    python -m examples.mortgage etl --data DIR --out features.parquet
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 import time
 
 import click
 from dask.utils import format_bytes, parse_bytes
 
+from dask_gpu_interop import cluster_client, resolve_device
 from dask_gpu_interop.options import cluster_options
 
 from . import etl as etl_mod
+from . import files, read, train
 from . import generate as gen
-from . import read, train
-
-BAD_ROWS = click.Choice(read.POLICIES)
 
 
 def _years(ctx, param, value):
@@ -45,13 +43,20 @@ def _size(ctx, param, value):
     return size
 
 
-def _progress() -> bool:
-    return sys.stdout.isatty()
+def _partition_size(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        files.partition_size_for("cpu", value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 
-def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part) -> gen.Spec:
+def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout) -> gen.Spec:
     if size is not None:
-        loans_per_quarter = gen.loans_for_size(size, *years, end_year=end_year, seed=seed)
+        loans_per_quarter = gen.loans_for_size(size, *years, end_year=end_year, seed=seed,
+                                               layout=layout)
     try:
         return gen.Spec(*years, loans_per_quarter=loans_per_quarter, seed=seed,
                         end_year=end_year, loans_per_part=loans_per_part)
@@ -60,10 +65,10 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part) -> gen
 
 
 def _generated_lines(result: gen.Generated) -> list[str]:
+    where = result.directory
     return [f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
-            f"{result.loans:,} loans, {result.rows:,} monthly rows, "
-            f"{len(result.performance)} performance files, {len(result.acquisition)} "
-            f"acquisition files, in {result.directory}"]
+            f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
+            f"in {where}"]
 
 
 scale_options = [
@@ -77,7 +82,20 @@ scale_options = [
     click.option("--end-year", type=int, default=None,
                  help="Last reporting year (default: the last vintage + 3)."),
     click.option("--loans-per-part", type=click.IntRange(min=1), default=10_000,
-                 show_default=True, help="Loans per performance file part (memory per task)."),
+                 show_default=True, help="Loans per file part the generator writes at once."),
+]
+layout_option = click.option(
+    "--layout", type=click.Choice(gen.LAYOUTS[:2]), default="classic", show_default=True,
+    help="classic: Performance_*/Acquisition_* files; current: one 108-column file a quarter.")
+etl_options = [
+    click.option("--partition-size", default=None, callback=_partition_size,
+                 help="Bytes of text per task (small files packed, large ones cut at loan "
+                      f"boundaries) [default: {files.PARTITION_SIZES['gpu']} on GPUs, "
+                      f"{files.PARTITION_SIZES['cpu']} on CPUs]"),
+    click.option("--bad-rows", type=click.Choice(read.POLICIES), default="error",
+                 show_default=True,
+                 help="Rows that cannot be read: stop (error), drop with a warning, or drop "
+                      "and count (skip)."),
 ]
 
 
@@ -90,23 +108,31 @@ def _apply(options):
     return decorate
 
 
-etl_options = [
-    click.option("--partition-size", default=None,
-                 help="Bytes of text per task (files are cut at loan boundaries) [default: "
-                      f"{etl_mod.PARTITION_SIZES['gpu']} on GPUs, "
-                      f"{etl_mod.PARTITION_SIZES['cpu']} on CPUs]"),
-    click.option("--bad-rows", type=BAD_ROWS, default="error", show_default=True,
-                 help="Rows that cannot be read: stop (error), drop with a warning, or drop "
-                      "and count (skip)."),
-]
+def _check_device(cluster: dict) -> str:
+    """The device asked for ("gpu" or "cpu"), before anything starts (with what to do)."""
+    if cluster.get("scheduler"):
+        return cluster.get("device", "auto")  # the cluster's workers decide
+    try:
+        return resolve_device(cluster.get("device", "auto"))
+    except (RuntimeError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
+    size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
+    try:
+        return files.plan(data, perf=perf, acq=acq, names=names, partition_size=size)
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @click.group(invoke_without_command=True)
 @cluster_options
 @_apply(scale_options)
+@layout_option
 @_apply(etl_options)
-@click.option("--data", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Use these files (perf/, acq/, names.csv; synthetic or real) instead of "
+@click.option("--data", default=None,
+              help="Use these files (a directory, file or glob; either layout) instead of "
                    "generating.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Generate here and keep the files (default: a temporary directory).")
@@ -122,8 +148,8 @@ etl_options = [
               help="Save the trained model here (XGBoost JSON).")
 @click.pass_context
 def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans_per_part,
-             partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout, features_out,
-             model_out):
+             layout, partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout,
+             features_out, model_out):
     """The Fannie Mae mortgage ETL and XGBoost training on Dask (cuDF on GPUs, pandas on CPUs).
 
     With no sub-command: generate a small dataset (or use --data), start a local cluster (or
@@ -132,8 +158,6 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     """
     if ctx.invoked_subcommand is not None:
         return
-    from dask_gpu_interop import cluster_client
-
     from . import job
 
     expected = _check_device(cluster)
@@ -142,35 +166,39 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--xgb-param") from None
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
-                                   loans_per_part)
-    the_plan = _plan(*_dataset(data), expected, partition_size) if data else None
+                                   loans_per_part, layout)
+    the_plan = _plan(data, None, None, None, expected, partition_size) if data else None
+    quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
+    try:
+        train.check_holdout(quarters, holdout)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--holdout") from None
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        directory = data or workdir or stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="mortgage-"))
+        directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
         client, device = stack.enter_context(cluster_client(**cluster))
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
-        if the_plan is not None and device != expected and partition_size is None:
-            the_plan = _plan(*_dataset(data), device, None)  # the cluster's device's default
         generate_seconds = None
         if spec is not None:
             click.echo(f"generating {len(spec.quarters)} quarters x "
                        f"{spec.loans_per_quarter:,} loans ...")
             try:
-                made = gen.generate(directory, spec, overwrite=workdir is not None,
-                                    progress=_progress())
+                made = gen.generate(directory, spec, layout=layout, overwrite=workdir is not None,
+                                    progress=True)
             except FileExistsError as exc:
                 raise click.UsageError(str(exc)) from None
             generate_seconds = made.seconds
             for line in _generated_lines(made):
                 click.echo(line)
-            the_plan = _plan(*_dataset(directory), device, partition_size)
+            the_plan = _plan(directory, None, None, None, device, partition_size)
+        elif device != expected and partition_size is None:
+            the_plan = _plan(data, None, None, None, device, None)  # the cluster's default
         try:
-            result = job.run(client, device, the_plan, None, bad_rows=bad_rows, rounds=rounds,
-                             holdout=holdout, params=params, progress=_progress(),
+            result = job.run(client, device, the_plan, bad_rows=bad_rows, rounds=rounds,
+                             holdout=holdout, params=params, progress=True,
                              echo=click.echo)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
@@ -187,73 +215,53 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     click.echo(f"total: {time.perf_counter() - started:.2f} s")
 
 
-def _check_device(cluster: dict) -> str:
-    """The device asked for ("gpu" or "cpu"); fails before any work when it is not there (with
-    what to do)."""
-    from dask_gpu_interop import resolve_device
-
-    try:
-        return resolve_device(cluster.get("device", "auto"))
-    except (RuntimeError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _plan(perf, acq, names, device, partition_size):
-    try:
-        return etl_mod.plan(perf, acq, names, etl_mod.partition_size_for(device, partition_size))
-    except (FileNotFoundError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def _dataset(directory):
-    try:
-        return etl_mod.find_dataset(directory)
-    except FileNotFoundError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
 @mortgage.command()
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True,
-              help="Directory for perf/, acq/ and names.csv.")
+              help="Directory for the files (classic: perf/, acq/ and names.csv).")
 @_apply(scale_options)
+@click.option("--layout", type=click.Choice(gen.LAYOUTS), default="classic", show_default=True,
+              help="classic, current (one 108-column file a quarter), or both from the same "
+                   "loans (into OUT/classic and OUT/current).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of an earlier dataset there.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Generate on this running cluster (its workers must see --out).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes of the local CPU cluster (default: one per core).")
-def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part, overwrite,
-             scheduler, workers):
-    """Write a synthetic dataset in the real files' layout, one task per file, in parallel."""
-    from dask_gpu_interop import cluster_client
-
-    spec = _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part)
+def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part, layout,
+             overwrite, scheduler, workers):
+    """Write a synthetic dataset in either real layout, one task per file part, in parallel."""
+    spec = _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part,
+                 "current" if layout == "current" else "classic")
     try:
-        gen.check_directory(out, overwrite)
+        gen.check_directory(out, overwrite, layout)
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
     n_workers = workers or (None if scheduler else os.cpu_count())
     with cluster_client(scheduler, device="cpu", n_workers=n_workers, threads_per_worker=1):
-        made = gen.generate(out, spec, overwrite=overwrite, progress=_progress())
+        made = gen.generate(out, spec, layout=layout, overwrite=overwrite, progress=True)
     for line in _generated_lines(made):
         click.echo(line)
 
 
 @mortgage.command()
 @cluster_options
-@click.option("--perf", required=True, help="Performance files: a file, a directory or a glob.")
-@click.option("--acq", required=True, help="Acquisition files: a file, a directory or a glob.")
+@click.option("--data", default=None,
+              help="The files: a directory, a file or a glob, in either layout.")
+@click.option("--perf", default=None, help="Classic performance files (file, directory, glob).")
+@click.option("--acq", default=None, help="Classic acquisition files (file, directory, glob).")
 @click.option("--names", type=click.Path(exists=True, dir_okay=False), default=None,
               help="names.csv (seller name|short name, with a header).")
 @click.option("--out", required=True, type=click.Path(),
               help="Where to write the feature table (a directory of Parquet files).")
 @_apply(etl_options)
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
-def etl(cluster, perf, acq, names, out, partition_size, bad_rows, overwrite):
+def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32)."""
-    from dask_gpu_interop import cluster_client
-
+    if data is None and (perf is None or acq is None):
+        raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
+                               "--acq (the classic layout)")
     expected = _check_device(cluster)
-    the_plan = _plan(perf, acq, names, expected, partition_size)
+    the_plan = _plan(data, perf, acq, names, expected, partition_size)
     try:
         etl_mod.check_output(out, overwrite)
     except FileExistsError as exc:
@@ -261,10 +269,10 @@ def etl(cluster, perf, acq, names, out, partition_size, bad_rows, overwrite):
     with cluster_client(**cluster) as (client, device):
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         if device != expected and partition_size is None:
-            the_plan = _plan(perf, acq, names, device, None)  # the cluster's device's default
+            the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
         try:
-            result = etl_mod.write_plan(out, the_plan, device=device, bad_rows=bad_rows,
-                                        overwrite=overwrite, progress=_progress())
+            result = etl_mod.write(out, the_plan, device=device, bad_rows=bad_rows,
+                                   overwrite=overwrite, progress=True)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"ETL: {result.summary()}")

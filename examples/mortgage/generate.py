@@ -1,4 +1,8 @@
-"""Synthetic Fannie Mae loan data in the real files' layout, at any size, on the cluster.
+"""Synthetic Fannie Mae loan data in either real layout, at any size, on the cluster.
+
+The classic layout (``perf/Performance_*``, ``acq/Acquisition_*``, ``names.csv``) or the
+current one (``2007Q3.csv``: one 108-column file per quarter, written in parts and joined), or
+both from the same loans (``layout="both"``: ``classic/`` and ``current/``).
 
 Every file is a pure function of (seed, quarter, part): one task writes one file, holding at
 most one part's loans in memory, so 100 GB takes more tasks, not more memory, and the bytes do
@@ -369,13 +373,15 @@ def _texts(values: list[str], numbers: np.ndarray, mask: np.ndarray | None = Non
     )
 
 
-def _month_texts(months: np.ndarray, day: bool, mask: np.ndarray | None = None):
-    """Month numbers as ``MM/YYYY`` (or ``MM/01/YYYY``); blank where ``mask``."""
+def _month_texts(months: np.ndarray, day: bool, mask: np.ndarray | None = None,
+                 compact: bool = False):
+    """Month numbers as ``MM/YYYY`` (or ``MM/01/YYYY``, or ``MMYYYY`` with ``compact``);
+    blank where ``mask``."""
     months = np.asarray(months, dtype=np.int64)
     valid = months if mask is None else months[~mask]
     low = int(valid.min()) if valid.size else 0
     high = int(valid.max()) if valid.size else 0
-    values = [schema.month_text(m, day=day) for m in range(low, high + 1)]
+    values = [schema.month_text(m, day=day, compact=compact) for m in range(low, high + 1)]
     return _texts(values, np.clip(months - low, 0, high - low), mask)
 
 
@@ -419,7 +425,7 @@ def _write(table_columns: dict, sink, mode: str = "wb") -> int:
         return _write(table_columns, f)
 
 
-def acquisition_columns(attrs: dict) -> dict:
+def acquisition_columns(attrs: dict, compact: bool = False) -> dict:
     zip_text = np.asarray([f"{z:03d}" for z in range(1000)], dtype=object)
     return {
         "loan_id": attrs["loan_id"],
@@ -428,8 +434,8 @@ def acquisition_columns(attrs: dict) -> dict:
         "orig_interest_rate": _floats(attrs["orig_interest_rate"]),
         "orig_upb": _ints(attrs["orig_upb"]),
         "orig_loan_term": _ints(attrs["orig_loan_term"]),
-        "orig_date": _month_texts(attrs["orig_date"], day=False),
-        "first_pay_date": _month_texts(attrs["first_pay_date"], day=False),
+        "orig_date": _month_texts(attrs["orig_date"], day=False, compact=compact),
+        "first_pay_date": _month_texts(attrs["first_pay_date"], day=False, compact=compact),
         "orig_ltv": _ints(attrs["orig_ltv"]),
         "orig_cltv": _ints(attrs["orig_cltv"]),
         "num_borrowers": _ints(attrs["num_borrowers"]),
@@ -450,7 +456,9 @@ def acquisition_columns(attrs: dict) -> dict:
     }
 
 
-def performance_columns(attrs: dict, rows: dict, rng) -> dict:
+def performance_columns(attrs: dict, rows: dict, rng, compact: bool = False) -> dict:
+    """The classic performance columns; ``compact``: dates as ``MMYYYY`` and statuses of two
+    characters, as the current layout writes them (the same values, the same draws)."""
     i, month, event = rows["i"], rows["month"], rows["event"]
     n = i.size
     first_row = np.ones(n, dtype=bool)
@@ -479,24 +487,25 @@ def performance_columns(attrs: dict, rows: dict, rng) -> dict:
 
     return {
         "loan_id": attrs["loan_id"][i],
-        "monthly_reporting_period": _month_texts(month, day=True),
+        "monthly_reporting_period": _month_texts(month, day=True, compact=compact),
         "servicer": _texts(sellers, servicer, ~first_row),
         "interest_rate": _floats(rows["rate"]),
         "current_actual_upb": _floats(upb),
         "loan_age": _whole_floats(rows["age"]),
         "remaining_months_to_legal_maturity": _whole_floats(rows["maturity"] - month),
         "adj_remaining_months_to_maturity": _whole_floats(np.where(terminal, 0, rows["left"])),
-        "maturity_date": _month_texts(rows["maturity"], day=False),
+        "maturity_date": _month_texts(rows["maturity"], day=False, compact=compact),
         "msa": _whole_floats(attrs["msa"][i]),
-        "current_loan_delinquency_status": status.astype(np.int64),
+        "current_loan_delinquency_status": _statuses(status, compact),
         "mod_flag": _texts(yes_no, rows["modified"]),
         "zero_balance_code": _texts(codes, code, ~terminal),
-        "zero_balance_effective_date": _month_texts(month, day=False, mask=~terminal),
+        "zero_balance_effective_date": _month_texts(month, day=False, mask=~terminal,
+                                                    compact=compact),
         "last_paid_installment_date": _month_texts(month - rows["status"] - 1, True,
-                                                   mask=~foreclosed),
-        "foreclosed_after": _month_texts(month, day=True, mask=~foreclosed),
+                                                   mask=~foreclosed, compact=compact),
+        "foreclosed_after": _month_texts(month, day=True, mask=~foreclosed, compact=compact),
         "disposition_date": _month_texts(month + rng.integers(1, 19, n), day=True,
-                                         mask=~foreclosed),
+                                         mask=~foreclosed, compact=compact),
         "foreclosure_costs": on_foreclosure(base * rng.uniform(.02, .08, count)),
         "prop_preservation_and_repair_costs": on_foreclosure(base * rng.uniform(.01, .06, count)),
         "asset_recovery_costs": on_foreclosure(rng.uniform(500, 3000, count), .5),
@@ -513,6 +522,35 @@ def performance_columns(attrs: dict, rows: dict, rng) -> dict:
         "foreclosure_principal_write_off_amount": _floats(np.full(n, np.nan)),
         "servicing_activity_indicator": _texts(yes_no, rows["active"], hidden | terminal),
     }
+
+
+def _statuses(status: np.ndarray, compact: bool):
+    """Delinquency statuses: integers (classic), or two characters (current: "00", "01")."""
+    status = status.astype(np.int64)
+    if not compact or status.size == 0:
+        return status
+    low, high = int(status.min()), int(status.max())
+    return _texts([f"{v:02d}" for v in range(low, high + 1)], status - low)
+
+
+def current_columns(attrs: dict, rows: dict, rng) -> dict:
+    """The current layout's 108 columns: each row's performance fields and its loan's
+    acquisition fields; the columns the classic layout lacks are blank."""
+    perf = performance_columns(attrs, rows, rng, compact=True)
+    acq = acquisition_columns(attrs, compact=True)
+    rows_of_loans = pa.array(rows["i"])
+    n = rows["i"].size
+    out = {}
+    classic_of = {current: classic for classic, current in schema.CURRENT_NAME.items()}
+    for name in schema.CURRENT_COLUMNS:
+        classic = classic_of.get(name)
+        if classic in perf:
+            out[name] = perf[classic]
+        elif classic in acq:
+            out[name] = pa.array(acq[classic]).take(rows_of_loans)
+        else:
+            out[name] = pa.nulls(n, pa.string())
+    return out
 
 
 def acquisition_path(directory: str, year: int, quarter: int) -> str:
@@ -533,14 +571,37 @@ def write_acquisition(directory: str, spec: Spec, year: int, quarter: int) -> tu
     return path, written, spec.loans_per_quarter
 
 
-def write_performance(directory: str, spec: Spec, year: int, quarter: int,
-                      part: int) -> tuple[str, int, int]:
-    """One part of a quarter's performance file (one task); returns (path, bytes, rows)."""
+def current_path(directory: str, year: int, quarter: int) -> str:
+    return os.path.join(directory, f"{year}Q{quarter}.csv")
+
+
+def write_part(roots: dict, spec: Spec, year: int, quarter: int, part: int) -> dict:
+    """One part of a quarter's loans in each layout of ``roots`` (one task): the classic
+    performance file, or the current layout's part file; ``{layout: (path, bytes, rows)}``."""
     attrs = loans(spec, year, quarter, part)
     rows = simulate(spec, year, quarter, part, attrs)
-    rng = np.random.default_rng([spec.seed, year, quarter, part, 2])
-    path = performance_path(directory, year, quarter, part)
-    return path, _write(performance_columns(attrs, rows, rng), path), int(rows["i"].size)
+    out = {}
+    for layout, root in roots.items():
+        rng = np.random.default_rng([spec.seed, year, quarter, part, 2])  # same draws in both
+        if layout == "classic":
+            path = performance_path(root, year, quarter, part)
+            columns = performance_columns(attrs, rows, rng)
+        else:
+            path = f"{current_path(root, year, quarter)}.part{part}"
+            columns = current_columns(attrs, rows, rng)
+        out[layout] = (path, _write(columns, path), int(rows["i"].size))
+    return out
+
+
+def join_parts(path: str, parts: list[dict]) -> tuple[str, int]:
+    """The current layout's quarter file from its part files, in order (one task)."""
+    sources = [written["current"][0] for written in parts]
+    with open(path, "wb") as out:
+        for source in sources:
+            with open(source, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 24)
+            os.remove(source)
+    return path, os.path.getsize(path)
 
 
 def write_names(directory: str) -> str:
@@ -552,42 +613,73 @@ def write_names(directory: str) -> str:
     return path
 
 
+LAYOUTS = ("classic", "current", "both")
+
+
 @dataclass
 class Generated:
     directory: str
-    performance: list[str]
-    acquisition: list[str]
-    names: str
-    bytes: int
+    layout: str
+    performance: list[str]  # classic performance files
+    acquisition: list[str]  # classic acquisition files
+    current: list[str]  # the current layout's quarter files
+    names: str | None
+    bytes: int  # of every layout written
     rows: int
     loans: int
     seconds: float
     spec: Spec = field(repr=False, default=None)
 
+    def directory_of(self, layout: str) -> str:
+        """Where the files of ``layout`` are ("classic" or "current")."""
+        return os.path.join(self.directory, layout) if self.layout == "both" else self.directory
 
-def check_directory(directory: str, overwrite: bool = False) -> None:
+
+def _roots(directory: str, layout: str) -> dict[str, str]:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: choose one of {', '.join(LAYOUTS)}")
+    if layout == "both":
+        return {name: os.path.join(directory, name) for name in ("classic", "current")}
+    return {layout: directory}
+
+
+def check_directory(directory: str, overwrite: bool = False, layout: str = "classic") -> None:
     """Raise unless ``directory`` holds no dataset, or ``overwrite`` allows replacing it."""
-    for sub in ("perf", "acq"):
-        path = os.path.join(directory, sub)
-        if os.path.isdir(path) and os.listdir(path) and not overwrite:
+    for name, root in _roots(directory, layout).items():
+        taken = [os.path.join(root, sub) for sub in ("perf", "acq")
+                 if os.path.isdir(os.path.join(root, sub)) and os.listdir(os.path.join(root, sub))]
+        if name == "current" and os.path.isdir(root):
+            taken += [os.path.join(root, f) for f in os.listdir(root) if _is_quarter_file(f)]
+        if taken and not overwrite:
             raise FileExistsError(
-                f"{path} is not empty: choose an empty directory, or pass overwrite=True "
-                "(--overwrite) to replace its files"
-            )
+                f"{taken[0]} holds an earlier dataset: choose an empty directory, or pass "
+                "overwrite=True (--overwrite) to replace its files")
 
 
-def _prepare(directory: str, overwrite: bool) -> None:
-    check_directory(directory, overwrite)
-    for sub in ("perf", "acq"):
-        path = os.path.join(directory, sub)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        os.makedirs(path)
+def _is_quarter_file(name: str) -> bool:
+    return schema.quarter_of(name) is not None and ".csv" in name
 
 
-def generate(directory: str, spec: Spec | None = None, *, overwrite: bool = False,
-             progress: bool = False) -> Generated:
-    """Write ``spec``'s dataset under ``directory`` (perf/, acq/, names.csv), one task per file.
+def _prepare(directory: str, overwrite: bool, layout: str) -> dict[str, str]:
+    check_directory(directory, overwrite, layout)
+    roots = _roots(directory, layout)
+    for name, root in roots.items():
+        os.makedirs(root, exist_ok=True)
+        if name == "classic":
+            for sub in ("perf", "acq"):
+                shutil.rmtree(os.path.join(root, sub), ignore_errors=True)
+                os.makedirs(os.path.join(root, sub))
+        else:
+            for f in os.listdir(root):
+                if _is_quarter_file(f):
+                    os.remove(os.path.join(root, f))
+    return roots
+
+
+def generate(directory: str, spec: Spec | None = None, *, layout: str = "classic",
+             overwrite: bool = False, progress: bool = False) -> Generated:
+    """Write ``spec``'s dataset under ``directory`` in ``layout`` ("classic", "current" or
+    "both"), one task per file part.
 
     Runs on the current Dask client when there is one (the files are written by the workers:
     ``directory`` must be visible to them), else on local threads.
@@ -596,27 +688,36 @@ def generate(directory: str, spec: Spec | None = None, *, overwrite: bool = Fals
 
     spec = spec or Spec()
     directory = os.path.abspath(directory)
-    _prepare(directory, overwrite)
+    roots = _prepare(directory, overwrite, layout)
     started = time.perf_counter()
-    tasks = [dask.delayed(write_acquisition, pure=False)(directory, spec, y, q)
-             for y, q in spec.quarters]
-    tasks += [dask.delayed(write_performance, pure=False)(directory, spec, y, q, p)
-              for y, q in spec.quarters for p in range(spec.parts_per_quarter)]
-    if progress:
-        results = _compute_with_progress(tasks)
-    else:
-        results = dask.compute(*tasks)
-    names = write_names(directory)
-    quarters = len(spec.quarters)
-    acq, perf = results[:quarters], results[quarters:]
+    parts = {(y, q): [dask.delayed(write_part, pure=False)(roots, spec, y, q, p)
+                      for p in range(spec.parts_per_quarter)] for y, q in spec.quarters}
+    tasks = [part for quarter in parts.values() for part in quarter]
+    acquisitions, joined = [], []
+    if "classic" in roots:
+        acquisitions = [dask.delayed(write_acquisition, pure=False)(roots["classic"], spec, y, q)
+                        for y, q in spec.quarters]
+    if "current" in roots:
+        joined = [dask.delayed(join_parts, pure=False)(current_path(roots["current"], y, q),
+                                                        parts[y, q]) for y, q in spec.quarters]
+    everything = [*acquisitions, *joined, *tasks]
+    results = _compute_with_progress(everything) if progress else dask.compute(*everything)
+    acq = results[:len(acquisitions)]
+    current = results[len(acquisitions):len(acquisitions) + len(joined)]
+    written = results[len(acquisitions) + len(joined):]
+    names = [write_names(root) for root in roots.values()][-1]
+    any_layout = next(iter(roots))
     return Generated(
         directory=directory,
-        performance=[r[0] for r in perf],
+        layout=layout,
+        performance=[w["classic"][0] for w in written] if "classic" in roots else [],
         acquisition=[r[0] for r in acq],
-        names=names,
-        bytes=sum(r[1] for r in results),
-        rows=sum(r[2] for r in perf),
-        loans=spec.loans_per_quarter * quarters,
+        current=[r[0] for r in current],
+        names=names if layout != "both" else None,
+        bytes=sum(r[1] for r in acq) + sum(r[1] for r in current) + sum(
+            w["classic"][1] for w in written if "classic" in w),
+        rows=sum(w[any_layout][2] for w in written),
+        loans=spec.loans_per_quarter * len(spec.quarters),
         seconds=time.perf_counter() - started,
         spec=spec,
     )
@@ -626,25 +727,32 @@ def _compute_with_progress(tasks):
     import dask
 
     try:
-        from distributed import get_client, progress
+        from distributed import get_client
+
         client = get_client()
     except (ImportError, ValueError):
         return dask.compute(*tasks)
+    from .progress import wait
+
     futures = client.compute(tasks)
-    progress(futures)
+    wait(futures, "files written")
     return client.gather(futures)
 
 
 def loans_for_size(target_bytes: int, first_year: int, last_year: int,
-                   end_year: int | None = None, seed: int = 0) -> int:
-    """Loans per quarter that make about ``target_bytes`` of files (measured on a sample)."""
+                   end_year: int | None = None, seed: int = 0, layout: str = "classic") -> int:
+    """Loans per quarter that make about ``target_bytes`` of files in ``layout`` (measured on
+    a sample; with "both", of each layout's files: the larger, current one)."""
     sample = Spec(first_year, last_year, loans_per_quarter=400, seed=seed, end_year=end_year)
     per_loan = []
     for year in sorted({first_year, (first_year + last_year) // 2, last_year}):
         attrs = loans(sample, year, 2, 0)
         rows = simulate(sample, year, 2, 0, attrs)
         buffer = io.BytesIO()
-        _write(performance_columns(attrs, rows, np.random.default_rng(0)), buffer)
-        _write(acquisition_columns(attrs), buffer)
+        if layout == "classic":
+            _write(performance_columns(attrs, rows, np.random.default_rng(0)), buffer)
+            _write(acquisition_columns(attrs), buffer)
+        else:
+            _write(current_columns(attrs, rows, np.random.default_rng(0)), buffer)
         per_loan.append(buffer.tell() / attrs["loan_id"].size)
     return max(1, int(target_bytes / (np.mean(per_loan) * len(sample.quarters))))

@@ -63,19 +63,13 @@ class JobResult:
         return out
 
 
-def run(client, device: str, perf, acq, names=None, *, partition_size=None,
-        bad_rows: str = "error", rounds: int = train.ROUNDS, holdout: str | None = None,
-        params: dict | None = None, progress: bool = False, echo=None) -> JobResult:
-    """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends.
-
-    ``perf`` may also be an :func:`etl.plan` (then ``acq``, ``names`` and ``partition_size``
-    are not used).
-    """
+def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = train.ROUNDS,
+        holdout: str | None = None, params: dict | None = None, progress: bool = False,
+        echo=None) -> JobResult:
+    """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends."""
     say = echo or (lambda text: None)
-    the_plan = perf if isinstance(perf, etl.Plan) else etl.plan(
-        perf, acq, names, etl.partition_size_for(device, partition_size))
-    say("ETL ...")
-    result = etl.run_plan(the_plan, device=device, bad_rows=bad_rows, progress=progress)
+    say(f"ETL: {len(plan.parts)} partitions of {plan.layout.name} files ...")
+    result = etl.run(plan, device=device, bad_rows=bad_rows, progress=progress)
     say(f"ETL done: {result.summary()}")
     say(f"training ({rounds} rounds) ...")
     merged = {**train.PARAMS, **(params or {})}
@@ -83,9 +77,9 @@ def run(client, device: str, perf, acq, names=None, *, partition_size=None,
             client.scheduler_info()["workers"]) > 1:
         say(f"note: {train.SEVERAL_WORKERS_HINT}")
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
-                          holdout=holdout, params=params)
+                          holdout=holdout, params=params, progress=progress, echo=say)
     say(f"training done: {trained.seconds:.2f} s, test AUC {trained.auc:.4f}")
-    job = JobResult(
+    return JobResult(
         device=device,
         workers=len(client.scheduler_info()["workers"]),
         etl=result,
@@ -95,4 +89,3 @@ def run(client, device: str, perf, acq, names=None, *, partition_size=None,
         stages={"ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
                 "training": trained.train_seconds},
     )
-    return job

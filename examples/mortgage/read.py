@@ -1,42 +1,46 @@
-"""Reading the pipe-delimited files into typed frames, with every bad row found and reported.
+"""Reading the pipe-delimited files into typed frames, every bad row found and reported.
 
-The fast path parses a whole chunk at once (on the GPU with the reader's own kernels, see
-``lines.py`` and ``number_fields.py``, with libcudf for number forms those leave to it; on the
-CPU with pyarrow) and proves the chunk clean: on the GPU with vectorized checks that every
-line has the right number of fields and no number failed to parse; pyarrow refuses both
-itself. Then the required fields must be there and every date, status and code valid. Only
-when a check fails does the slow path look at the chunk line by line, in Python, to say which
-lines are bad and why; the policy then raises (``error``), or drops them with a warning
-(``warn``) or silently but counted (``skip``). Rows are never lost without a count, and a
-crash always says which file and line.
+GPU workers read with ``cudf.read_csv`` (a byte range of the file, the columns the ETL
+needs, numbers as text turned into numbers with ``cudf.to_numeric``: cuDF's reader reads a
+number it cannot parse as missing, and comparing null counts before and after the conversion
+is how a bad number is seen). CPU workers read with pyarrow's CSV reader, which refuses a
+line with the wrong number of fields or a number that is not one.
 
-Dates, statuses and categorical fields are few distinct strings per chunk: each distinct
-string is checked and converted once on the host, and the codes are mapped through a small
-lookup table. On the CPU they come from pyarrow's dictionary-encoded columns; on the GPU
-they are found from a hash of each field, without building string columns (``_text_codes``).
+The text columns (the reporting month, the delinquency status, the categorical codes) hold
+few distinct values: each column is factorized, each distinct text is checked and converted
+once on the host, and a small lookup table maps the codes (the same on both devices).
+
+Only when a check fails does the slow path read the piece line by line, in Python, to say
+which lines are bad and why; the policy then raises (``error``), drops them with a warning
+(``warn``) or drops them and counts them (``skip``). Rows are never lost without a count. On
+GPUs a line with too few fields reads as a line whose last fields are blank (cuDF's reader
+does not count fields); the CPU reader refuses it.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 import numpy as np
 
-from . import chunk_bytes, lines, number_fields, schema
-from .backend import Backend, array_module
-from .chunk_bytes import DeviceUpload
-from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS, Table
-from .stages import stage
+from . import schema
+from .files import Piece, lines_before
+from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS
 
 POLICIES = ("error", "warn", "skip")
-SEPARATOR = b"|"
 SHOWN = 20  # bad rows spelled out in a message; the rest are counted
+EXTRA = "_extra_field"  # catches lines with a field too many on GPUs
 
 _INTEGER = re.compile(r"^\s*[-+]?\d+\s*$")
 _NUMBER = re.compile(r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)\s*$", re.I)
+# What each kind of column becomes: its dtype, and the value of a blank field (None: a blank
+# makes the row bad).
+DTYPES = {ID: "int64", NUMBER: "float64", PERIOD: "int32", DATE: "float32", STATUS: "int32",
+          CATEGORY: "int16"}
+BLANK = {PERIOD: None, DATE: np.nan, STATUS: schema.MISSING, CATEGORY: schema.MISSING}
 
 
 @dataclass(frozen=True)
@@ -80,585 +84,6 @@ def check_policy(policy: str) -> str:
     return policy
 
 
-@dataclass(frozen=True)
-class Source:
-    """A file, or the byte range ``[start, end)`` of one, moved to whole loans when read."""
-
-    path: str
-    start: int = 0
-    end: int | None = None  # None: the end of the file
-    quarter: str | None = None
-
-    def extent(self) -> tuple[int, int]:
-        """``[start, stop)`` of the chunk in the file, moved to loan boundaries."""
-        with open(self.path, "rb") as f:
-            size = f.seek(0, io.SEEK_END)
-            end = size if self.end is None else min(self.end, size)
-            if self.start == 0 and end == size:
-                return 0, size
-            return loan_boundary(f, self.start, size), loan_boundary(f, end, size)
-
-    def read(self, allocate=None, done=None) -> tuple[np.ndarray, int]:
-        """The chunk's bytes (a uint8 array from ``allocate(nbytes)``, by default NumPy's) and
-        the offset where they start in the file, read by several threads at once; ``done(a,
-        b)`` is called as each block ``[a, b)`` of them is in (see
-        :func:`.chunk_bytes.read_range`)."""
-        start, stop = self.extent()
-        nbytes = max(0, stop - start)
-        out = np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
-        chunk_bytes.read_range(self.path, start, out, done)
-        return out, start
-
-
-def _loan_id(line: bytes) -> bytes:
-    return line.split(SEPARATOR, 1)[0].strip()
-
-
-def loan_boundary(f, offset: int, size: int) -> int:
-    """The first line start at or after ``offset`` that begins a new loan.
-
-    Both neighbours of a split compute the same boundary, so each loan lands whole in exactly
-    one chunk (the per-loan features and the forward label need the whole history).
-    """
-    if offset <= 0:
-        return 0
-    if offset >= size:
-        return size
-    f.seek(offset - 1)
-    f.readline()  # to the start of the next line (or stays, if offset starts a line)
-    pos = f.tell()
-    if pos >= size:
-        return size
-    previous = _loan_id(_line_before(f, pos))
-    f.seek(pos)
-    for line in iter(f.readline, b""):
-        if _loan_id(line) != previous:
-            return pos
-        pos += len(line)
-    return size
-
-
-def _line_before(f, pos: int, block: int = 1 << 16) -> bytes:
-    """The line that ends just before ``pos`` (without its newline)."""
-    start = pos - 1  # the newline that ends it
-    parts = []
-    while start > 0:
-        step = min(block, start)
-        f.seek(start - step)
-        data = f.read(step)
-        cut = data.rfind(b"\n")
-        if cut >= 0:
-            parts.append(data[cut + 1:])
-            break
-        parts.append(data)
-        start -= step
-    return b"".join(reversed(parts))
-
-
-def lines_before(path: str, offset: int, block: int = 1 << 24) -> int:
-    """How many lines of ``path`` end before byte ``offset`` (to number lines in a chunk)."""
-    count = 0
-    with open(path, "rb") as f:
-        while offset > 0:
-            data = f.read(min(block, offset))
-            if not data:
-                break
-            count += data.count(b"\n")
-            offset -= len(data)
-    return count
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing
-
-
-def _read_options(table: Table) -> dict:
-    """cuDF's ``read_csv`` options for a table (numbers typed, text as strings)."""
-    dtypes = {c.name: {ID: "int64", NUMBER: "float64"}.get(c.kind, "str") for c in table.columns}
-    return dict(
-        sep="|", header=None, names=table.names, dtype=dtypes, keep_default_na=False,
-        na_values=[""], quoting=3, skip_blank_lines=True,
-    )
-
-
-def strict_parser(backend: Backend) -> bool:
-    """Whether the backend's CSV reader raises on an unparsable number or a wrong field count.
-    pyarrow (the CPU's) does; cuDF reads either as nulls, so on the GPU the fast path counts
-    fields per line and compares nulls with the fields that were filled."""
-    return not backend.is_gpu
-
-
-class _Unclean(Exception):
-    """The fast path cannot vouch for the chunk: the slow path must look line by line."""
-
-
-def _categorized(series, backend: Backend):
-    """(host list of the distinct strings, their index + 1 per row as an array: 0 for a
-    blank)."""
-    codes, uniques = series.factorize()
-    return [str(c) for c in backend.to_host(uniques)], codes + 1
-
-
-def _convert(kind: str, name: str, text: str, names: dict | None):
-    """(value, ok) for one distinct non-blank string of a converted column."""
-    if kind in (PERIOD, DATE):
-        number = schema.month_number(text)
-        return (number, True) if number is not None else (np.nan, False)
-    if kind == STATUS:
-        if text.strip() in schema.STATUS_UNKNOWN:
-            return schema.MISSING, True
-        return (int(text), True) if _INTEGER.match(text) else (schema.MISSING, False)
-    return schema.category_code(name, text, names), True
-
-
-_BLANK = {PERIOD: (0, False), DATE: (np.nan, True), STATUS: (schema.MISSING, True),
-          CATEGORY: (schema.MISSING, True)}
-# What each kind of column becomes.
-DTYPES = {ID: "int64", NUMBER: "float64", PERIOD: "int32", DATE: "float32", STATUS: "int32",
-          CATEGORY: "int16"}
-
-
-def empty_frame(table: Table, backend: Backend):
-    """A frame of no rows with the columns and dtypes that ``read_table`` returns."""
-    return backend.df.DataFrame(
-        {c.name: backend.df.Series([], dtype=DTYPES[c.kind]) for c in table.columns}
-    )
-
-
-def _fast(data, table: Table, backend: Backend, names: dict | None,
-          upload: DeviceUpload | None = None):
-    """The typed frame of a clean chunk; raises _Unclean when any check fails.
-
-    On the GPU the checks, the numbers (``number_fields``) and the text coding read the
-    chunk's device copy. A text column (dates, statuses, codes) would be held as strings plus
-    per-field bookkeeping, several times the text itself, only to be turned into small
-    integers. Instead each text field is
-    hashed in place, and each distinct text is converted once, from one line that has it
-    (``_text_codes``).
-    """
-    xp = backend.xp
-    if not isinstance(data, np.ndarray):
-        data = np.frombuffer(data, dtype=np.uint8)
-    numeric = [c for c in table.columns if c.kind in (ID, NUMBER)]
-    text = [c for c in table.columns if c.kind not in (ID, NUMBER)]
-    rows, filled = None, None
-    if backend.is_gpu or not strict_parser(backend):
-        with stage("to device"):  # already on its way when the file was read with ``upload``
-            raw = xp.asarray(data) if upload is None else upload.take()
-        with stage("layout"):
-            layout = lines.of(raw, xp, filled=not strict_parser(backend))
-            if bool(layout.wrong(len(table)).any()):
-                raise _Unclean("field count")
-            rows = layout.rows
-            if rows == 0:
-                return empty_frame(table, backend)
-            if not strict_parser(backend):
-                filled = layout.filled_counts([table.columns.index(c) for c in numeric])
-            blank = layout.blank
-            starts, ends = layout.starts, layout.ends
-            if bool(blank.any()):  # the readers skip blank lines
-                starts, ends = starts[~blank], ends[~blank]
-            del layout, blank
-    # else: the host parser itself rejects a line with the wrong number of fields
-    memo: dict = {}
-    try:
-        if backend.is_gpu:
-            # Numbers, then text, from the chunk's device copy, which is freed before the text
-            # codes become values: the copy, the numbers (1.7x the chunk as 8-byte values)
-            # and the codes are alive at once, about 3x the chunk. A number in a form the
-            # kernel leaves to libcudf: libcudf parses the pinned host copy a part at a time
-            # after the device copy is freed (its own copy of its input is then a part).
-            numbers = [c.name for c in numeric]
-            with stage("parse numbers"):
-                frame = number_fields.parse(raw, starts, ends, table, numbers)
-            with stage("code text"):
-                codes = _text_codes(raw, data, starts, ends, table, text, xp, names, memo)
-            del raw, starts, ends
-            with stage("code text"):
-                converted = _text_columns(codes, data, table, text, xp, names, memo)
-            del codes
-            if frame is None:
-                with stage("parse numbers (libcudf)"):
-                    frame = _parse_from_pinned(data, table, numbers)
-        else:
-            with stage("parse"):
-                frame = parse_host(data, table, backend)
-            if rows is None:
-                rows = len(frame)
-                if rows == 0:
-                    return empty_frame(table, backend)
-            with stage("code text"):
-                converted = _converted(frame, text, backend, names, memo)
-    except (ValueError, TypeError, OverflowError) as exc:  # a number that is not one, a field
-        # too many or too few (pyarrow's ArrowInvalid is a ValueError)
-        raise _Unclean(str(exc)) from exc
-    with stage("check numbers"):
-        _check_numbers(frame, rows, filled, numeric)
-    frame = backend.df.DataFrame(
-        {c.name: converted[c.name] if c.name in converted else frame[c.name]
-         for c in table.columns})
-    if table is schema.ACQUISITION and int(frame["loan_id"].nunique()) != len(frame):
-        raise _Unclean("duplicate loan_id")
-    return frame
-
-
-def _text_codes(raw, data, starts, ends, table: Table, text: list, xp, names, memo):
-    """Coding the ``text`` columns of a chunk from its bytes on the device, the part that reads
-    them: every line's slot in its field's table of distinct texts (``lines.field_slots``,
-    one pass), or, when a field has more distinct texts than a table holds, the columns
-    already coded by sorting each one's hashes (a dict, see ``_coded``)."""
-    fields = [table.columns.index(c) for c in text]
-    found = lines.field_slots(raw, starts, ends, fields, xp, lines.SLOTS)
-    if found.full:
-        return {c.name: _coded(raw, data, starts, ends, table, c, xp, names, memo) for c in text}
-    return found
-
-
-def _text_columns(codes, data, table: Table, text: list, xp, names, memo) -> dict:
-    """The ``text`` columns as numbers from ``_text_codes`` (the device copy may be gone by
-    now): each distinct text converted once, from the first line that has it in ``data``,
-    the host copy, and mapped through its slots."""
-    if isinstance(codes, dict):
-        return codes
-    found = codes
-    fields = [table.columns.index(c) for c in text]
-    out = {}
-    for j, (col, number) in enumerate(zip(text, fields, strict=True)):
-        used = np.flatnonzero(found.hashes[j])
-        at = zip(found.starts[j, used].tolist(), found.ends[j, used].tolist(), strict=True)
-        try:
-            texts = [data[a:b].tobytes().split(b"|")[number].decode("utf-8") for a, b in at]
-        except UnicodeDecodeError as exc:
-            raise _Unclean(f"{col.name} is not UTF-8") from exc
-        values = np.full(found.slots + 1, _BLANK[col.kind][0], dtype=DTYPES[col.kind])
-        values[used] = _values_of(col, texts, names, memo)
-        if found.blank[j]:
-            values[found.slots] = _blank_value(col)
-        out[col.name] = xp.asarray(values)[found.codes[j]]
-    return out
-
-
-def _coded(raw, data, starts, ends, table: Table, col, xp, names, memo):
-    """One text column of the chunk as numbers, from the bytes on the device: hash the field
-    on every line, find the distinct hashes, convert each from the text of its first line
-    (the way for a field with more distinct texts than ``lines.field_slots`` holds)."""
-    field = table.columns.index(col)
-    hashes = lines.field_hashes(raw, starts, ends, field, xp)
-    distinct, first, inverse = xp.unique(hashes, return_index=True, return_inverse=True)
-    del hashes
-    found = xp.stack([distinct.view(xp.int64), starts[first], ends[first]]).tolist()  # one copy
-    at = [(a, b) for h, a, b in zip(*found, strict=True) if h != 0]
-    try:
-        texts = [data[a:b].tobytes().split(b"|")[field].decode("utf-8") for a, b in at]
-    except UnicodeDecodeError as exc:
-        raise _Unclean(f"{col.name} is not UTF-8") from exc
-    values = _values_of(col, texts, names, memo)
-    if len(at) < len(distinct):  # hash 0, a blank field, sorts first
-        values = [_blank_value(col)] + values
-    return xp.asarray(values, dtype=DTYPES[col.kind])[inverse.ravel()]
-
-
-def _values_of(col, texts: list[str], names: dict | None, memo: dict) -> list:
-    """The value of each distinct non-blank text of ``col``, each converted once per chunk
-    (``memo``); raises _Unclean when one is not a valid value."""
-    values = []
-    for text in texts:
-        key = (col.name, text)
-        if key not in memo:
-            memo[key] = _convert(col.kind, col.name, text, names)
-        value, ok = memo[key]
-        if not ok:
-            raise _Unclean(f"bad value in {col.name}")
-        values.append(value)
-    return values
-
-
-def _blank_value(col):
-    """What a blank field of ``col`` becomes; raises _Unclean where a blank is not allowed."""
-    value, ok = _BLANK[col.kind]
-    if not ok:
-        raise _Unclean(f"blank {col.name}")
-    return value
-
-
-def parse_host(data, table: Table, backend: Backend):
-    """Host bytes parsed: with pyarrow for pandas, or by cuDF (which copies them to the device
-    itself)."""
-    if not backend.is_gpu:
-        return _parse_arrow(data, table)
-    return backend.df.read_csv(io.BytesIO(data), **_read_options(table))
-
-
-def _parse_arrow(data, table: Table):
-    """pandas frame of host bytes, parsed by pyarrow's CSV reader (one thread: a CPU worker
-    has one; measured 2.5x pandas' C parser, with the same values). Strict: a line with too many
-    or too few fields, or a number that is not one, raises ArrowInvalid. Text columns come
-    back as categoricals."""
-    import pyarrow as pa
-    from pyarrow import csv
-
-    text = pa.dictionary(pa.int32(), pa.string())
-    types = {c.name: {ID: pa.int64(), NUMBER: pa.float64()}.get(c.kind, text)
-             for c in table.columns}  # fmt: skip
-    try:
-        parsed = csv.read_csv(
-            pa.BufferReader(pa.py_buffer(data)),
-            read_options=csv.ReadOptions(column_names=table.names, use_threads=False),
-            parse_options=csv.ParseOptions(delimiter="|", quote_char=False,
-                                           ignore_empty_lines=True),
-            convert_options=csv.ConvertOptions(column_types=types, null_values=[""],
-                                               strings_can_be_null=True),
-        )  # fmt: skip
-    except pa.ArrowInvalid as exc:
-        if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
-            return empty_frame(table, Backend("cpu"))
-        raise
-    return parsed.to_pandas()
-
-
-class _Span:
-    """Bytes ``[start, stop)`` of a buffer the device can read, as libcudf's reader takes
-    them (``ptr`` and ``size``): device memory (CuPy) or page-locked host memory (NumPy), whose
-    address the device shares under CUDA's unified addressing. Keeps the buffer alive."""
-
-    def __init__(self, array, start: int = 0, stop: int | None = None):
-        stop = array.size if stop is None else stop
-        base = array.data.ptr if hasattr(array.data, "ptr") else array.ctypes.data
-        self.array = array
-        self.ptr = int(base) + start
-        self.size = max(0, stop - start)
-
-
-# libcudf parses a chunk's numbers a quarter at a time (its own device copy of the text is a
-# quarter of the chunk), but no part is smaller than 32 MiB: each call costs about 2 ms.
-PARSE_PARTS = 4
-PARSE_PART_MIN = 32 << 20
-
-
-def parse_part_bytes(size: int) -> int:
-    return max(PARSE_PART_MIN, -(-size // PARSE_PARTS))
-
-
-def _parse_from_pinned(data: np.ndarray, table: Table, numbers: list[str]):
-    """libcudf's parse of ``numbers`` from ``data`` in page-locked memory, in parts: in place
-    when ``data`` is a chunk's lent buffer, else (a chunk cleaned by the slow path) from a
-    copy in one."""
-    pinned = chunk_bytes.PINNED
-    part = parse_part_bytes(len(data))
-    if pinned.lent(data):
-        return parse_device(data, table, numbers, part_bytes=part)
-    with chunk_bytes.pinned(len(data)) as copy:
-        copy[:] = data
-        return parse_device(copy, table, numbers, part_bytes=part)
-
-
-def line_cuts(data, part_bytes: int | None) -> list[int]:
-    """Offsets that cut ``data`` (a uint8 array) into parts of about ``part_bytes`` at line
-    starts: ``[0, ..., len(data)]``; ``[0, len(data)]`` when ``part_bytes`` is None."""
-    size = len(data)
-    if not part_bytes or size <= part_bytes:
-        return [0, size]
-    parts = -(-size // part_bytes)
-    cuts = [0]
-    for k in range(1, parts):
-        at = _next_line(data, k * size // parts)
-        if cuts[-1] < at < size:
-            cuts.append(at)
-    return cuts + [size]
-
-
-def _next_line(data, offset: int, window: int = 1 << 16) -> int:
-    """The offset just past the first newline at or after ``offset`` (``len(data)``: none)."""
-    xp = array_module(data)
-    while offset < len(data):
-        found = xp.flatnonzero(data[offset:offset + window] == ord("\n"))
-        if found.size:
-            return offset + int(found[0]) + 1
-        offset += window
-    return len(data)
-
-
-def parse_device(data, table: Table, columns: list[str] | None = None,
-                 part_bytes: int | None = None):
-    """cuDF's CSV reader on bytes the device can read (a CuPy uint8 array, or a NumPy one in
-    page-locked memory, such as the buffers ``chunk_bytes.PINNED`` lends), for ``columns``
-    (default: all), at most ``part_bytes`` of text at a time (default: all at once; each part's columns are joined
-    after, one column at a time). The result is what :func:`parse_host` gives with cuDF."""
-    import cudf
-    import pylibcudf as plc
-
-    columns = table.names if columns is None else list(columns)
-    parts = [_parse_part(_Span(data, a, b), table, columns)
-             for a, b in pairwise(line_cuts(data, part_bytes))]
-    whole = []
-    for j in range(len(columns)):
-        pieces = [part[j] for part in parts]
-        for part in parts:
-            part[j] = None  # a piece is freed as soon as its column is whole
-        whole.append(pieces[0] if len(pieces) == 1 else plc.concatenate.concatenate(pieces))
-        del pieces
-    return cudf.DataFrame.from_pylibcudf(plc.Table(whole), {"columns": columns})
-
-
-def _parse_part(span: _Span, table: Table, columns: list[str]) -> list:
-    """libcudf's CSV reader on one span: the pylibcudf columns, in the order of ``columns``."""
-    import pylibcudf as plc
-
-    kinds = {ID: plc.TypeId.INT64, NUMBER: plc.TypeId.FLOAT64}
-    dtypes = {c.name: plc.DataType(kinds.get(c.kind, plc.TypeId.STRING))
-              for c in table.columns if c.name in columns}
-    options = (
-        plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo([span]))
-        .compression(plc.io.types.CompressionType.NONE)
-        .quoting(plc.io.types.QuoteStyle.NONE)
-        .skip_blank_lines(True)
-        .keep_default_na(False)
-        .na_filter(True)
-        .build()
-    )
-    options.set_header(-1)
-    options.set_names(table.names)
-    options.set_delimiter("|")
-    options.set_na_values([""])
-    if list(columns) != table.names:
-        options.set_use_cols_names(list(columns))
-    options.set_dtypes(dtypes)
-    result = plc.io.csv.read_csv(options)
-    by_name = dict(zip(result.column_names(include_children=False), result.columns, strict=True))
-    return [by_name[name] for name in columns]
-
-
-def _check_numbers(frame, rows: int, filled: list[int] | None, numeric) -> None:
-    """Every line became a row, no filled number failed to parse, no loan_id is blank."""
-    if len(frame) != rows:
-        raise _Unclean(f"{len(frame)} rows parsed from {rows} lines")
-    for col, count in zip(numeric, filled or (), strict=False):  # none when strict
-        if len(frame) - _nulls(frame[col.name]) != count:
-            raise _Unclean(f"unparsable number in {col.name}")
-    if _nulls(frame["loan_id"]):
-        raise _Unclean("blank loan_id")
-
-
-def _nulls(series) -> int:
-    """Missing values of a column: cuDF keeps the count with the column (no device work)."""
-    count = getattr(series, "null_count", None)
-    return int(series.isna().sum()) if count is None else int(count)
-
-
-def _converted(frame, columns, backend: Backend, names: dict | None, memo: dict) -> dict:
-    """The text ``columns`` of a parsed ``frame`` as arrays of numbers (month numbers,
-    statuses, codes): each distinct string is checked and converted once, then the codes are
-    mapped through a small lookup table."""
-    xp = backend.xp
-    out = {}
-    for col in columns:
-        categories, index = _categorized(frame[col.name], backend)
-        values = _values_of(col, categories, names, memo)
-        blank = _blank_value(col) if bool((index == 0).any()) else _BLANK[col.kind][0]
-        out[col.name] = xp.asarray([blank] + values, dtype=DTYPES[col.kind])[index]
-    return out
-
-
-def _check_line(fields: list[str], table: Table, seen: set | None) -> str | None:
-    """Why one line is bad, or None (the slow path's rules, the same as the fast path's)."""
-    if len(fields) != len(table):
-        return f"expected {len(table)} fields, found {len(fields)}"
-    for col, text in zip(table.columns, fields, strict=True):
-        blank = text == ""
-        if col.kind == ID:
-            if blank:
-                return "loan_id is blank"
-            if not _INTEGER.match(text):
-                return f"loan_id is not an integer: {text!r}"
-        elif col.kind == PERIOD:
-            if schema.month_number(text) is None:
-                return f"{col.name} is not a date (MM/DD/YYYY): {text!r}"
-        elif blank:
-            continue
-        elif col.kind == DATE and schema.month_number(text) is None:
-            return f"{col.name} is not a date (MM/YYYY or MM/DD/YYYY): {text!r}"
-        elif col.kind == NUMBER and not _NUMBER.match(text):
-            return f"{col.name} is not a number: {text!r}"
-        elif col.kind == STATUS and not (
-            _INTEGER.match(text) or text.strip() in schema.STATUS_UNKNOWN
-        ):
-            return f"{col.name} is not an integer: {text!r}"
-    if seen is not None:
-        key = int(fields[0])
-        if key in seen:
-            return f"duplicate loan_id {key}"
-        seen.add(key)
-    return None
-
-
-def _slow(data: bytes, table: Table) -> tuple[bytes, list[tuple[int, str]]]:
-    """Good lines joined again, and (0-based line index in the chunk, reason) of bad ones."""
-    good, bad = [], []
-    seen = set() if table is schema.ACQUISITION else None
-    for index, raw in enumerate(data.split(b"\n")):
-        line = raw[:-1] if raw.endswith(b"\r") else raw
-        if not line:
-            continue
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            bad.append((index, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
-            continue
-        reason = _check_line(text.split("|"), table, seen)
-        if reason is None:
-            good.append(line)
-        else:
-            bad.append((index, reason))
-    return b"".join(line + b"\n" for line in good), bad
-
-
-@dataclass
-class ReadResult:
-    frame: object
-    bad: list[BadRow] = field(default_factory=list)
-    rows: int = 0  # rows read (kept)
-
-
-def read_table(source: Source, table: Table, backend: Backend, policy: str = "error",
-               names: dict | None = None) -> ReadResult:
-    """Read one chunk of a performance or acquisition file into a typed frame.
-
-    Numbers are float64 (blank: NaN), dates month numbers (float32, blank: NaN), the reporting
-    period an int32 month number, the status int32 (blank/unknown: -1), categorical fields
-    int16 codes (see ``schema.vocabulary``).
-    """
-    check_policy(policy)
-    with stage("file"):
-        chunk = chunk_bytes.fetch(source, backend.is_gpu)
-    try:
-        return _read_chunk(chunk, source, table, backend, policy, names)
-    finally:
-        chunk.release()
-
-
-def _read_chunk(chunk: chunk_bytes.Chunk, source: Source, table: Table, backend: Backend,
-                policy: str, names: dict | None) -> ReadResult:
-    data, offset = chunk.data, chunk.offset
-    try:
-        frame = _fast(data, table, backend, names, chunk.upload)
-        return ReadResult(frame, [], len(frame))
-    except _Unclean as unclean:
-        first_problem = str(unclean)
-    with stage("slow path"):
-        clean, bad_lines = _slow(bytes(data), table)
-    if not bad_lines:
-        raise RuntimeError(
-            f"{source.path} (bytes {offset}-{offset + len(data)}): the reader rejected the "
-            f"chunk ({first_problem}) but no line breaks the file format; please report this"
-        )
-    base = lines_before(source.path, offset)
-    bad = [BadRow(source.path, base + index + 1, reason) for index, reason in bad_lines]
-    if policy == "error":
-        raise BadRowsError(bad)
-    frame = _fast(clean, table, backend, names)
-    return ReadResult(frame, bad, len(frame))
-
-
 def read_names(path: str | None) -> dict[str, str] | None:
     """names.csv: ``seller_name|short name`` lines after a header line."""
     if path is None:
@@ -677,3 +102,290 @@ def read_names(path: str | None) -> dict[str, str] | None:
                 )
             mapping[parts[0].strip()] = parts[1].strip()
     return mapping
+
+
+@dataclass
+class ReadResult:
+    frame: object  # pandas or cuDF, columns named as the classic layout names them
+    bad: list[BadRow] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return len(self.frame)
+
+
+class _Unclean(Exception):
+    """The fast path cannot vouch for the piece: the slow path must look line by line."""
+
+
+def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "error",
+         names: dict | None = None, unique_ids: bool = False) -> ReadResult:
+    """Read ``columns`` (classic names) of ``pieces`` of files in ``layout`` into one frame.
+
+    Loan ids are int64, numbers float64 (blank: missing), the reporting period an int32
+    month number (``year * 12 + month - 1``), the status int32 (blank or unknown: -1), the
+    categorical fields int16 codes (``schema.vocabulary``). ``unique_ids``: a loan id twice
+    makes the second row bad (acquisition files).
+    """
+    check_policy(policy)
+    columns = tuple(columns)
+    frames, bad = [], []
+    seen: set | None = set() if unique_ids else None
+    for piece in pieces:
+        try:
+            frame = _fast(piece, None, layout, columns, device, names)
+            if unique_ids:
+                ids = frame["loan_id"]
+                if int(ids.nunique()) != len(ids) or (seen and bool(ids.isin(list(seen)).any())):
+                    raise _Unclean("duplicate loan_id")
+                seen.update(_host(ids))
+        except _Unclean as unclean:
+            frame, found = _slow_path(piece, layout, columns, device, names, seen, str(unclean))
+            bad += found
+            if found and policy == "error":
+                raise BadRowsError(found) from None
+        frames.append(frame)
+    frame = frames[0] if len(frames) == 1 else _module(frames[0]).concat(frames,
+                                                                        ignore_index=True)
+    return ReadResult(frame, bad)
+
+
+def _module(frame):
+    """cudf or pandas: the module of ``frame``."""
+    import importlib
+
+    return importlib.import_module(type(frame).__module__.split(".")[0])
+
+
+def _host(series) -> list:
+    return series.to_arrow().to_pylist() if hasattr(series, "to_arrow") else series.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path
+
+
+def _fast(piece: Piece, data: bytes | None, layout, columns, device, names):
+    """The typed frame of ``piece`` (or of ``data``, a piece's good lines); raises _Unclean."""
+    read_columns = _read_gpu if device == "gpu" else _read_cpu
+    values, texts = read_columns(piece, data, layout, columns)
+    if values is None:  # no line, or only blank ones
+        return empty_frame(columns, device)
+    for name, (codes, uniques) in texts.items():
+        values[name] = _decoded(name, codes, uniques, names)
+    values = {c: values[c] for c in columns}
+    if device == "gpu":
+        import cudf
+
+        frame = cudf.DataFrame(values)
+    else:
+        import pandas as pd
+
+        frame = pd.DataFrame(values)
+    if frame["loan_id"].isna().any():
+        raise _Unclean("blank loan_id")
+    return frame
+
+
+def _decoded(name: str, codes, uniques: list, names):
+    """A text column from its factorized form (``codes``: -1 for blank), each distinct text
+    converted once; raises _Unclean when one is not a valid value."""
+    kind = schema.kind_of(name)
+    values = []
+    for text in uniques:
+        value = _convert(kind, name, text, names)
+        if value is None:
+            raise _Unclean(f"bad value in {name}")
+        values.append(value)
+    blank = BLANK[kind]
+    if blank is None:
+        if bool((codes < 0).any()):
+            raise _Unclean(f"blank {name}")
+        blank = 0
+    xp = _array_module(codes)
+    return xp.asarray([*values, blank], dtype=DTYPES[kind])[codes]  # code -1: the blank
+
+
+def _array_module(array):
+    import importlib
+
+    return importlib.import_module(type(array).__module__.split(".")[0])
+
+
+def _convert(kind: str, name: str, text: str, names):
+    """The value of one non-blank text of a column, or None when it is not valid."""
+    if kind in (PERIOD, DATE):
+        return schema.month_number(text.strip())
+    if kind == STATUS:
+        if text.strip() in schema.STATUS_UNKNOWN:
+            return schema.MISSING
+        return int(text) if _INTEGER.match(text) else None
+    return schema.category_code(name, text, names)
+
+
+def _byte_range(piece: Piece) -> tuple[int, int] | None:
+    """cuDF's ``byte_range`` for a piece: it reads the rows that start after the offset and
+    no later than its end, so the offset is the newline before the piece."""
+    size = os.path.getsize(piece.path)
+    if piece.start == 0 and piece.stop >= size:
+        return None
+    offset = max(piece.start - 1, 0)
+    return offset, 0 if piece.stop >= size else piece.stop - 1 - offset
+
+
+def _read_gpu(piece, data, layout, columns):
+    import cudf
+
+    wanted = [layout.classic[c] for c in columns]
+    kinds = {layout.classic[c]: schema.kind_of(c) for c in columns}
+    dtype = {name: "int64" if kind == ID else "str" for name, kind in kinds.items()}
+    source = piece.path if data is None else io.BytesIO(data)
+    byte_range = _byte_range(piece) if data is None else None
+    frame = cudf.read_csv(
+        source, sep="|", header=None, names=[*layout.names, EXTRA], usecols=[*wanted, EXTRA],
+        dtype={**dtype, EXTRA: "str"}, na_values=[""], keep_default_na=False, quoting=3,
+        skip_blank_lines=True, byte_range=byte_range,
+    )
+    if frame[EXTRA].null_count != len(frame):
+        raise _Unclean("too many fields")
+    out, texts = {}, {}
+    for column, name in zip(columns, wanted, strict=True):
+        kind, values = kinds[name], frame.pop(name)
+        if kind == NUMBER:
+            numbers = cudf.to_numeric(values, errors="coerce")
+            if numbers.null_count != values.null_count:
+                raise _Unclean(f"a number in {column} is not one")
+            out[column] = numbers.astype("float64")
+        elif kind == ID:
+            out[column] = values
+        else:
+            codes, uniques = values.factorize()
+            texts[column] = (codes, uniques.to_arrow().to_pylist())
+    return out, texts
+
+
+def _read_cpu(piece, data, layout, columns):
+    import pyarrow as pa
+    from pyarrow import csv
+
+    if data is None:
+        with open(piece.path, "rb") as f:
+            f.seek(piece.start)
+            data = f.read(piece.nbytes)
+    wanted = [layout.classic[c] for c in columns]
+    text = pa.dictionary(pa.int32(), pa.string())
+    types = {layout.classic[c]: {ID: pa.int64(), NUMBER: pa.float64()}.get(
+        schema.kind_of(c), text) for c in columns}
+    try:
+        table = csv.read_csv(
+            pa.BufferReader(pa.py_buffer(data)),
+            read_options=csv.ReadOptions(column_names=list(layout.names), use_threads=False),
+            parse_options=csv.ParseOptions(delimiter="|", quote_char=False,
+                                           ignore_empty_lines=True),
+            convert_options=csv.ConvertOptions(column_types=types, null_values=[""],
+                                               strings_can_be_null=True,
+                                               include_columns=wanted),
+        )
+    except pa.ArrowInvalid as exc:  # a field too many or too few, a number that is not one
+        if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
+            return None, {}
+        raise _Unclean(str(exc)) from None
+    out, texts = {}, {}
+    for column, name in zip(columns, wanted, strict=True):
+        values = table.column(name)
+        if pa.types.is_dictionary(values.type):
+            values = values.combine_chunks()
+            codes = values.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            texts[column] = (codes, values.dictionary.to_pylist())
+        else:
+            out[column] = values.to_numpy()
+    return out, texts
+
+
+def _empty(columns):
+    import pandas as pd
+
+    return pd.DataFrame({c: pd.Series([], dtype=DTYPES[schema.kind_of(c)]) for c in columns})
+
+
+def empty_frame(columns, device: str = "cpu"):
+    """A frame of no rows with the columns and dtypes that :func:`read` returns."""
+    frame = _empty(columns)
+    if device == "gpu":
+        import cudf
+
+        return cudf.DataFrame(frame)
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------
+# The slow path
+
+
+def _slow_path(piece, layout, columns, device, names, seen, first_problem):
+    with open(piece.path, "rb") as f:
+        f.seek(piece.start)
+        data = f.read(piece.nbytes)
+    clean, bad_lines = _check_lines(data, layout, columns, seen)
+    if not bad_lines:
+        raise RuntimeError(
+            f"{piece.path} (bytes {piece.start}-{piece.stop}): the reader rejected the piece "
+            f"({first_problem}) but no line breaks the file format; please report this")
+    base = lines_before(piece.path, piece.start)
+    bad = [BadRow(piece.path, base + index + 1, reason) for index, reason in bad_lines]
+    frame = _fast(piece, clean, layout, columns, device, names) if clean else empty_frame(
+        columns, device)
+    return frame, bad
+
+
+def _check_lines(data: bytes, layout, columns, seen) -> tuple[bytes, list[tuple[int, str]]]:
+    """Good lines joined again, and (0-based line index in ``data``, reason) of bad ones."""
+    where = [(c, layout.names.index(layout.classic[c])) for c in columns]
+    good, bad = [], []
+    for index, raw in enumerate(data.split(b"\n")):
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        if not line:
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad.append((index, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
+            continue
+        fields = text.split("|")
+        reason = (f"expected {layout.fields} fields, found {len(fields)}"
+                  if len(fields) != layout.fields else _check_fields(fields, where))
+        if reason is None and seen is not None:
+            key = int(fields[layout.loan_field])
+            if key in seen:
+                reason = f"duplicate loan_id {key}"
+            seen.add(key)
+        if reason is None:
+            good.append(line)
+        else:
+            bad.append((index, reason))
+    return b"".join(line + b"\n" for line in good), bad
+
+
+def _check_fields(fields: list[str], where) -> str | None:
+    """Why one line's fields are bad, or None (the same rules as the fast path's)."""
+    for name, position in where:
+        text = fields[position]
+        kind = schema.kind_of(name)
+        if kind == ID:
+            if text == "":
+                return "loan_id is blank"
+            if not _INTEGER.match(text):
+                return f"loan_id is not an integer: {text!r}"
+        elif kind == PERIOD:
+            if schema.month_number(text.strip()) is None:
+                return f"{name} is not a date (MM/DD/YYYY or MMYYYY): {text!r}"
+        elif text == "":
+            continue
+        elif kind == DATE and schema.month_number(text.strip()) is None:
+            return f"{name} is not a date (MM/YYYY or MMYYYY): {text!r}"
+        elif kind == NUMBER and not _NUMBER.match(text):
+            return f"{name} is not a number: {text!r}"
+        elif kind == STATUS and not (_INTEGER.match(text) or text.strip() in
+                                     schema.STATUS_UNKNOWN):
+            return f"{name} is not an integer: {text!r}"
+    return None

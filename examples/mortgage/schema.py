@@ -1,7 +1,12 @@
-"""The Fannie Mae loan-level layout (the classic RAPIDS mortgage files) and the feature table.
+"""The Fannie Mae loan-level files in both layouts, and the feature table.
 
-One place says what each column is, how it is read, and what it becomes, so that the reader,
-the generator, the ETL and the tests cannot disagree. Dates become month numbers
+Two layouts of the same data: the **classic** one of the RAPIDS notebook (``Acquisition_*``
+files of 25 columns, one row per loan, and ``Performance_*`` files of 31 columns, one row per
+loan and month) and the **current** one Fannie Mae publishes today (one file per quarter, 108
+columns, one row per loan and month with the loan's origination fields repeated; its
+acquisition view is each loan's first row). One place says what each column is, how it is
+read, and what it becomes, so that the reader, the generator, the ETL and the tests cannot
+disagree. Dates become month numbers
 (``year * 12 + month - 1``): integers that pandas and cuDF handle alike and that make "twelve
 months later" plain arithmetic. Categorical columns become integer codes from fixed
 vocabularies, so that a code means the same thing in every partition and on every backend.
@@ -146,11 +151,12 @@ SELLERS: dict[str, str] = {
     "OTHER": "Other",
 }
 
-_DATE = re.compile(r"^(\d{2})/(?:\d{2}/)?(\d{4})$")
+_DATE = re.compile(r"^(\d{2})(?:/(?:\d{2}/)?)?(\d{4})$")
 
 
 def month_number(text: str) -> int | None:
-    """``"MM/YYYY"`` or ``"MM/DD/YYYY"`` -> ``year * 12 + month - 1``; None if not a date."""
+    """``"MM/YYYY"``, ``"MM/DD/YYYY"`` (classic) or ``"MMYYYY"`` (current) ->
+    ``year * 12 + month - 1``; None if not a date."""
     match = _DATE.match(text)
     if match is None:
         return None
@@ -160,9 +166,12 @@ def month_number(text: str) -> int | None:
     return year * 12 + month - 1
 
 
-def month_text(number: int, day: bool = False) -> str:
-    """The inverse of :func:`month_number`: ``MM/YYYY``, or ``MM/01/YYYY`` with ``day``."""
+def month_text(number: int, day: bool = False, compact: bool = False) -> str:
+    """The inverse of :func:`month_number`: ``MM/YYYY``, ``MM/01/YYYY`` with ``day``, or the
+    current layout's ``MMYYYY`` with ``compact``."""
     year, month = divmod(int(number), 12)
+    if compact:
+        return f"{month + 1:02d}{year:04d}"
     return f"{month + 1:02d}/01/{year:04d}" if day else f"{month + 1:02d}/{year:04d}"
 
 
@@ -188,6 +197,111 @@ def category_code(column: str, value: str | None, names: dict[str, str] | None =
 
 
 def quarter_of(path: str) -> str | None:
-    """``"2007Q3"`` for ``.../Performance_2007Q3.txt_0`` or ``.../Acquisition_2007Q3.txt``."""
+    """``"2007Q3"`` for ``.../Performance_2007Q3.txt_0``, ``.../Acquisition_2007Q3.txt`` or
+    ``.../2007Q3.csv``."""
     match = re.search(r"(\d{4})Q([1-4])", path.rsplit("/", 1)[-1])
     return f"{match.group(1)}Q{match.group(2)}" if match else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The current layout (Fannie Mae's Single-Family Loan Performance files since 2020)
+
+CURRENT_COLUMNS: tuple[str, ...] = tuple("""
+    POOL_ID LOAN_ID ACT_PERIOD CHANNEL SELLER SERVICER MASTER_SERVICER ORIG_RATE CURR_RATE
+    ORIG_UPB ISSUANCE_UPB CURRENT_UPB ORIG_TERM ORIG_DATE FIRST_PAY LOAN_AGE REM_MONTHS
+    ADJ_REM_MONTHS MATR_DT OLTV OCLTV NUM_BO DTI CSCORE_B CSCORE_C FIRST_FLAG PURPOSE PROP
+    NO_UNITS OCC_STAT STATE MSA ZIP MI_PCT PRODUCT PPMT_FLG IO FIRST_PAY_IO MNTHS_TO_AMTZ_IO
+    DLQ_STATUS PMT_HISTORY MOD_FLAG MI_CANCEL_FLAG Zero_Bal_Code ZB_DTE LAST_UPB RPRCH_DTE
+    CURR_SCHD_PRNCPL TOT_SCHD_PRNCPL UNSCHD_PRNCPL_CURR LAST_PAID_INSTALLMENT_DATE
+    FORECLOSURE_DATE DISPOSITION_DATE FORECLOSURE_COSTS PROPERTY_PRESERVATION_AND_REPAIR_COSTS
+    ASSET_RECOVERY_COSTS MISCELLANEOUS_HOLDING_EXPENSES_AND_CREDITS
+    ASSOCIATED_TAXES_FOR_HOLDING_PROPERTY NET_SALES_PROCEEDS CREDIT_ENHANCEMENT_PROCEEDS
+    REPURCHASES_MAKE_WHOLE_PROCEEDS OTHER_FORECLOSURE_PROCEEDS NON_INTEREST_BEARING_UPB
+    PRINCIPAL_FORGIVENESS_AMOUNT ORIGINAL_LIST_START_DATE ORIGINAL_LIST_PRICE
+    CURRENT_LIST_START_DATE CURRENT_LIST_PRICE ISSUE_SCOREB ISSUE_SCOREC CURR_SCOREB
+    CURR_SCOREC MI_TYPE SERV_IND CURRENT_PERIOD_MODIFICATION_LOSS_AMOUNT
+    CUMULATIVE_MODIFICATION_LOSS_AMOUNT CURRENT_PERIOD_CREDIT_EVENT_NET_GAIN_OR_LOSS
+    CUMULATIVE_CREDIT_EVENT_NET_GAIN_OR_LOSS HOMEREADY_PROGRAM_INDICATOR
+    FORECLOSURE_PRINCIPAL_WRITE_OFF_AMOUNT RELOCATION_MORTGAGE_INDICATOR
+    ZERO_BALANCE_CODE_CHANGE_DATE LOAN_HOLDBACK_INDICATOR LOAN_HOLDBACK_EFFECTIVE_DATE
+    DELINQUENT_ACCRUED_INTEREST PROPERTY_INSPECTION_WAIVER_INDICATOR
+    HIGH_BALANCE_LOAN_INDICATOR ARM_5_YR_INDICATOR ARM_PRODUCT_TYPE
+    MONTHS_UNTIL_FIRST_PAYMENT_RESET MONTHS_BETWEEN_SUBSEQUENT_PAYMENT_RESET
+    INTEREST_RATE_CHANGE_DATE PAYMENT_CHANGE_DATE ARM_INDEX ARM_CAP_STRUCTURE
+    INITIAL_INTEREST_RATE_CAP PERIODIC_INTEREST_RATE_CAP LIFETIME_INTEREST_RATE_CAP MARGIN
+    BALLOON_INDICATOR PLAN_NUMBER FORBEARANCE_INDICATOR
+    HIGH_LOAN_TO_VALUE_HLTV_REFINANCE_OPTION_INDICATOR DEAL_NAME RE_PROCS_FLAG ADR_TYPE
+    ADR_COUNT ADR_UPB
+""".split())
+assert len(CURRENT_COLUMNS) == 108
+
+# Each classic column and its name in the current layout (Fannie Mae's own mapping).
+CURRENT_NAME: dict[str, str] = dict(item.split(":") for item in """
+    loan_id:LOAN_ID monthly_reporting_period:ACT_PERIOD servicer:SERVICER
+    interest_rate:CURR_RATE current_actual_upb:CURRENT_UPB loan_age:LOAN_AGE
+    remaining_months_to_legal_maturity:REM_MONTHS adj_remaining_months_to_maturity:ADJ_REM_MONTHS
+    maturity_date:MATR_DT msa:MSA current_loan_delinquency_status:DLQ_STATUS mod_flag:MOD_FLAG
+    zero_balance_code:Zero_Bal_Code zero_balance_effective_date:ZB_DTE
+    last_paid_installment_date:LAST_PAID_INSTALLMENT_DATE foreclosed_after:FORECLOSURE_DATE
+    disposition_date:DISPOSITION_DATE foreclosure_costs:FORECLOSURE_COSTS
+    prop_preservation_and_repair_costs:PROPERTY_PRESERVATION_AND_REPAIR_COSTS
+    asset_recovery_costs:ASSET_RECOVERY_COSTS
+    misc_holding_expenses:MISCELLANEOUS_HOLDING_EXPENSES_AND_CREDITS
+    holding_taxes:ASSOCIATED_TAXES_FOR_HOLDING_PROPERTY net_sale_proceeds:NET_SALES_PROCEEDS
+    credit_enhancement_proceeds:CREDIT_ENHANCEMENT_PROCEEDS
+    repurchase_make_whole_proceeds:REPURCHASES_MAKE_WHOLE_PROCEEDS
+    other_foreclosure_proceeds:OTHER_FORECLOSURE_PROCEEDS
+    non_interest_bearing_upb:NON_INTEREST_BEARING_UPB
+    principal_forgiveness_upb:PRINCIPAL_FORGIVENESS_AMOUNT
+    repurchase_make_whole_proceeds_flag:RE_PROCS_FLAG
+    foreclosure_principal_write_off_amount:FORECLOSURE_PRINCIPAL_WRITE_OFF_AMOUNT
+    servicing_activity_indicator:SERV_IND orig_channel:CHANNEL seller_name:SELLER
+    orig_interest_rate:ORIG_RATE orig_upb:ORIG_UPB orig_loan_term:ORIG_TERM orig_date:ORIG_DATE
+    first_pay_date:FIRST_PAY orig_ltv:OLTV orig_cltv:OCLTV num_borrowers:NUM_BO dti:DTI
+    borrower_credit_score:CSCORE_B first_home_buyer:FIRST_FLAG loan_purpose:PURPOSE
+    property_type:PROP num_units:NO_UNITS occupancy_status:OCC_STAT property_state:STATE zip:ZIP
+    mortgage_insurance_percent:MI_PCT product_type:PRODUCT coborrow_credit_score:CSCORE_C
+    mortgage_insurance_type:MI_TYPE relocation_mortgage_indicator:RELOCATION_MORTGAGE_INDICATOR
+""".split())
+assert set(CURRENT_NAME) == set(PERFORMANCE.names) | set(ACQUISITION.names)
+assert set(CURRENT_NAME.values()) <= set(CURRENT_COLUMNS)
+
+# What the ETL reads of each table: the ids, the reporting month, and the features.
+PERFORMANCE_READ = tuple(c for c in PERFORMANCE.names
+                         if c in ("loan_id", "monthly_reporting_period") or c in FEATURES)
+ACQUISITION_READ = tuple(c for c in ACQUISITION.names if c == "loan_id" or c in FEATURES)
+
+
+def kind_of(column: str) -> str:
+    """The kind of a classic column (``ID``, ``PERIOD``, ``NUMBER``, ...)."""
+    for table in (PERFORMANCE, ACQUISITION):
+        for col in table.columns:
+            if col.name == column:
+                return col.kind
+    raise KeyError(column)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one kind of file lays out the classic columns it holds."""
+
+    name: str  # "classic-performance", "classic-acquisition" or "current"
+    names: tuple[str, ...]  # every field of a line, in file order (the file's own names)
+    classic: dict[str, str]  # classic column -> its name in this file
+
+    @property
+    def fields(self) -> int:
+        return len(self.names)
+
+    @property
+    def loan_field(self) -> int:
+        """The position of the loan id on a line."""
+        return self.names.index(self.classic["loan_id"])
+
+
+CLASSIC_PERFORMANCE = Layout("classic-performance", tuple(PERFORMANCE.names),
+                             {c: c for c in PERFORMANCE.names})
+CLASSIC_ACQUISITION = Layout("classic-acquisition", tuple(ACQUISITION.names),
+                             {c: c for c in ACQUISITION.names})
+CURRENT = Layout("current", CURRENT_COLUMNS, dict(CURRENT_NAME))
+LAYOUTS = (CLASSIC_PERFORMANCE, CLASSIC_ACQUISITION, CURRENT)

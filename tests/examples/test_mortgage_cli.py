@@ -1,4 +1,4 @@
-"""``dask-gpu-interop mortgage`` end to end on CPUs: the default job, generate, etl, errors."""
+"""``python -m examples.mortgage`` end to end on CPUs: the default job, generate, etl, errors."""
 
 from __future__ import annotations
 
@@ -61,20 +61,30 @@ def test_generate_then_etl(tmp_path, running):
     lines = sum(sum(1 for _ in open(p)) for p in (data / "perf").iterdir())
     result = _run(["etl", *running, "--perf", str(data / "perf" / "Performance_*"),
                    "--acq", str(data / "acq"), "--names", str(data / "names.csv"),
-                   "--out", str(out), "--partition-size", "50KB"])
+                   "--out", str(out), "--partition-size", "1MiB"])
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(out)
     assert len(table) == lines
     assert list(table.columns) == [*schema.FEATURES, schema.LABEL]
     assert f"{lines:,} rows" in result.output
-    again = _run(["etl", *running, "--perf", str(data / "perf"), "--acq", str(data / "acq"),
-                  "--out", str(out)])
+    again = _run(["etl", *running, "--data", str(data), "--out", str(out)])
     assert again.exit_code == 2 and "--overwrite" in again.output
     again = _run(["generate", "--out", str(data), "--years", "2007"])
     assert again.exit_code == 2 and "--overwrite" in again.output
 
 
-@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
+def test_etl_of_the_current_layout_by_data(tmp_path, running):
+    data, out = tmp_path / "data", tmp_path / "features.parquet"
+    result = _run(["generate", "--out", str(data), "--years", "2007", "--loans-per-quarter",
+                   "40", "--layout", "current", "--scheduler", running[-1]])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in data.glob("2007*")) == [f"2007Q{q}.csv" for q in range(1, 5)]
+    result = _run(["etl", *running, "--data", str(data), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = sum(sum(1 for _ in open(p)) for p in data.glob("2007*"))
+    assert len(pd.read_parquet(out)) == lines
+
+
 def test_the_job_on_the_real_sample(running):
     result = _run([*running, "--data", SAMPLE, "--rounds", "5"])
     assert result.exit_code == 0, result.output
@@ -82,7 +92,6 @@ def test_the_job_on_the_real_sample(running):
     assert "one quarter only" in result.output
 
 
-@pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="the real sample is absent")
 def test_bad_rows_stop_with_file_and_line(tmp_path, running):
     perf = tmp_path / "Performance_2007Q3.txt_0"
     with open(os.path.join(SAMPLE, "Performance_2007Q3.txt_0")) as f:
@@ -101,7 +110,10 @@ def test_bad_rows_stop_with_file_and_line(tmp_path, running):
 
 @pytest.mark.parametrize("args, message", [
     (["etl", "--device", "cpu", "--perf", "/nowhere/*", "--acq", "/nowhere", "--out", "x"],
-     "no performance files found"),
+     "no files found"),
+    (["etl", "--device", "cpu", "--out", "x"], "give the files: --data PATH"),
+    (["--device", "cpu", "--partition-size", "10"], "give at least 1MiB"),
+    (["--device", "cpu", "--data", SAMPLE, "--holdout", "2007Q3"], "only quarter of the data"),
     (["--device", "cpu", "--years", "2010-2007"], "first <= last"),
     (["--device", "cpu", "--size", "lots"], "write a size such as"),
     (["generate", "--out", "x", "--years", "twenty"], "a year (2007) or a range"),

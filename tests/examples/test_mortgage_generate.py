@@ -202,3 +202,48 @@ def test_parse_years():
     assert gen.parse_years("2000-2016") == (2000, 2016)
     with pytest.raises(ValueError, match="a range"):
         gen.parse_years("two thousand")
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    spec = gen.Spec(2007, 2007, loans_per_quarter=60, loans_per_part=25, end_year=2010, seed=4)
+    return _make(tmp_path_factory.mktemp("both"), spec, layout="both")
+
+
+def test_the_current_layout_is_one_108_column_file_a_quarter(both):
+    assert [os.path.basename(p) for p in both.current] == [f"2007Q{q}.csv" for q in range(1, 5)]
+    assert not glob.glob(os.path.join(both.directory_of("current"), "*.part*"))  # parts joined
+    for path in both.current:
+        with open(path) as f:
+            assert {line.count("|") + 1 for line in f} == {len(schema.CURRENT_COLUMNS)}
+
+
+def test_both_layouts_hold_the_same_rows_field_for_field(both):
+    """The current file of a quarter is its classic performance rows, each with its loan's
+    acquisition fields, dates as MMYYYY and statuses of two characters."""
+    perf = _frame(both.performance, schema.PERFORMANCE)
+    acq = _frame(both.acquisition, schema.ACQUISITION).set_index("loan_id")
+    current = pd.concat([pd.read_csv(p, sep="|", header=None, names=schema.CURRENT_COLUMNS,
+                                     dtype=str, keep_default_na=False) for p in both.current],
+                        ignore_index=True)
+    assert len(current) == len(perf) == both.rows
+    for name in schema.PERFORMANCE.names:
+        got, want = current[schema.CURRENT_NAME[name]], perf[name]
+        kind = schema.kind_of(name)
+        if kind in (schema.PERIOD, schema.DATE):
+            want = want.map(lambda t: t[:2] + t[-4:] if t else t)
+        elif kind == schema.STATUS:
+            want = want.map(lambda t: f"{int(t):02d}")
+        assert got.tolist() == want.tolist(), name
+    for name in schema.ACQUISITION.names[1:]:
+        want = acq.loc[perf["loan_id"], name]
+        if schema.kind_of(name) == schema.DATE:
+            want = want.map(lambda t: t[:2] + t[-4:])
+        assert current[schema.CURRENT_NAME[name]].tolist() == want.tolist(), name
+
+
+def test_the_size_target_counts_the_current_layout_s_bytes(tmp_path):
+    loans = gen.loans_for_size(2_000_000, 2007, 2007, layout="current")
+    made = _make(tmp_path, gen.Spec(2007, 2007, loans_per_quarter=loans), layout="current")
+    assert 0.7 < made.bytes / 2_000_000 < 1.3
+    assert made.bytes == sum(os.path.getsize(p) for p in made.current)

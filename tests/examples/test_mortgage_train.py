@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dask
+import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
-from examples.mortgage import etl, job, schema, train
+from examples.mortgage import etl, files, job, schema, train
 from examples.mortgage import generate as gen
 
 
@@ -22,17 +23,21 @@ def data(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("train"))
     spec = gen.Spec(2006, 2007, loans_per_quarter=150, loans_per_part=80, seed=5)
     with dask.config.set(scheduler="synchronous"):
-        gen.generate(directory, spec)
-    return etl.find_dataset(directory)
+        made = gen.generate(directory, spec)
+    return made
 
 
 def _rows(paths):
     return sum(sum(1 for _ in open(p)) for p in paths)
 
 
+def _plan(data, perf=None):
+    return files.plan(perf=perf or data.performance, acq=data.acquisition, names=data.names)
+
+
 def test_learns_and_is_tested_on_the_latest_quarter(client, data):
-    perf, acq, names = data
-    result = etl.run(perf, acq, names)
+    perf = data.performance
+    result = etl.run(_plan(data))
     trained = train.train(client, result.frame, result.quarters, "cpu", rounds=20)
     assert trained.holdout == "quarter 2007Q4"
     test_files = [p for p in perf if "2007Q4" in p]
@@ -44,8 +49,8 @@ def test_learns_and_is_tested_on_the_latest_quarter(client, data):
 
 
 def test_another_holdout_quarter(client, data):
-    perf, acq, names = data
-    result = etl.run(perf, acq, names)
+    perf = data.performance
+    result = etl.run(_plan(data))
     trained = train.train(client, result.frame, result.quarters, "cpu", rounds=3,
                           holdout="2006Q2")
     assert trained.test_rows == _rows([p for p in perf if "2006Q2" in p])
@@ -54,14 +59,44 @@ def test_another_holdout_quarter(client, data):
 
 
 def test_a_single_quarter_holds_out_rows(client, data):
-    perf, acq, names = data
-    one = [p for p in perf if "2007Q1" in p]
-    result = etl.run(one, acq, names)
+    one = [p for p in data.performance if "2007Q2" in p]
+    result = etl.run(_plan(data, one))
     trained = train.train(client, result.frame, result.quarters, "cpu", rounds=3)
     assert "one quarter only" in trained.holdout
     assert trained.train_rows + trained.test_rows == _rows(one)
     assert 0.1 < trained.test_rows / _rows(one) < 0.3
+    with pytest.raises(ValueError, match="only quarter of the data, so nothing is left"):
+        train.train(client, result.frame, result.quarters, "cpu", holdout="2007Q2")
+    # in 2007Q1 the loans held out (the last fifth of each file) never went 90 days behind
+    result = etl.run(_plan(data, [p for p in data.performance if "2007Q1" in p]))
+    with pytest.raises(ValueError, match="test rows .* is current: .*AUC needs both classes"):
+        train.train(client, result.frame, result.quarters, "cpu", rounds=3)
 
+
+def test_a_test_set_of_one_class_is_refused_not_scored_nan(client, data):
+    result = etl.run(_plan(data))
+    no_delinquency = result.frame.map_partitions(
+        lambda part: part.assign(**{schema.LABEL: part[schema.LABEL] * 0}))
+    with pytest.raises(ValueError, match="AUC needs both classes"):
+        train.train(client, no_delinquency, result.quarters, "cpu", rounds=2)
+
+
+def test_every_worker_holds_training_and_test_rows(client, data):
+    """xgboost.dask trains each worker on the partitions it holds: the held-out quarter,
+    whatever worker computed it, is spread so that no worker has an empty matrix."""
+    from distributed import futures_of, wait
+
+    result = etl.run(_plan(data))
+    (_, _), (test, parts), _ = train.split(result.frame, result.quarters)
+    assert len(parts) == 1  # the held-out quarter is one partition, on one worker
+    spread = client.persist(train.spread(client, test, result.frame, parts))
+    placed = futures_of(spread)
+    wait(placed)
+    who = client.who_has(placed)
+    assert {w for ws in who.values() for w in ws} == set(client.scheduler_info()["workers"])
+    assert len(spread) == len(test)
+    pd.testing.assert_frame_equal(spread.compute().reset_index(drop=True),
+                                  test.compute().reset_index(drop=True))
 
 def test_the_notebook_parameters_are_the_defaults():
     p = train.PARAMS
@@ -71,16 +106,16 @@ def test_the_notebook_parameters_are_the_defaults():
 
 
 def test_the_job_reports_times_auc_and_memory(client, data):
-    perf, acq, names = data
+    perf = data.performance
     said = []
-    result = job.run(client, "cpu", perf, acq, names, rounds=5, echo=said.append)
+    result = job.run(client, "cpu", _plan(data), rounds=5, echo=said.append)
     text = "\n".join(result.lines())
     assert result.etl.rows == _rows(perf)
     assert "test AUC" in text and "rows/s" in text
     assert set(result.host) == set(client.scheduler_info()["workers"])
     assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
     assert text.count("no GPU: the plugin does nothing here") == 2
-    assert said[0] == "ETL ..." and said[-1].startswith("training done")
+    assert said[0].startswith("ETL: ") and said[-1].startswith("training done")
 
 
 def test_xgboost_parameters_from_key_value_text():
@@ -97,8 +132,7 @@ def test_xgboost_parameters_from_key_value_text():
 def test_the_job_trains_with_the_parameters_given(client, data):
     import json
 
-    perf, acq, names = data
-    result = job.run(client, "cpu", perf, acq, names, rounds=2, params={"max_depth": 3})
+    result = job.run(client, "cpu", _plan(data), rounds=2, params={"max_depth": 3})
     config = json.loads(result.training.booster.save_config())
     assert config["learner"]["gradient_booster"]["tree_train_param"]["max_depth"] == "3"
     assert len(result.training.booster.get_dump()) == 2

@@ -1,0 +1,283 @@
+"""Which files a dataset holds, in which layout, and how they are cut into partitions.
+
+A dataset is a file, a directory or a glob (or the classic ``--perf``/``--acq`` pair). Each
+file's layout is told from the data: the number of fields on its first line (31: classic
+performance, 25: classic acquisition, 108: current). The quarter comes from the file's name.
+
+Partitions are sized by bytes, not by files: a quarter's small files are packed together up to
+the partition size, and a large file is cut into pieces that end at loan boundaries, so that
+every loan's whole history is in one partition (the per-loan features and the forward-looking
+label need it, and no shuffle is needed).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from dask.utils import format_bytes, parse_bytes
+
+from . import schema
+
+# Text per partition by default: a GPU's time per task is mostly fixed costs, so it wants large
+# partitions; a CPU worker is one core, and smaller partitions keep every core busy.
+PARTITION_SIZES = {"gpu": "1GiB", "cpu": "256MiB"}
+MIN_PARTITION_SIZE = parse_bytes("1MiB")
+MAX_PARTITIONS = 100_000
+
+
+def partition_size_for(device: str, partition_size: int | str | None = None) -> int:
+    """Bytes of text per partition: ``partition_size``, or the device's default."""
+    given = PARTITION_SIZES[device] if partition_size is None else partition_size
+    try:
+        size = parse_bytes(given) if isinstance(given, str) else int(given)
+    except (TypeError, ValueError):
+        raise ValueError(f"partition_size={given!r} is not a size: write one such as 256MiB "
+                         "or 1GiB") from None
+    if size < MIN_PARTITION_SIZE:
+        raise ValueError(
+            f"partition_size={given!r} is below {format_bytes(MIN_PARTITION_SIZE)}: every "
+            "partition is a task with fixed costs; give at least 1MiB (defaults: "
+            f"{PARTITION_SIZES['gpu']} on GPUs, {PARTITION_SIZES['cpu']} on CPUs)")
+    return size
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes ``[start, stop)`` of one file, starting and ending at loan boundaries."""
+
+    path: str
+    start: int
+    stop: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Part:
+    """One partition: pieces of one quarter's performance (or current-layout) files."""
+
+    index: int
+    quarter: str | None
+    pieces: tuple[Piece, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.pieces)
+
+
+@dataclass
+class Plan:
+    """What the ETL reads: the partitions, and for the classic layout each quarter's
+    acquisition files (key None: files without a quarter in their names, joined to all)."""
+
+    layout: schema.Layout  # the layout of the partitions' files
+    parts: list[Part]
+    acquisitions: dict[str | None, tuple[str, ...]] = field(default_factory=dict)
+    names: dict[str, str] | None = None
+    input_bytes: int = 0
+
+    @property
+    def quarters(self) -> list[str | None]:
+        """The quarter of every partition."""
+        return [part.quarter for part in self.parts]
+
+    def acquisition_files(self, quarter: str | None) -> tuple[str, ...]:
+        if quarter in self.acquisitions:
+            return self.acquisitions[quarter]
+        return tuple(path for files in self.acquisitions.values() for path in files)
+
+
+def _natural(path: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+def find_files(spec) -> list[str]:
+    """The files named by ``spec``: a file, a directory (its files, and those of its perf/ and
+    acq/ folders), a glob, or a list of those; in natural order (quarter, then part)."""
+    specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    found = []
+    for item in map(os.fspath, specs):
+        if os.path.isdir(item):
+            for sub in ("", "perf", "acq"):
+                found += glob.glob(os.path.join(item, sub, "*"))
+        elif os.path.isfile(item):
+            found.append(item)
+        else:
+            found += glob.glob(item)
+    files = sorted({f for f in found if os.path.isfile(f)}, key=_natural)
+    if not files:
+        raise FileNotFoundError(f"no files found for {spec!r}: give a file, a directory or a "
+                                "glob of Fannie Mae files (either layout)")
+    return files
+
+
+def layout_of(path: str, lines: int = 20) -> schema.Layout | None:
+    """The layout of a data file, from the field counts of its first lines (the most common
+    one, so that a bad first line does not hide the layout); None: not a data file."""
+    if os.path.basename(path) == "names.csv":
+        return None
+    with open(path, "rb") as f:
+        head = f.read(1 << 16).split(b"\n")[:lines]
+    counts = Counter(line.count(b"|") + 1 for line in head if line.strip())
+    by_fields = {layout.fields: layout for layout in schema.LAYOUTS}
+    for fields, _ in counts.most_common():
+        if fields in by_fields:
+            return by_fields[fields]
+    return None
+
+
+def plan(data=None, *, perf=None, acq=None, names: str | None = None,
+         partition_size: int | str = PARTITION_SIZES["cpu"]) -> Plan:
+    """Find the files of a dataset (``data``, or the classic ``perf`` and ``acq``) and cut
+    them into partitions of about ``partition_size`` bytes."""
+    size = partition_size_for("cpu", partition_size)
+    given = [x for x in (data, perf, acq) if x is not None]
+    if not given:
+        raise FileNotFoundError("no files given: pass a directory, a file or a glob of Fannie "
+                                "Mae files (either layout), or the classic perf and acq files")
+    specs = []
+    for item in given:
+        specs += [item] if isinstance(item, (str, os.PathLike)) else list(item)
+    files = find_files(specs)
+    by_layout: dict[str, list[str]] = {}
+    for path in files:
+        layout = layout_of(path)
+        if layout is not None:
+            by_layout.setdefault(layout.name, []).append(path)
+    if names is None:
+        names = next((f for f in files if os.path.basename(f) == "names.csv"), None)
+    current = by_layout.get(schema.CURRENT.name, [])
+    performance = by_layout.get(schema.CLASSIC_PERFORMANCE.name, [])
+    acquisition = by_layout.get(schema.CLASSIC_ACQUISITION.name, [])
+    if current and (performance or acquisition):
+        raise ValueError(
+            "the data mixes the current layout (108 fields) with the classic one (31 and 25 "
+            f"fields): {current[0]} and {(performance or acquisition)[0]}; give one layout")
+    if current:
+        layout, data_files, acquisitions = schema.CURRENT, current, {}
+    elif performance and acquisition:
+        layout, data_files = schema.CLASSIC_PERFORMANCE, performance
+        acquisitions = _acquisitions_by_quarter(acquisition, performance)
+    else:
+        missing = "acquisition" if performance else "performance"
+        raise FileNotFoundError(
+            f"no Fannie Mae {missing} files among {len(files)} file(s) of {data or perf or acq!r}"
+            ": give the current layout's quarter files (108 fields a line), or the classic "
+            "Performance_* (31 fields) and Acquisition_* (25 fields) files")
+    parts = cut(data_files, size, layout)
+    if len(parts) > MAX_PARTITIONS:
+        raise ValueError(f"partition_size={partition_size!r} cuts the data into {len(parts):,} "
+                         "partitions: give a larger size")
+    total = sum(os.path.getsize(p) for p in data_files)
+    total += sum(os.path.getsize(p) for files in acquisitions.values() for p in files)
+    from .read import read_names
+
+    return Plan(layout, parts, acquisitions, read_names(names), total)
+
+
+def _acquisitions_by_quarter(acquisition: list[str], performance: list[str]) -> dict:
+    by_quarter: dict[str | None, list[str]] = {}
+    for path in acquisition:
+        by_quarter.setdefault(schema.quarter_of(path), []).append(path)
+    known = {q for q in by_quarter if q is not None}
+    for path in performance:
+        quarter = schema.quarter_of(path)
+        if quarter is not None and known and quarter not in known:
+            raise FileNotFoundError(
+                f"{path} is from {quarter} but no acquisition file of {quarter} was given "
+                f"(expected Acquisition_{quarter}.txt beside {acquisition[0]})")
+    return {q: tuple(files) for q, files in by_quarter.items()}
+
+
+def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
+    """Partitions of about ``size`` bytes: a quarter's small files together, large files in
+    pieces that end at loan boundaries."""
+    by_quarter: dict[str | None, list[str]] = {}
+    for path in paths:
+        by_quarter.setdefault(schema.quarter_of(path), []).append(path)
+    groups: list[tuple[str | None, list[Piece]]] = []
+    for quarter, files in by_quarter.items():
+        pending: list[Piece] = []
+        for path in files:
+            file_size = os.path.getsize(path)
+            if file_size == 0:
+                continue
+            if sum(p.nbytes for p in pending) + file_size > size and pending:
+                groups.append((quarter, pending))
+                pending = []
+            if file_size <= size:
+                pending.append(Piece(path, 0, file_size))
+                continue
+            pieces = -(-file_size // size)
+            with open(path, "rb") as f:
+                bounds = [loan_boundary(f, round(i * file_size / pieces), file_size,
+                                        layout.loan_field) for i in range(pieces + 1)]
+            groups += [(quarter, [Piece(path, a, b)]) for a, b in pairwise(bounds) if b > a]
+        if pending:
+            groups.append((quarter, pending))
+    return [Part(i, quarter, tuple(pieces)) for i, (quarter, pieces) in enumerate(groups)]
+
+
+def loan_boundary(f, offset: int, size: int, loan_field: int = 0) -> int:
+    """The first line start at or after ``offset`` that begins a new loan.
+
+    Both neighbours of a cut compute the same boundary, so each loan lands whole in exactly
+    one piece."""
+    if offset <= 0:
+        return 0
+    if offset >= size:
+        return size
+    f.seek(offset - 1)
+    f.readline()  # to the start of the next line (or stays, if offset starts a line)
+    pos = f.tell()
+    if pos >= size:
+        return size
+    previous = _loan_id(_line_before(f, pos), loan_field)
+    f.seek(pos)
+    for line in iter(f.readline, b""):
+        if _loan_id(line, loan_field) != previous:
+            return pos
+        pos += len(line)
+    return size
+
+
+def _loan_id(line: bytes, field: int) -> bytes:
+    fields = line.split(b"|", field + 1)
+    return fields[field].strip() if len(fields) > field else b""
+
+
+def _line_before(f, pos: int, block: int = 1 << 16) -> bytes:
+    """The line that ends just before ``pos`` (without its newline)."""
+    start = pos - 1  # the newline that ends it
+    parts = []
+    while start > 0:
+        step = min(block, start)
+        f.seek(start - step)
+        data = f.read(step)
+        cut_at = data.rfind(b"\n")
+        if cut_at >= 0:
+            parts.append(data[cut_at + 1:])
+            break
+        parts.append(data)
+        start -= step
+    return b"".join(reversed(parts))
+
+
+def lines_before(path: str, offset: int, block: int = 1 << 24) -> int:
+    """How many lines of ``path`` end before byte ``offset`` (to number a piece's lines)."""
+    count = 0
+    with open(path, "rb") as f:
+        while offset > 0:
+            data = f.read(min(block, offset))
+            if not data:
+                break
+            count += data.count(b"\n")
+            offset -= len(data)
+    return count
