@@ -36,7 +36,7 @@ from dask.utils import format_bytes, parse_bytes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402
-from mortgage import choices, say  # noqa: E402
+from common import choices, say  # noqa: E402
 from transfer import PROTOCOLS, machine_name  # noqa: E402
 
 ROW_BYTES = 32  # int64 key + three float64 columns

@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer  # noqa: E402  (benchmarks/peer.py: the raw copies)
-from mortgage import choices  # noqa: E402
+from common import choices  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30

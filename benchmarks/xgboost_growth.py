@@ -21,7 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-from mortgage import choices, command_line, machine, machine_name, say, write_results  # noqa: E402
+from common import choices, command_line, machine, machine_name, say, write_results  # noqa: E402
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
 FEATURES = 45

@@ -3,15 +3,12 @@
 #
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
-# Sections: probe memory-tests memory-bench serialize-tests convert-tests transfer-bench
-#           shuffle-bench mortgage-tests mortgage-stages mortgage-data mortgage-bench ecg-tests
+# Sections: probe memory-tests memory-bench compat-tests serialize-tests convert-tests
+#           mortgage-tests ecg-tests demo-tests transfer-bench shuffle-bench mortgage-bench
 #           ecg-bench   (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
-# TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_STAGES_ARGS, MORTGAGE_ARGS, ECG_ARGS;
-# MORTGAGE_DATA and MORTGAGE_GB: where mortgage-data generates a dataset (once) and its size;
-# DASK_GPU_INTEROP_MORTGAGE_SAMPLE: the real Fannie Mae sample rows (tests that need them skip
-# without them; on the lent machines carry a copy, e.g. in .gpukit/mortgage-sample); DASK_GPU_INTEROP_UPSTREAM_TESTS: a directory with
-# distributed's protocol tests (its wheel ships none), run with our serializers registered.
+# TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, ECG_ARGS; MORTGAGE_DATA: where the mortgage
+# benchmark generates its datasets (default /tmp/mortgage-bench).
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
 # `source .gpukit/install.sh` first. Logs and results go to $OUT (default /tmp/gpu-check):
 # log.txt, summary.md and results.tar.gz (benchmark tables, junit files).
@@ -71,13 +68,6 @@ print("gpus:", device.gpu_count(), device.current_device())
 PY
 }
 
-mortgage_data() {  # a generated dataset, reused when already there (-c, not stdin: the
-  # generator's worker processes re-import the main module)
-  python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import mortgage
-print(mortgage.dataset(sys.argv[1], float(sys.argv[2]), "2000-2016", 0, 40_000, None))' \
-    "${MORTGAGE_DATA:?set MORTGAGE_DATA}" "${MORTGAGE_GB:-10}"
-}
-
 want() {  # the section was asked for (or none were), and its code exists
   local name=$1 path=$2
   [ -e "$path" ] || return 1
@@ -96,9 +86,7 @@ for name in compat serialize convert mortgage ecg demo; do
 done
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
 want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 benchmarks/shuffle.py --out "$OUT/results" ${SHUFFLE_ARGS:-}
-want mortgage-data benchmarks/mortgage.py && [ -n "${MORTGAGE_DATA:-}" ] && section mortgage-data 600 mortgage_data
-want mortgage-stages benchmarks/mortgage_stages.py && section mortgage-stages 600 python3 benchmarks/mortgage_stages.py --device gpu --out "$OUT/results" ${MORTGAGE_STAGES_ARGS:-}
-want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 600 python3 benchmarks/mortgage.py --out "$OUT/results" ${MORTGAGE_ARGS:-}
+want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 benchmarks/mortgage.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
 want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results" ${ECG_ARGS:-}
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"

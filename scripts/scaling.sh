@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
 # Scaling on every GPU of this machine (issue 7), from the checkout's root; a short table last.
 #
-#   scripts/scaling.sh [SECTION...]    (default: mortgage-data transfer-bench shuffle-bench
-#                                       mortgage-bench)
+#   scripts/scaling.sh [SECTION...]    (default: transfer-bench shuffle-bench mortgage-bench)
 #
 # The same script on 1, 2, 4 or 8 GPUs: only the number of GPUs changes (SCALING_GPUS, default
 # every GPU nvidia-smi lists). SCALING_DRY_RUN=1 prints what would run.
-#   mortgage-data   a dataset of at least 50 GB of CSV (SCALING_GB=37 generates about 52 GB) in
-#                   SCALING_DATA (default /tmp/mortgage-scaling), reused when there
+#   mortgage-bench  the mortgage example's ETL command on 1, 2, 4, ... GPU workers, on
+#                   SCALING_SIZE (default 50GB) generated into SCALING_DATA (default
+#                   /tmp/mortgage-scaling) by the example's generate command, reused when there
 #   transfer-bench  CuPy and torch between every ordered pair of GPUs over UCX, and the raw peer
 #                   copies (each link alone, and all at once)
 #   shuffle-bench   a dask-cuDF shuffle of SCALING_SHUFFLE_PER_WORKER (default 8GiB) per GPU,
 #                   UCX vs TCP, against the peer copies
-#   mortgage-bench  the mortgage ETL + XGBoost on 1, 2, 4, ... GPUs (gpuN-pool, protocol UCX):
-#                   times and strong-scaling efficiency
 # Results: $OUT/results.tar.gz (transfer-<N>x<GPU>-pairs, shuffle-<N>x<GPU>,
 # mortgage-<N>x<GPU>-scaling; .md and .json). Sections run through scripts/gpu-check.sh, which
 # leaves NVLink multicast settings as the machine sets them.
@@ -33,14 +31,13 @@ fi
 
 CONFIGS=""
 n=1
-while [ $n -le "$GPUS" ]; do CONFIGS="${CONFIGS:+$CONFIGS,}gpu$n-pool"; last=$n; n=$((n * 2)); done
-[ "$last" -eq "$GPUS" ] || CONFIGS="$CONFIGS,gpu$GPUS-pool"
+while [ $n -le "$GPUS" ]; do CONFIGS="${CONFIGS:+$CONFIGS,}$n"; last=$n; n=$((n * 2)); done
+[ "$last" -eq "$GPUS" ] || CONFIGS="$CONFIGS,$GPUS"
 
 export MORTGAGE_DATA=${SCALING_DATA:-/tmp/mortgage-scaling}
-export MORTGAGE_GB=${SCALING_GB:-37}
 export TRANSFER_ARGS="--pairs all --kinds cupy,torch --sizes 64MiB,1GiB --protocols ucx --repeats 5 --machine $NAME-pairs"
 export SHUFFLE_ARGS="--per-worker ${SCALING_SHUFFLE_PER_WORKER:-8GiB} --protocols ucx,tcp --machine $NAME"
-export MORTGAGE_ARGS="--data $MORTGAGE_DATA --gb $MORTGAGE_GB --configs $CONFIGS --protocol ucx --rounds ${SCALING_ROUNDS:-20} --machine $NAME-scaling"
+export MORTGAGE_ARGS="--data $MORTGAGE_DATA --size ${SCALING_SIZE:-50GB} --layouts classic --gpu-workers $CONFIGS --runs 2 --cpu-runs 0 --e2e-size none --machine $NAME-scaling"
 
 if [ -n "${SCALING_DRY_RUN:-}" ]; then  # what would run, and nothing else
   echo "NAME=$NAME"; echo "CONFIGS=$CONFIGS"
@@ -49,7 +46,7 @@ if [ -n "${SCALING_DRY_RUN:-}" ]; then  # what would run, and nothing else
   exit 0
 fi
 if [ $# -eq 0 ]; then
-  set -- mortgage-data transfer-bench shuffle-bench mortgage-bench
+  set -- transfer-bench shuffle-bench mortgage-bench
 fi
 echo "scaling on $NAME: $CONFIGS; sections: $*"
 exec scripts/gpu-check.sh "$@"
