@@ -66,14 +66,15 @@ def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: 
     if layout.name == schema.CURRENT.name:
         columns = schema.PERFORMANCE_READ + schema.ACQUISITION_READ[1:]
         result = read.read(part.pieces, layout, columns, device, "skip", names)
-        perf = result.frame
+        perf, result.frame = result.frame, None  # freed as it is used
         acq = acquisition_view(perf)
-        perf = perf[list(schema.PERFORMANCE_READ)]
+        perf = perf.drop(columns=list(schema.ACQUISITION_READ[1:]))
     else:
         result = read.read(part.pieces, layout, schema.PERFORMANCE_READ, device, "skip", names)
-        perf, acq = result.frame, acquisitions
+        (perf, result.frame), acq = (result.frame, None), acquisitions
+    report = Report(len(perf), len(result.bad), result.bad[:KEPT_BAD_ROWS])
     perf = features.performance_features(perf)
-    return features.feature_table(perf, acq), Report.of(result)
+    return features.feature_table(perf, acq), report
 
 
 def meta(device: str = "cpu"):

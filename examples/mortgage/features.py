@@ -44,6 +44,12 @@ def _xp(array):
     return importlib.import_module(type(array).__module__.split(".")[0])
 
 
+def _plain_index(frame) -> bool:
+    """Whether rows are numbered 0, 1, ... already (then no copy is made to renumber them)."""
+    index = frame.index
+    return type(index).__name__ == "RangeIndex" and index.start == 0 and index.step == 1
+
+
 def _bad(perf):
     """Rows that make the label 1 for the twelve months that end with them."""
     balance = perf["current_actual_upb"].fillna(-1)  # a blank balance is not 0
@@ -61,7 +67,7 @@ def _in_order(perf) -> bool:
 def performance_features(perf):
     """``perf`` with ever_30/90/180 (int8), delinquency_30/90/180 (float32 month numbers,
     NaN when never) and the label delinquency_12 (int8), rows in their original order."""
-    work = perf.reset_index(drop=True)
+    work = perf if _plain_index(perf) else perf.reset_index(drop=True)
     in_order = _in_order(work)
     if not in_order:  # bad rows last among equal (loan, month), so the rows before see them
         work = work.assign(_bad=_bad(work).astype("int8"))

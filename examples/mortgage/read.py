@@ -1,9 +1,8 @@
 """Reading the pipe-delimited files into typed frames, every bad row found and reported.
 
 GPU workers read with ``cudf.read_csv`` (a byte range of the file, the columns the ETL
-needs, numbers as text turned into numbers with ``cudf.to_numeric``: cuDF's reader reads a
-number it cannot parse as missing, and comparing null counts before and after the conversion
-is how a bad number is seen). CPU workers read with pyarrow's CSV reader, which refuses a
+needs, numbers as text then converted by cuDF, which refuses one that is not a number: its
+reader alone would read such a field as missing). CPU workers read with pyarrow's CSV reader, which refuses a
 line with the wrong number of fields or a number that is not one.
 
 The text columns (the reporting month, the delinquency status, the categorical codes) hold
@@ -131,23 +130,43 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
     columns = tuple(columns)
     frames, bad = [], []
     seen: set | None = set() if unique_ids else None
-    for piece in pieces:
+    for group in _groups(pieces, device):
         try:
-            frame = _fast(piece, None, layout, columns, device, names)
+            frame = _fast(group, None, layout, columns, device, names)
             if unique_ids:
                 ids = frame["loan_id"]
                 if int(ids.nunique()) != len(ids) or (seen and bool(ids.isin(list(seen)).any())):
                     raise _Unclean("duplicate loan_id")
                 seen.update(_host(ids))
-        except _Unclean as unclean:
-            frame, found = _slow_path(piece, layout, columns, device, names, seen, str(unclean))
-            bad += found
-            if found and policy == "error":
-                raise BadRowsError(found) from None
+        except _Unclean as unclean:  # the slow path, one piece at a time
+            for piece in group:
+                frame, found = _slow_path(piece, layout, columns, device, names, seen,
+                                          str(unclean))
+                bad += found
+                if found and policy == "error":
+                    raise BadRowsError(found) from None
+                frames.append(frame)
+            continue
         frames.append(frame)
     frame = frames[0] if len(frames) == 1 else _module(frames[0]).concat(frames,
                                                                         ignore_index=True)
     return ReadResult(frame, bad)
+
+
+def _groups(pieces, device: str) -> list[list[Piece]]:
+    """The pieces read together: on GPUs every whole file that ends with a newline in one
+    call of libcudf's reader (a call costs about 10 ms beside its work); else one by one."""
+    if device != "gpu":
+        return [[piece] for piece in pieces]
+    together = [p for p in pieces if _byte_range(p) is None and _ends_a_line(p.path)]
+    alone = [[p] for p in pieces if p not in together]
+    return ([together] if together else []) + alone
+
+
+def _ends_a_line(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _module(frame):
@@ -165,23 +184,14 @@ def _host(series) -> list:
 # The fast path
 
 
-def _fast(piece: Piece, data: bytes | None, layout, columns, device, names):
-    """The typed frame of ``piece`` (or of ``data``, a piece's good lines); raises _Unclean."""
+def _fast(pieces: list[Piece], data: bytes | None, layout, columns, device, names):
+    """The typed frame of ``pieces`` (or of ``data``, a piece's good lines); raises _Unclean."""
     read_columns = _read_gpu if device == "gpu" else _read_cpu
-    values, texts = read_columns(piece, data, layout, columns)
-    if values is None:  # no line, or only blank ones
+    frame, texts = read_columns(pieces, data, layout, columns)
+    if frame is None:  # no line, or only blank ones
         return empty_frame(columns, device)
     for name, (codes, uniques) in texts.items():
-        values[name] = _decoded(name, codes, uniques, names)
-    values = {c: values[c] for c in columns}
-    if device == "gpu":
-        import cudf
-
-        frame = cudf.DataFrame(values)
-    else:
-        import pandas as pd
-
-        frame = pd.DataFrame(values)
+        frame[name] = _decoded(name, codes, uniques, names)  # replaces the text in place
     if frame["loan_id"].isna().any():
         raise _Unclean("blank loan_id")
     return frame
@@ -233,41 +243,64 @@ def _byte_range(piece: Piece) -> tuple[int, int] | None:
     return offset, 0 if piece.stop >= size else piece.stop - 1 - offset
 
 
-def _read_gpu(piece, data, layout, columns):
+def _read_gpu(pieces, data, layout, columns):
     import cudf
 
     wanted = [layout.classic[c] for c in columns]
     kinds = {layout.classic[c]: schema.kind_of(c) for c in columns}
     dtype = {name: "int64" if kind == ID else "str" for name, kind in kinds.items()}
-    source = piece.path if data is None else io.BytesIO(data)
-    byte_range = _byte_range(piece) if data is None else None
-    frame = cudf.read_csv(
-        source, sep="|", header=None, names=[*layout.names, EXTRA], usecols=[*wanted, EXTRA],
-        dtype={**dtype, EXTRA: "str"}, na_values=[""], keep_default_na=False, quoting=3,
-        skip_blank_lines=True, byte_range=byte_range,
-    )
-    if frame[EXTRA].null_count != len(frame):
+    names, usecols, dtype = [*layout.names, EXTRA], [*wanted, EXTRA], {**dtype, EXTRA: "str"}
+    if data is None:
+        frame = _read_csv_gpu([p.path for p in pieces], _byte_range(pieces[0]), names, usecols,
+                              dtype)
+    else:  # a piece's good lines, after the slow path
+        frame = cudf.read_csv(io.BytesIO(data), sep="|", header=None, names=names,
+                              usecols=usecols, dtype=dtype, na_values=[""],
+                              keep_default_na=False, quoting=3, skip_blank_lines=True)
+    if frame.pop(EXTRA).null_count != len(frame):
         raise _Unclean("too many fields")
-    out, texts = {}, {}
-    for column, name in zip(columns, wanted, strict=True):
-        kind, values = kinds[name], frame.pop(name)
+    frame = frame.rename(columns={layout.classic[c]: c for c in columns})[list(columns)]
+    texts = {}
+    for column in columns:
+        kind = schema.kind_of(column)
         if kind == NUMBER:
-            numbers = cudf.to_numeric(values, errors="coerce")
-            if numbers.null_count != values.null_count:
-                raise _Unclean(f"a number in {column} is not one")
-            out[column] = numbers.astype("float64")
-        elif kind == ID:
-            out[column] = values
-        else:
-            codes, uniques = values.factorize()
+            try:  # cuDF checks every value is a number, then converts
+                frame[column] = frame[column].astype("float64")
+            except ValueError:
+                raise _Unclean(f"a number in {column} is not one") from None
+        elif kind != ID:
+            codes, uniques = frame[column].factorize()
             texts[column] = (codes, uniques.to_arrow().to_pylist())
-    return out, texts
+    return frame, texts
 
 
-def _read_cpu(piece, data, layout, columns):
+def _read_csv_gpu(sources, byte_range, names, usecols, dtypes):
+    """libcudf's CSV reader, as ``cudf.read_csv`` calls it, on one or several files read as
+    one (``cudf.read_csv`` takes a single file)."""
+    import cudf
+    import pylibcudf as plc
+
+    builder = plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo(sources))
+    if byte_range is not None:
+        builder = builder.byte_range_offset(byte_range[0]).byte_range_size(byte_range[1])
+    options = (builder.quoting(plc.io.types.QuoteStyle.NONE).skip_blank_lines(True)
+               .keep_default_na(False).na_filter(True).build())
+    options.set_header(-1)
+    options.set_names(names)
+    options.set_delimiter("|")
+    options.set_na_values([""])
+    options.set_use_cols_names(usecols)
+    options.set_dtypes({name: plc.DataType(plc.TypeId.INT64 if kind == "int64" else
+                                           plc.TypeId.STRING) for name, kind in dtypes.items()})
+    result = plc.io.csv.read_csv(options)
+    return cudf.DataFrame.from_pylibcudf(result)
+
+
+def _read_cpu(pieces, data, layout, columns):
     import pyarrow as pa
     from pyarrow import csv
 
+    (piece,) = pieces
     if data is None:
         with open(piece.path, "rb") as f:
             f.seek(piece.start)
@@ -290,6 +323,8 @@ def _read_cpu(piece, data, layout, columns):
         if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
             return None, {}
         raise _Unclean(str(exc)) from None
+    import pandas as pd
+
     out, texts = {}, {}
     for column, name in zip(columns, wanted, strict=True):
         values = table.column(name)
@@ -297,9 +332,10 @@ def _read_cpu(piece, data, layout, columns):
             values = values.combine_chunks()
             codes = values.indices.fill_null(-1).to_numpy(zero_copy_only=False)
             texts[column] = (codes, values.dictionary.to_pylist())
+            out[column] = codes
         else:
             out[column] = values.to_numpy()
-    return out, texts
+    return pd.DataFrame(out), texts
 
 
 def _empty(columns):
@@ -333,7 +369,7 @@ def _slow_path(piece, layout, columns, device, names, seen, first_problem):
             f"({first_problem}) but no line breaks the file format; please report this")
     base = lines_before(piece.path, piece.start)
     bad = [BadRow(piece.path, base + index + 1, reason) for index, reason in bad_lines]
-    frame = _fast(piece, clean, layout, columns, device, names) if clean else empty_frame(
+    frame = _fast([piece], clean, layout, columns, device, names) if clean else empty_frame(
         columns, device)
     return frame, bad
 
