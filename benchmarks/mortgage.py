@@ -258,6 +258,7 @@ def main(argv=None) -> dict:
                         help="An earlier checkout whose CPU ETL to time beside this one's.")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
     parser.add_argument("--machine", default="1xH200")
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
     for flag, value in (("--size", args.size), ("--e2e-size", args.e2e_size)):
@@ -270,8 +271,8 @@ def main(argv=None) -> dict:
     if not set(layouts) <= {"classic", "current"}:
         parser.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                           capture_output=True, text=True).stdout.strip()
     payload = {"command": command_line(__file__, argv), "commit": commit,
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
                "machine_name": args.machine, "datasets": {}, "etl": {}, "jobs": {}}

@@ -66,7 +66,7 @@ def _same_table(cpu, gpu):
 @pytest.mark.parametrize("partition_size", ["1MiB", "256MiB"])
 def test_cudf_and_pandas_give_the_same_feature_table(dataset, layout, partition_size):
     plan = files.plan(dataset.directory_of(layout), partition_size=partition_size)
-    if partition_size == "1MiB":
+    if partition_size == "1MiB" and layout == "current":  # its files are larger than 1 MiB
         assert any(p.start > 0 for part in plan.parts for p in part.pieces)  # byte ranges
     _same_table(*_both(plan))
 
