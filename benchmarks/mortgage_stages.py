@@ -114,14 +114,13 @@ def _gpu_steps(clock, part, plan, columns):
     wanted = [layout.classic[c] for c in columns]
     kinds = {layout.classic[c]: schema.kind_of(c) for c in columns}
     text_types = {n: "int64" if k == schema.ID else "str" for n, k in kinds.items()}
-    paths = [p.path for p in part.pieces]
-    byte_range = read._byte_range(part.pieces[0])
     args = (names, [*wanted, read.EXTRA], {**text_types, read.EXTRA: "str"})
-    frame = clock("libcudf's reader, the partition's files in one call", read._read_csv_gpu,
-                  paths, byte_range, *args)
-    if len(paths) > 1:
-        clock("libcudf's reader, a call per file (not taken)",
-              lambda: [read._read_csv_gpu([p], None, *args) for p in paths])
+
+    def read_text():
+        frames = [read._read_csv_gpu(p.path, read._byte_range(p), *args) for p in part.pieces]
+        return frames[0] if len(frames) == 1 else cudf.concat(frames, ignore_index=True)
+
+    frame = clock("cudf.read_csv, every piece's text", read_text)
     numbers = [n for n, k in kinds.items() if k == schema.NUMBER]
     texts = [n for n, k in kinds.items() if k not in (schema.ID, schema.NUMBER)]
 

@@ -57,7 +57,7 @@ def acquisition_view(frame):
     """Each loan's acquisition fields from its first reporting month (the current layout)."""
     if not features._in_order(frame):
         frame = frame.sort_values(["loan_id", features.PERIOD])
-    first = frame["loan_id"].diff().fillna(1) != 0
+    first = features.filled(frame["loan_id"].diff(), 1) != 0
     return frame.loc[first, list(schema.ACQUISITION_READ)].reset_index(drop=True)
 
 

@@ -33,10 +33,27 @@ def _module(frame):
     return importlib.import_module(type(frame).__module__.split(".")[0])
 
 
+def filled(series, value):
+    """``series`` with its missing values as ``value``. On cuDF through libcudf's
+    ``replace_nulls``: cuDF's ``fillna`` first proves that the value fits the column, with
+    reductions and a device sync, about 2 ms a call on an H200, and the feature table calls it
+    for every column."""
+    if not hasattr(series, "to_pylibcudf"):
+        return series.fillna(value)
+    if not series.has_nulls:
+        return series
+    import pylibcudf as plc
+
+    column, metadata = series.to_pylibcudf()
+    value = float(value) if series.dtype.kind == "f" else int(value)
+    replaced = plc.replace.replace_nulls(column, plc.Scalar.from_py(value, column.type()))
+    return type(series).from_pylibcudf(replaced, metadata)
+
+
 def _values(series, na=np.nan):
     """A column's values as a CuPy (cuDF) or NumPy (pandas) array, missing as ``na``."""
-    if hasattr(series, "to_cupy"):
-        return series.to_cupy(na_value=na)
+    if hasattr(series, "to_pylibcudf"):
+        return filled(series, na).values
     return series.to_numpy(na_value=na)
 
 
@@ -52,7 +69,7 @@ def _plain_index(frame) -> bool:
 
 def _bad(perf):
     """Rows that make the label 1 for the twelve months that end with them."""
-    balance = perf["current_actual_upb"].fillna(-1)  # a blank balance is not 0
+    balance = filled(perf["current_actual_upb"], -1)  # a blank balance is not 0
     return (perf[STATUS] > schema.LABEL_STATUS_ABOVE) | (balance == 0)
 
 
@@ -73,7 +90,7 @@ def performance_features(perf):
         work = work.assign(_bad=_bad(work).astype("int8"))
         work = work.sort_values(["loan_id", PERIOD, "_bad"]).drop(columns="_bad")
     month = work[PERIOD].astype("int64")
-    new_loan = work["loan_id"].diff().fillna(1) != 0
+    new_loan = filled(work["loan_id"].diff(), 1) != 0
     run = new_loan.astype("int64").cumsum() - 1  # the loan's place among the partition's
     key = run * _LOAN_SHIFT + month
     next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]

@@ -557,8 +557,8 @@ def acquisition_path(directory: str, year: int, quarter: int) -> str:
     return os.path.join(directory, "acq", f"Acquisition_{year}Q{quarter}.txt")
 
 
-def performance_path(directory: str, year: int, quarter: int, part: int) -> str:
-    return os.path.join(directory, "perf", f"Performance_{year}Q{quarter}.txt_{part}")
+def performance_path(directory: str, year: int, quarter: int) -> str:
+    return os.path.join(directory, "perf", f"Performance_{year}Q{quarter}.txt")
 
 
 def write_acquisition(directory: str, spec: Spec, year: int, quarter: int) -> tuple[str, int, int]:
@@ -576,15 +576,16 @@ def current_path(directory: str, year: int, quarter: int) -> str:
 
 
 def write_part(roots: dict, spec: Spec, year: int, quarter: int, part: int) -> dict:
-    """One part of a quarter's loans in each layout of ``roots`` (one task): the classic
-    performance file, or the current layout's part file; ``{layout: (path, bytes, rows)}``."""
+    """One part of a quarter's loans in each layout of ``roots`` (one task): a part of the
+    quarter's classic performance file or current-layout file (joined after by
+    :func:`join_parts`); ``{layout: (path, bytes, rows)}``."""
     attrs = loans(spec, year, quarter, part)
     rows = simulate(spec, year, quarter, part, attrs)
     out = {}
     for layout, root in roots.items():
         rng = np.random.default_rng([spec.seed, year, quarter, part, 2])  # same draws in both
         if layout == "classic":
-            path = performance_path(root, year, quarter, part)
+            path = f"{performance_path(root, year, quarter)}.part{part}"
             columns = performance_columns(attrs, rows, rng)
         else:
             path = f"{current_path(root, year, quarter)}.part{part}"
@@ -593,9 +594,10 @@ def write_part(roots: dict, spec: Spec, year: int, quarter: int, part: int) -> d
     return out
 
 
-def join_parts(path: str, parts: list[dict]) -> tuple[str, int]:
-    """The current layout's quarter file from its part files, in order (one task)."""
-    sources = [written["current"][0] for written in parts]
+def join_parts(path: str, parts: list[dict], layout: str) -> tuple[str, int]:
+    """A quarter's file from its part files, in order (one task): one file per quarter, as
+    Fannie Mae publishes them."""
+    sources = [written[layout][0] for written in parts]
     with open(path, "wb") as out:
         for source in sources:
             with open(source, "rb") as f:
@@ -693,29 +695,34 @@ def generate(directory: str, spec: Spec | None = None, *, layout: str = "classic
     parts = {(y, q): [dask.delayed(write_part, pure=False)(roots, spec, y, q, p)
                       for p in range(spec.parts_per_quarter)] for y, q in spec.quarters}
     tasks = [part for quarter in parts.values() for part in quarter]
-    acquisitions, joined = [], []
+    acquisitions, classic, current = [], [], []
     if "classic" in roots:
         acquisitions = [dask.delayed(write_acquisition, pure=False)(roots["classic"], spec, y, q)
                         for y, q in spec.quarters]
+        classic = [dask.delayed(join_parts, pure=False)(
+            performance_path(roots["classic"], y, q), parts[y, q], "classic")
+            for y, q in spec.quarters]
     if "current" in roots:
-        joined = [dask.delayed(join_parts, pure=False)(current_path(roots["current"], y, q),
-                                                        parts[y, q]) for y, q in spec.quarters]
-    everything = [*acquisitions, *joined, *tasks]
+        current = [dask.delayed(join_parts, pure=False)(
+            current_path(roots["current"], y, q), parts[y, q], "current")
+            for y, q in spec.quarters]
+    everything = [*acquisitions, *classic, *current, *tasks]
     results = _compute_with_progress(everything) if progress else dask.compute(*everything)
-    acq = results[:len(acquisitions)]
-    current = results[len(acquisitions):len(acquisitions) + len(joined)]
-    written = results[len(acquisitions) + len(joined):]
+    results = list(results)
+    acq = [results.pop(0) for _ in acquisitions]
+    classic = [results.pop(0) for _ in classic]
+    current = [results.pop(0) for _ in current]
+    written = results
     names = [write_names(root) for root in roots.values()][-1]
     any_layout = next(iter(roots))
     return Generated(
         directory=directory,
         layout=layout,
-        performance=[w["classic"][0] for w in written] if "classic" in roots else [],
+        performance=[r[0] for r in classic],
         acquisition=[r[0] for r in acq],
         current=[r[0] for r in current],
         names=names if layout != "both" else None,
-        bytes=sum(r[1] for r in acq) + sum(r[1] for r in current) + sum(
-            w["classic"][1] for w in written if "classic" in w),
+        bytes=sum(r[1] for r in acq + classic + current),
         rows=sum(w[any_layout][2] for w in written),
         loans=spec.loans_per_quarter * len(spec.quarters),
         seconds=time.perf_counter() - started,

@@ -130,14 +130,16 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
     columns = tuple(columns)
     frames, bad = [], []
     seen: set | None = set() if unique_ids else None
-    for group in _groups(pieces, device):
+    groups = _groups(pieces, device)
+    for group in groups:
         try:
             frame = _fast(group, None, layout, columns, device, names)
             if unique_ids:
                 ids = frame["loan_id"]
                 if int(ids.nunique()) != len(ids) or (seen and bool(ids.isin(list(seen)).any())):
                     raise _Unclean("duplicate loan_id")
-                seen.update(_host(ids))
+                if len(groups) > 1:  # the ids the next groups must not repeat
+                    seen.update(_host(ids))
         except _Unclean as unclean:  # the slow path, one piece at a time
             for piece in group:
                 frame, found = _slow_path(piece, layout, columns, device, names, seen,
@@ -154,19 +156,10 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
 
 
 def _groups(pieces, device: str) -> list[list[Piece]]:
-    """The pieces read together: on GPUs every whole file that ends with a newline in one
-    call of libcudf's reader (a call costs about 10 ms beside its work); else one by one."""
-    if device != "gpu":
-        return [[piece] for piece in pieces]
-    together = [p for p in pieces if _byte_range(p) is None and _ends_a_line(p.path)]
-    alone = [[p] for p in pieces if p not in together]
-    return ([together] if together else []) + alone
-
-
-def _ends_a_line(path: str) -> bool:
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
+    """The pieces converted together: on GPUs all of a partition's (each piece's text is read
+    by its own call, then they are converted at once: each conversion costs its launches
+    whatever the rows); on CPUs one at a time."""
+    return [list(pieces)] if device == "gpu" else [[piece] for piece in pieces]
 
 
 def _module(frame):
@@ -250,9 +243,10 @@ def _read_gpu(pieces, data, layout, columns):
     kinds = {layout.classic[c]: schema.kind_of(c) for c in columns}
     dtype = {name: "int64" if kind == ID else "str" for name, kind in kinds.items()}
     names, usecols, dtype = [*layout.names, EXTRA], [*wanted, EXTRA], {**dtype, EXTRA: "str"}
-    if data is None:
-        frame = _read_csv_gpu([p.path for p in pieces], _byte_range(pieces[0]), names, usecols,
-                              dtype)
+    if data is None:  # the text of every piece, then converted at once
+        frames = [_read_csv_gpu(p.path, _byte_range(p), names, usecols, dtype) for p in pieces]
+        frame = frames[0] if len(frames) == 1 else cudf.concat(frames, ignore_index=True)
+        del frames
     else:  # a piece's good lines, after the slow path
         frame = cudf.read_csv(io.BytesIO(data), sep="|", header=None, names=names,
                               usecols=usecols, dtype=dtype, na_values=[""],
@@ -274,26 +268,13 @@ def _read_gpu(pieces, data, layout, columns):
     return frame, texts
 
 
-def _read_csv_gpu(sources, byte_range, names, usecols, dtypes):
-    """libcudf's CSV reader, as ``cudf.read_csv`` calls it, on one or several files read as
-    one (``cudf.read_csv`` takes a single file)."""
+def _read_csv_gpu(path, byte_range, names, usecols, dtypes):
+    """``cudf.read_csv`` of a file's byte range, the columns as text but the loan id."""
     import cudf
-    import pylibcudf as plc
 
-    builder = plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo(sources))
-    if byte_range is not None:
-        builder = builder.byte_range_offset(byte_range[0]).byte_range_size(byte_range[1])
-    options = (builder.quoting(plc.io.types.QuoteStyle.NONE).skip_blank_lines(True)
-               .keep_default_na(False).na_filter(True).build())
-    options.set_header(-1)
-    options.set_names(names)
-    options.set_delimiter("|")
-    options.set_na_values([""])
-    options.set_use_cols_names(usecols)
-    options.set_dtypes({name: plc.DataType(plc.TypeId.INT64 if kind == "int64" else
-                                           plc.TypeId.STRING) for name, kind in dtypes.items()})
-    result = plc.io.csv.read_csv(options)
-    return cudf.DataFrame.from_pylibcudf(result)
+    return cudf.read_csv(path, sep="|", header=None, names=names, usecols=usecols,
+                         dtype=dtypes, na_values=[""], keep_default_na=False, quoting=3,
+                         skip_blank_lines=True, byte_range=byte_range)
 
 
 def _read_cpu(pieces, data, layout, columns):

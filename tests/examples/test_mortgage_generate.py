@@ -56,7 +56,8 @@ def test_layout_and_file_names(made):
     names = sorted(os.path.relpath(p, made.directory) for p in made.performance + made.acquisition)
     quarters = [f"{y}Q{q}" for y in (2007, 2008) for q in range(1, 5)]
     assert names == sorted([f"acq/Acquisition_{q}.txt" for q in quarters]
-                           + [f"perf/Performance_{q}.txt_{k}" for q in quarters for k in range(3)])
+                           + [f"perf/Performance_{q}.txt" for q in quarters])
+    assert not glob.glob(os.path.join(made.directory, "perf", "*.part*"))  # parts joined
     with open(made.names) as f:
         lines = f.read().splitlines()
     assert lines[0] == "seller_name|new" and len(lines) == 1 + len(schema.SELLERS)
