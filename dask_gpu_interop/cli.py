@@ -38,9 +38,15 @@ def connect(scheduler, scheduler_file, tls_dir, timeout):
     kwargs = dict(timeout=timeout)
     if security is not None:
         kwargs["security"] = security
-    if scheduler_file is not None:
-        return Client(scheduler_file=scheduler_file, **kwargs)
-    return Client(scheduler, **kwargs)
+    try:
+        if scheduler_file is not None:
+            return Client(scheduler_file=scheduler_file, **kwargs)
+        return Client(scheduler, **kwargs)
+    except (OSError, TimeoutError) as err:
+        where = scheduler or f"the address in {scheduler_file}"
+        raise click.ClickException(
+            f"no scheduler answered at {where} within {timeout} ({type(err).__name__}): check "
+            "the address, or start one (python -m dask scheduler)") from None
 
 
 def connection_options(command):
@@ -199,7 +205,7 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
               help="Also write the samples as CSV.")
 def memory_plot(scheduler, scheduler_file, tls_dir, png, interval, duration, csv_path):
     """Record each worker's GPU memory of a running cluster and plot it over time."""
-    from .memory.timeline import MemoryTimeline
+    from .memory.timeline import MemoryTimeline, gpu_statuses
 
     with connect(scheduler, scheduler_file, tls_dir, "10s") as client:
         timeline = MemoryTimeline(client, interval=interval)
@@ -212,9 +218,13 @@ def memory_plot(scheduler, scheduler_file, tls_dir, png, interval, duration, csv
                     _sleep_forever()
             except KeyboardInterrupt:
                 pass
-    timeline.plot(png)
     if csv_path:
         timeline.to_frame().to_csv(csv_path, index=False)
+    if timeline.plot(png) is None:
+        statuses = gpu_statuses(timeline.to_frame())
+        click.echo(f"{len(timeline.samples)} samples, none with GPU memory (the workers report: "
+                   f"{statuses}): no plot written")
+        return
     click.echo(f"{len(timeline.samples)} samples -> {png}")
 
 

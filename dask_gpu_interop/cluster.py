@@ -20,6 +20,12 @@ from . import device as device_mod
 from .memory.plugin import GPUMemoryPlugin
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
+CONNECT_TIMEOUT = "10s"
+
+
+class ClusterError(RuntimeError):
+    """The cluster asked for cannot be had: no GPU, no scheduler at the address, a protocol
+    the device cannot use. The message says what to change."""
 DEVICES = ("auto", "gpu", "cpu")
 GPU_STACK = ("cudf", "cupy", "dask_cuda")
 
@@ -42,12 +48,12 @@ def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "gpu" if have_gpu and not missing else "cpu"
     if not have_gpu:
-        raise RuntimeError(
+        raise ClusterError(
             "device='gpu' but no CUDA GPU is visible here (check nvidia-smi and "
             "CUDA_VISIBLE_DEVICES), or use device='cpu'"
         )
     if missing:
-        raise RuntimeError(
+        raise ClusterError(
             f"device='gpu' needs {', '.join(missing)}: pip install 'dask-gpu-interop[cuda13]' "
             "(or [cuda12]), or use device='cpu'"
         )
@@ -58,7 +64,15 @@ def _check_protocol(protocol: str, device: str) -> None:
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol={protocol!r}: choose one of {', '.join(PROTOCOLS)}")
     if protocol == "ucx" and device != "gpu":
-        raise ValueError("protocol='ucx' is for GPU clusters (distributed-ucxx); use 'tcp' on CPUs")
+        raise ClusterError("protocol='ucx' is for GPU clusters (distributed-ucxx): use "
+                           "protocol='tcp' on CPUs")
+
+
+def check_local(device: str = "auto", protocol: str = "tcp") -> str:
+    """The device a local cluster would use, after checking that it can; ClusterError."""
+    device = resolve_device(device)
+    _check_protocol(protocol, device)
+    return device
 
 
 def local_cluster(
@@ -79,8 +93,7 @@ def local_cluster(
     when present. Bad options raise here, before any process starts.
     """
     plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
-    device = resolve_device(device)
-    _check_protocol(protocol, device)
+    device = check_local(device, protocol)
     if device == "gpu":
         from dask_cuda import LocalCUDACluster
 
@@ -112,11 +125,21 @@ def workers_device(client, device: str = "auto") -> str:
     found = set(client.run(resolve_device, "auto").values())
     have = "gpu" if found == {"gpu"} else "cpu"
     if device == "gpu" and have != "gpu":
-        raise RuntimeError(
+        raise ClusterError(
             "device='gpu' but not every worker of the cluster has a GPU and the GPU stack "
             "(cuDF, CuPy, dask-cuda); start GPU workers, or use device='cpu'"
         )
     return device if device != "auto" else have
+
+
+def connect(scheduler: str, *, security=None, timeout: str = CONNECT_TIMEOUT) -> Client:
+    """A Client of the scheduler at ``scheduler``; ClusterError when none answers in time."""
+    try:
+        return Client(scheduler, security=security, timeout=timeout)
+    except (OSError, TimeoutError) as err:
+        raise ClusterError(
+            f"no scheduler answered at {scheduler} within {timeout} ({type(err).__name__}): "
+            "check the address, or start one (python -m dask scheduler)") from None
 
 
 @contextlib.contextmanager
@@ -140,7 +163,7 @@ def cluster_client(
     """
     if scheduler is not None:
         plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting
-        with Client(scheduler, security=security) as client:
+        with connect(scheduler, security=security) as client:
             device = workers_device(client, device)
             if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)

@@ -22,7 +22,7 @@ import re
 
 import click
 
-from .cluster import DEVICES, PROTOCOLS
+from .cluster import DEVICES, PROTOCOLS, ClusterError, check_local
 from .memory.config import OPTIONS, MemoryConfig, OptionSpec
 
 
@@ -123,10 +123,19 @@ def cluster_options(command):
                   help="Plot each worker's device memory over the run into this PNG.")
     @functools.wraps(command)
     def wrapper(*args, scheduler, device, protocol, n_workers, memory, memory_plot, **kwargs):
+        if scheduler is None:
+            try:
+                check_local(device, protocol)
+            except ClusterError as err:
+                raise click.UsageError(as_flags(str(err)).replace("protocol=", "--protocol ")
+                                       .replace("device=", "--device ")) from None
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
             memory=memory or None, memory_plot=memory_plot,
         )
-        return command(*args, cluster=cluster, **kwargs)
+        try:
+            return command(*args, cluster=cluster, **kwargs)
+        except ClusterError as err:
+            raise click.ClickException(str(err)) from None
 
     return wrapper

@@ -223,18 +223,23 @@ def test_timeline_arguments_are_checked():
 def test_record_memory_on_a_real_cluster_writes_png_and_csv(client, tmp_path):
     import dask.array as da
 
-    with record_memory(client, png=tmp_path / "m.png", csv=tmp_path / "m.csv", interval=0.2) as tl:
-        da.random.random((2000, 2000), chunks=500).sum().compute()
-        time.sleep(0.5)
-    assert (tmp_path / "m.png").read_bytes().startswith(PNG)
+    with pytest.warns(UserWarning, match=r"no GPU memory samples \(the workers report: no-gpu\)"):
+        with record_memory(client, png=tmp_path / "m.png", csv=tmp_path / "m.csv",
+                           interval=0.2) as tl:
+            da.random.random((2000, 2000), chunks=500).sum().compute()
+            time.sleep(0.5)
+    assert not (tmp_path / "m.png").exists()  # CPU workers: nothing to draw, and it says so
     frame = pd.read_csv(tmp_path / "m.csv")
     assert set(frame["worker"]) == set(client.scheduler_info()["workers"])
     assert set(frame["status"]) == {"no-gpu"}
     assert len(tl.samples) == len(frame)
 
 
-def test_record_memory_writes_the_plot_when_the_run_fails(client, tmp_path):
+def test_record_memory_writes_the_plot_when_the_run_fails(tmp_path):
+    gpu_samples = fake_source()
     with pytest.raises(ZeroDivisionError):
-        with record_memory(client, png=tmp_path / "failed.png", interval=0.2):
-            client.submit(lambda: 1 / 0).result()
+        with record_memory(None, png=tmp_path / "failed.png", interval=0.05,
+                           source=gpu_samples):
+            time.sleep(0.2)
+            raise ZeroDivisionError("the run failed")
     assert (tmp_path / "failed.png").read_bytes().startswith(PNG)

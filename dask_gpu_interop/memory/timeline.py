@@ -152,12 +152,20 @@ def _row(t: float, now: float, worker: str, snap: dict) -> dict:
     }
 
 
-def plot_timeline(frame, path, *, title: str | None = None, interval: float | None = None) -> Path:
-    """Plot samples (``MemoryTimeline.to_frame()``) to a PNG at ``path``.
+def gpu_statuses(frame) -> str | None:
+    """None when some worker has GPU numbers; else what the workers report (for a message)."""
+    numeric = ("device_used_bytes", "pool_size", "current_bytes", "peak_bytes",
+               "cuda_pool_used_bytes", "cuda_pool_reserved_bytes")
+    if len(frame) and frame[list(numeric)].notna().any(axis=None):
+        return None
+    statuses = sorted({str(s) for s in frame.get("status", []) if s is not None})
+    return ", ".join(statuses) or "no samples"
 
-    Workers without GPU numbers (CPU workers) get no panel; if none has any, the image says so,
-    so that a pipeline asked for a plot on CPUs still writes one.
-    """
+
+def plot_timeline(frame, path, *, title: str | None = None,
+                  interval: float | None = None) -> Path | None:
+    """Plot samples (``MemoryTimeline.to_frame()``) to a PNG at ``path``; None, and no file,
+    when no worker has GPU numbers (CPU workers): there is nothing to draw."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -174,13 +182,7 @@ def plot_timeline(frame, path, *, title: str | None = None, interval: float | No
     heading = title or "GPU memory per worker"
 
     if not shown:
-        fig = Figure(figsize=(8, 2.5))
-        ax = fig.add_subplot()
-        statuses = ", ".join(sorted({str(s) for s in frame.get("status", []) if s is not None}))
-        ax.text(0.5, 0.5, "no GPU memory samples" + (f" (workers report: {statuses})" if statuses else ""),
-                ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-        fig.suptitle(heading)
+        return None
     else:
         fig = Figure(figsize=(9, 1.2 + 2.2 * len(shown)), layout="constrained")
         axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
@@ -217,10 +219,13 @@ def plot_timeline(frame, path, *, title: str | None = None, interval: float | No
 
 
 @contextmanager
-def record_memory(client, png=None, *, interval: float = 1.0, title: str | None = None, csv=None):
+def record_memory(client, png=None, *, interval: float = 1.0, title: str | None = None, csv=None,
+                  source=None):
     """Record memory while the block runs and write the PNG (and CSV) at the end. If the block
-    fails they are still written, as well as can be: the plot is most useful then."""
-    timeline = MemoryTimeline(client, interval=interval)
+    fails they are still written, as well as can be: the plot is most useful then. With no GPU
+    samples at all (CPU workers) no PNG is written, and a warning says so. ``source``: as for
+    :class:`MemoryTimeline`."""
+    timeline = MemoryTimeline(client, interval=interval, source=source)
     timeline.start()
     try:
         yield timeline
@@ -236,7 +241,11 @@ def record_memory(client, png=None, *, interval: float = 1.0, title: str | None 
 
 
 def _write(timeline: MemoryTimeline, png, csv, title) -> None:
-    if png is not None:
-        timeline.plot(png, title=title)
+    if png is not None and timeline.plot(png, title=title) is None:
+        import warnings
+
+        statuses = gpu_statuses(timeline.to_frame())
+        warnings.warn(f"no GPU memory samples (the workers report: {statuses}): {png} was not "
+                      "written", stacklevel=3)
     if csv is not None:
         timeline.to_frame().to_csv(csv, index=False)

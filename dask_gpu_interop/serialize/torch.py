@@ -58,7 +58,9 @@ def export(t: torch.Tensor) -> tuple[dict, torch.Tensor]:
         raise NotImplementedError(f"tensors on {t.device.type} are left to pickle")
     name = str(t.dtype).removeprefix("torch.")
     if name not in dtypes.TORCH:
-        reason = dtypes.TORCH_UNSUPPORTED.get(name, "not a dtype we send")
+        reason = dtypes.TORCH_UNSUPPORTED.get(
+            name, "a dtype dask-gpu-interop does not know (newer than its table): it travels "
+                  "by pickle, through host memory")
         raise NotImplementedError(f"torch.{name}: {reason}")
     if t.is_conj():
         t = t.resolve_conj()

@@ -49,7 +49,9 @@ def standardize_with_torch(frame, device: str):
         # its own (kDLCUDAManaged), which PyTorch rejects.
         tensor = torch.as_tensor(frame[FEATURES].to_cupy(), device="cuda")
     else:
-        tensor = torch.from_numpy(frame[FEATURES].to_numpy())
+        # pandas' arrays are read-only under copy-on-write: PyTorch warns on those; this one
+        # is the frame's own copy (a 2-D block out of columns always is).
+        tensor = torch.from_numpy(frame[FEATURES].to_numpy(copy=True))
     tensor = (tensor - tensor.mean(dim=0)) / tensor.std(dim=0).clamp_min(1e-6)
     out = xp.asarray(tensor.contiguous()) if device == "gpu" else tensor.numpy()
     result = df.DataFrame({name: out[:, i] for i, name in enumerate(FEATURES)})

@@ -43,11 +43,15 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
     """Heartbeat outliers in an ECG: cuDF -> CuPy -> Numba -> PyTorch on GPUs, zero-copy."""
     from dask_gpu_interop import cluster_client, memory_report, resolve_device
 
-    from . import plots
+    from . import detect, plots, vae
     from .params import Params
     from .pipeline import evaluate, run
     from .synthetic import make_ecg, write_csv
 
+    try:
+        vae.check_installed()
+    except ImportError as err:
+        raise click.ClickException(str(err)) from None
     if csv_path is not None and hours is not None:
         raise click.UsageError("--hours makes a synthetic recording; it does not apply to --csv")
     if csv_path is not None and rate is None:
@@ -81,7 +85,9 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
             result = run(csv_path, rate, device=device, params=Params(seed=seed), column=column,
                          blocksize=blocksize)
         except ValueError as err:  # the recording cannot be used: say why, without a traceback
-            raise click.ClickException(f"{csv_path}: {err}") from err
+            text = str(err)
+            raise click.ClickException(
+                text if text.startswith(str(csv_path)) else f"{csv_path}: {text}") from None
         report = memory_report(client)
 
     t0 = time.perf_counter()
@@ -97,6 +103,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
     beats = result.beats
     click.echo(f"\nbeats found: {len(beats):,} ({_bpm(result):.0f} bpm on average); "
                f"{int(beats.kept.sum()):,} embedded, {int((~beats.kept).sum()):,} pruned")
+    doubts = detect.doubts(beats, result.rate)
+    if doubts:
+        click.echo("warning: these detections do not look like a heartbeat ("
+                   + "; ".join(doubts) + "): check --rate and --column, and the recording")
     click.echo(f"VAE: {int(result.train.sum()):,} beats trained on, {result.model['steps']} "
                f"steps, loss {result.model['history'][0]:.1f} -> {result.model['history'][-1]:.1f}; "
                f"{int(result.test.sum()):,} held out")

@@ -85,6 +85,7 @@ def run(source, rate, *, device: str = "cpu", params: Params | None = None, chun
     current distributed Client when there is one.
     """
     rate = check_rate(rate)
+    vae.check_installed()
     params = params or Params()
     backend = Backend(device)
     result = ECGResult(device=device, rate=rate, samples=0, chunks=0, params=params)

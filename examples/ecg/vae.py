@@ -21,6 +21,16 @@ from .handoff import to_torch
 from .params import EMBED_SIZE, Params
 
 LATENT = 2
+
+
+def check_installed() -> None:
+    """The model is PyTorch's: say how to install it before any work, not in a worker."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError("the ECG example trains its model with PyTorch: pip install "
+                          "'dask-gpu-interop[ecg]' (on a machine without a GPU, install "
+                          "PyTorch's CPU build first)")
 CHANNELS = (8, 16)  # convolution widths
 HIDDEN = 64
 SCORE_BATCH = 8192

@@ -22,8 +22,8 @@ def test_gpu_asked_on_a_machine_without_one():
     if device.gpu_count():
         pytest.skip("this machine has a GPU")
     result = CliRunner().invoke(main, ["--device", "gpu"])
-    assert result.exit_code != 0
-    assert "no CUDA GPU is visible" in str(result.exception)
+    assert result.exit_code == 2
+    assert "no CUDA GPU is visible" in result.output
 
 
 @pytest.mark.slow

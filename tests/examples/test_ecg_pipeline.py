@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="the ECG example trains a PyTorch model")
 from click.testing import CliRunner
 from distributed import Client, LocalCluster
 
@@ -135,7 +137,7 @@ def test_cli_gpu_asked_on_a_machine_without_one(tmp_path):
     if device.gpu_count():
         pytest.skip("this machine has a GPU")
     res = CliRunner().invoke(main, ["--device", "gpu", "--out", str(tmp_path)])
-    assert res.exit_code == 1 and "no CUDA GPU is visible" in res.output
+    assert res.exit_code == 2 and "no CUDA GPU is visible" in res.output
 
 
 @pytest.mark.parametrize(

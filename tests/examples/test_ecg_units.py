@@ -276,6 +276,8 @@ def test_a_gap_in_the_recording_is_refused():
 def test_cpu_handoffs_share_memory():
     import pandas as pd
 
+    pytest.importorskip("torch")
+
     from examples.ecg.handoff import column_to_array, data_pointer, to_torch
 
     series = pd.Series(np.arange(10, dtype=np.float32), name="ecg")

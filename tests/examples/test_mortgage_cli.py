@@ -131,8 +131,8 @@ def test_gpu_asked_where_there_is_none():
     if device.gpu_count():
         pytest.skip("this machine has a GPU")
     result = _run(["--device", "gpu"])
-    assert result.exit_code == 1
-    assert "no CUDA GPU is visible" in result.output and "device='cpu'" in result.output
+    assert result.exit_code == 2  # a usage error, before anything starts
+    assert "no CUDA GPU is visible" in result.output and "--device 'cpu'" in result.output
 
 
 def test_the_pipeline_imports_no_gpu_library():

@@ -1,0 +1,100 @@
+"""Every mistake a user can make at the command line, answered: one message that names what
+was wrong and what to do, the exit code, no traceback, within a time limit. One row per case
+seen; add a row for each new one."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "examples", "mortgage", "data", "2007Q3-sample")
+DEMO = ["-m", "examples.demo", "--device", "cpu", "--workers", "1", "--rows", "2000"]
+MORTGAGE = ["-m", "examples.mortgage", "--device", "cpu", "--workers", "1"]
+ECG = ["-m", "examples.ecg", "--device", "cpu", "--workers", "1", "--rate", "360"]
+NO_TORCH = importlib.util.find_spec("torch") is None
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("inputs")
+    words = d / "words.csv"
+    words.write_text("ecg\n" + "\n".join(["hello", "world"] * 50) + "\n")
+    values = [f"{v:.4f}" for v in np.sin(np.arange(5000) / 10)]
+    values[2500] = "oops"
+    one_bad = d / "one-bad.csv"
+    one_bad.write_text("\n".join(values) + "\n")
+    noise = d / "noise.csv"
+    np.savetxt(noise, np.random.default_rng(0).standard_normal(360 * 120), fmt="%.4f")
+    with open(os.path.join(SAMPLE, "Performance_2007Q3.txt_0")) as f:
+        lines = f.readlines()[:200]
+    lines[41] = lines[41].replace("|", "|junk|", 1)
+    dirty = d / "dirty"
+    dirty.mkdir()
+    (dirty / "Performance_2007Q3.txt_0").write_text("".join(lines))
+    (dirty / "Acquisition_2007Q3.txt").write_text(
+        open(os.path.join(SAMPLE, "Acquisition_2007Q3.txt")).read())
+    return {"words": str(words), "one_bad": str(one_bad), "noise": str(noise),
+            "dirty": str(dirty), "out": str(d / "out")}
+
+
+CASES = [
+    # (id, argv, exit code, words the output must hold, seconds at most)
+    ("pool size not a size", [*DEMO, "--pool-size", "banana"], 2,
+     "--pool-size 'banana' is not a size", 20),
+    ("pool size 2.5", [*DEMO, "--pool-size", "2.5"], 2,
+     "a number above 1 is read as bytes and must be whole", 20),
+    ("pool size -1", [*DEMO, "--pool-size", "-1"], 2, "a size must be more than zero", 20),
+    ("managed and async", [*DEMO, "--managed", "--async-alloc"], 2,
+     "--managed and --async-alloc cannot be combined", 20),
+    ("ucx without GPUs", [*DEMO, "--protocol", "ucx"], 2, "--protocol 'ucx' is for GPU", 20),
+    ("gpu without a GPU", ["-m", "examples.demo", "--device", "gpu"], 2,
+     "no CUDA GPU is visible", 20),
+    ("no scheduler there", [*DEMO, "--scheduler", "tcp://127.0.0.1:1"], 1,
+     "no scheduler answered at tcp://127.0.0.1:1", 30),
+    ("report of no scheduler", ["-m", "dask_gpu_interop.cli", "report", "--scheduler",
+                                "tcp://127.0.0.1:1"], 1, "no scheduler answered", 30),
+    ("partition size 10", [*MORTGAGE, "--partition-size", "10"], 2, "give at least 1MiB", 20),
+    ("holdout the only quarter", [*MORTGAGE, "--data", SAMPLE, "--holdout", "2007Q3"], 2,
+     "is the only quarter of the data, so nothing is left to train on", 20),
+    ("a bad row", ["-m", "examples.mortgage", "etl", "--device", "cpu", "--workers", "1",
+                   "--data", "{dirty}", "--out", "{out}"], 1,
+     "Performance_2007Q3.txt_0:42: expected 31 fields, found 32", 60),
+    ("an ECG of words", [*ECG, "--csv", "{words}", "--out", "{out}"], 1,
+     "words.csv:2: 'hello' is not a number", 60),
+    ("one bad ECG value", [*ECG, "--csv", "{one_bad}", "--out", "{out}"], 1,
+     "one-bad.csv:2501: 'oops' is not a number", 60),
+    ("an ECG of noise", [*ECG, "--csv", "{noise}", "--out", "{out}"], 0,
+     "warning: these detections do not look like a heartbeat", 180),
+]
+
+
+@pytest.mark.parametrize("argv, code, words, limit", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_each_mistake_gets_one_clear_answer(files, argv, code, words, limit):
+    if "gpu" in argv and _has_gpu():
+        pytest.skip("this machine has a GPU")
+    if "examples.ecg" in argv and NO_TORCH:
+        pytest.skip("the ECG example needs PyTorch")
+    argv = [a.format(**files) for a in argv]
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                         timeout=limit + 60, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    seconds = time.monotonic() - started
+    text = out.stdout + out.stderr
+    assert out.returncode == code, text[-3000:]
+    assert words in text, text[-3000:]
+    assert "Traceback" not in text and "Compute Failed" not in text, text[-3000:]
+    assert seconds < limit, f"{seconds:.1f} s"
+
+
+def _has_gpu() -> bool:
+    from dask_gpu_interop import device
+
+    return device.gpu_count() > 0
