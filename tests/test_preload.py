@@ -114,3 +114,48 @@ def test_help_lists_the_options():
     assert result.exit_code == 0
     for flag in ("--gpu-pool-size", "--gpu-managed", "--gpu-async-alloc", "--create-cuda-context"):
         assert flag in result.output
+
+
+def test_with_a_scheduler_file_the_options_come_from_the_environment(tmp_path):
+    """How SLURM and dask-jobqueue start workers: ``--scheduler-file`` and no preload flags
+    (dask-cuda would take a flag after the preload for the scheduler's address), the options
+    from dask config in the environment."""
+    scheduler_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
+           "DASK_GPU_INTEROP__MEMORY__POOL_SIZE": "0.5",
+           "DASK_GPU_INTEROP__MEMORY__MANAGED": "True"}
+    scheduler = subprocess.Popen(
+        [*DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+         "--scheduler-file", str(scheduler_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.time() + 60
+        while not scheduler_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        worker = subprocess.Popen(
+            [*DASK, "worker", "--scheduler-file", str(scheduler_file), "--no-dashboard",
+             "--nthreads", "1", "--preload", "dask_gpu_interop.preload"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        with Client(scheduler_file=str(scheduler_file), timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            names = list(client.run(lambda dask_worker: sorted(dask_worker.plugins)).values())
+        expected = GPUMemoryPlugin(pool_size="0.5", managed=True).name
+        assert expected in names[0]
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.terminate()
+                process.communicate(timeout=60)
+
+
+def test_a_bad_option_in_the_environment_stops_the_worker_with_its_name(scheduler):
+    worker = subprocess.Popen(
+        [*DASK, "worker", scheduler, "--no-dashboard", "--nthreads", "1", "--no-nanny",
+         "--preload", "dask_gpu_interop.preload"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
+             "DASK_GPU_INTEROP__MEMORY__POOL_SIZE": "banana"})
+    out, _ = worker.communicate(timeout=90)
+    assert worker.returncode != 0
+    assert "--gpu-pool-size 'banana' is not a size" in out
