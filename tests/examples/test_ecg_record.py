@@ -57,3 +57,22 @@ def test_loader_refuses_a_file_that_is_not_scipys(tmp_path, monkeypatch):
     monkeypatch.setenv(records.ENV, str(path))
     with pytest.raises(ValueError, match="not SciPy's ECG file"):
         records.load()
+
+
+def test_the_real_recording_gives_a_plausible_heartbeat():
+    """MIT-BIH record 208 (5 minutes at 360 Hz, about 98 beats a minute over the whole record,
+    with frequent premature beats): the segmentation finds its beats at a plausible rate and
+    does not doubt them."""
+    import os
+
+    from examples.ecg import detect, reader
+    from examples.ecg.pipeline import find_beats
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "examples", "ecg", "data", "record208-5min-360hz.csv")
+    assert reader.has_header(path)
+    beats = find_beats(path, 360)
+    minutes = 108_000 / 360 / 60
+    assert 80 <= len(beats) / minutes <= 120, len(beats)
+    assert beats.kept.mean() > 0.95
+    assert detect.doubts(beats, 360) == []
