@@ -2,6 +2,7 @@
 
     dask-gpu-interop report --scheduler ADDRESS [--watch 2] [--json]   the memory report
     dask-gpu-interop config                                            the memory options
+    dask-gpu-interop doctor [--scheduler ADDRESS]                      what to fix first
     dask-gpu-interop tls make DIR [--hostname node1 ...]               a CA and certificates
     dask-gpu-interop tls env DIR --role worker                         export lines for a shell
     dask-gpu-interop tls show DIR                                      names and expiry dates
@@ -84,6 +85,28 @@ def report(scheduler, scheduler_file, tls_dir, watch, as_json):
             if not watch:
                 return
             time.sleep(watch)
+
+
+@main.command()
+@connection_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+def doctor(scheduler, scheduler_file, tls_dir, as_json):
+    """Check this machine (and every worker of a cluster): driver, GPUs, the GPU stack, what
+    shares a worker's memory, UCX, and combinations known to break; a verdict and a fix each."""
+    from . import doctor as doctor_mod
+
+    if scheduler is None and scheduler_file is None:
+        found = doctor_mod.report()
+    else:
+        with connect(scheduler, scheduler_file, tls_dir, timeout="10s") as client:
+            found = doctor_mod.report(client)
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+        return
+    for line in doctor_mod.lines(found):
+        click.echo(line)
+    if any(item["verdict"] == doctor_mod.FAIL for items in found.values() for item in items):
+        raise SystemExit(1)
 
 
 @main.command("config")
