@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,9 +18,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 SBATCH = ROOT / "deploy" / "slurm" / "dask-gpu.sbatch"
 MANIFEST = ROOT / "deploy" / "kubernetes" / "dask-gpu-cluster.yaml"
+DOCKERFILE = ROOT / "deploy" / "kubernetes" / "Dockerfile"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"REGISTRY/dask-gpu-interop:{VERSION}"
 LOCAL = ROOT / "deploy" / "local" / "dask-gpu-cluster"
 
 # Each stub writes its arguments (and a few variables) as one JSON line to $STUB_LOG.
@@ -230,7 +239,8 @@ def test_manifest_is_a_daskcluster_with_gpu_workers_and_the_preload(manifest):
     assert limits["nvidia.com/gpu"] == "1"
     assert container["resources"]["requests"]["nvidia.com/gpu"] == limits["nvidia.com/gpu"]
     script = " ".join(container["args"])
-    assert "pip install" in script and "dask-gpu-interop" in script
+    assert "pip install" not in script  # the package comes with the image
+    assert container["image"] == IMAGE
     assert "dask cuda worker" in script
     assert "--preload dask_gpu_interop.preload" in script
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -245,6 +255,7 @@ def test_manifest_scheduler_and_service_follow_the_operator(manifest):
     name = manifest["metadata"]["name"]
     scheduler = manifest["spec"]["scheduler"]
     (container,) = scheduler["spec"]["containers"]
+    assert container["image"] == IMAGE  # the workers' image: the same dask on both
     assert container["args"][:2] == ["dask", "scheduler"]
     assert container["args"][container["args"].index("--protocol") + 1] == "tls"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -343,3 +354,53 @@ def test_jobqueue_example_job_script(tmp_path):
     assert "--preload dask_gpu_interop.preload --gpu-pool-size 0.8" in script
     assert f"--tls-cert {tmp_path / 'tls' / 'worker.pem'}" in script
     assert "--nthreads 1" in script
+
+
+# ---- the image ----
+
+def _instructions():
+    lines, current = [], ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        if raw.startswith("#") or not raw.strip():
+            continue
+        current += raw.rstrip("\\").strip() + " "
+        if not raw.rstrip().endswith("\\"):
+            lines.append(current.strip())
+            current = ""
+    return [(line.split(None, 1)[0], line.split(None, 1)[1]) for line in lines]
+
+
+def test_the_image_is_a_rapids_image_plus_the_checkout_s_package(tmp_path):
+    """What can be checked without a Docker engine: the base image, that every file the build
+    copies is in the checkout and in the build context, that the package installs from
+    exactly those files, and that the documented tag is the manifest's image."""
+    steps = _instructions()
+    assert steps[0][0] == "ARG" and steps[0][1].startswith("RAPIDS_IMAGE=rapidsai/base:")
+    assert steps[1] == ("FROM", "${RAPIDS_IMAGE}")
+    allowed = [line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")]
+    context = tmp_path / "context"
+    for kind, args in steps:
+        if kind != "COPY":
+            continue
+        *sources, destination = args.split()
+        for source in sources:
+            assert (ROOT / source).exists(), source
+            assert source in allowed, f"{source} is left out of the build context"
+            target = context / source
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, target,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / source, target)
+    (run,) = [args for kind, args in steps if kind == "RUN"]
+    assert 'pip install --no-cache-dir "/tmp/dask-gpu-interop[prometheus,tls]"' in run
+    assert "dask-gpu-interop==" not in run  # the checkout's package, not an index's
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "wheel"), str(context)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (tmp_path / "wheel").glob("dask_gpu_interop-*.whl")
+    assert f"-{VERSION}-" in wheel.name
+    assert f"-t {IMAGE}" in DOCKERFILE.read_text() and IMAGE in MANIFEST.read_text()
