@@ -40,6 +40,7 @@ DTYPES = [getattr(torch, name) for name in sorted(dtypes.TORCH) if hasattr(torch
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
 def test_every_torch_dtype_is_sent_or_refused_with_a_reason():
     """Whatever this PyTorch's dtypes are (newer releases add some), each is either sent by
     our serializers or refused with a reason naming it, and then travels by pickle."""

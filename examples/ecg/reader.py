@@ -7,6 +7,7 @@ columns are allowed, and ``column`` says which column is the ECG.
 
 from __future__ import annotations
 
+import math
 import os
 
 import dask
@@ -72,10 +73,13 @@ def _first_bad_line(path, column: int, header: bool) -> str:
                 return (f"{path}:{number}: no value in column {column}: an ECG must be a "
                         "gap-free series (fill or cut the gap first)")
             try:
-                float(text)
+                value = float(text)
             except ValueError:
                 return (f"{path}:{number}: {text[:40]!r} is not a number (column {column} must "
                         "hold the ECG's values; only the first line may be a header)")
+            if not math.isfinite(value):
+                return (f"{path}:{number}: {text!r} is a missing value: an ECG must be a "
+                        "gap-free series (fill or cut the gap first)")
     return f"{path}: a value of column {column} could not be read as a number"
 
 

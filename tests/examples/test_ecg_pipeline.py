@@ -128,7 +128,7 @@ def test_cli_says_why_a_recording_cannot_be_used(tmp_path, cluster):
                                     cluster.scheduler_address, "--csv", str(gap), "--rate", "250",
                                     "--out", str(tmp_path / "o")])
     assert res.exit_code == 1 and "Error:" in res.output, res.output
-    assert "missing values" in res.output
+    assert "gap.csv:502: 'nan' is a missing value" in res.output
 
 
 def test_cli_gpu_asked_on_a_machine_without_one(tmp_path):
