@@ -99,8 +99,22 @@ def _gpus() -> tuple[list[Check], int]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
-        return [Check("GPUs", WARN, f"NVML found no driver ({err})",
-                      "install the NVIDIA driver, or use --device cpu")], 0
+        return [Check("GPUs", INFO, f"no NVIDIA driver here ({err}): CPU workers only",
+                      "install the NVIDIA driver to use GPUs")], 0
+    try:
+        return _devices(pynvml)
+    except (pynvml.NVMLError, AttributeError) as err:  # an older or partial NVML
+        return [Check("GPUs", WARN, f"NVML could not describe the GPUs: {err}",
+                      "update the driver or nvidia-ml-py")], 0
+
+
+# The NVML calls made, for the test that checks them against the installed nvidia-ml-py.
+NVML_CALLS = ("nvmlInit", "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion_v2",
+              "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetMemoryInfo",
+              "nvmlDeviceGetName", "nvmlDeviceGetNvLinkState", "NVMLError")
+
+
+def _devices(pynvml) -> tuple[list[Check], int]:
     checks = [Check("driver", INFO, f"{_text(pynvml.nvmlSystemGetDriverVersion())}, CUDA "
                                     f"{_cuda(pynvml.nvmlSystemGetCudaDriverVersion_v2())}")]
     count = pynvml.nvmlDeviceGetCount()

@@ -57,3 +57,55 @@ def test_a_failing_check_fails_the_command():
     assert result.exit_code == 1
     assert "fail  RMM owners" in result.output and "GPUMemoryPlugin(pool_size=...)" in result.output
     assert "1 to fix" in result.output
+
+
+class FakeNVML:
+    """Two H200s, the first with 18 NVLink links up, as NVML would describe them."""
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"580.159.04"
+
+    def nvmlSystemGetCudaDriverVersion_v2(self):
+        return 13000
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(total=141 * 2**30, free=139 * 2**30)
+
+    def nvmlDeviceGetName(self, handle):
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        if handle == 1:
+            raise self.NVMLError("not supported")
+        return 1
+
+
+def test_gpus_driver_and_the_missing_gpu_stack_from_nvml(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", FakeNVML())
+    found = {c["item"]: c for c in doctor.checks()}
+    assert found["driver"]["detail"] == "580.159.04, CUDA 13.0"
+    assert found["GPU 0"]["detail"] == ("NVIDIA H200, 141 GiB, 139 GiB free, 18 NVLink links up")
+    assert found["GPU 1"]["detail"].endswith("0 NVLink links up")
+    if doctor.version("rmm") is None:  # this machine: no GPU stack installed
+        assert found["GPU stack"]["verdict"] == doctor.FAIL
+        assert "dask-gpu-interop[cuda13]" in found["GPU stack"]["fix"]
+    assert found["memory: xgboost"]["verdict"] == doctor.INFO  # shares in async mode only
+
+
+def test_the_nvml_calls_exist_in_the_installed_nvidia_ml_py():
+    pynvml = pytest.importorskip("pynvml")
+    assert [name for name in doctor.NVML_CALLS if not hasattr(pynvml, name)] == []
