@@ -13,9 +13,7 @@ Every figure is a command's own output, as a user sees it:
 3. the whole job, ``python -m examples.mortgage --data SMALL --device gpu|cpu`` (ETL, the
    notebook's 100 rounds of XGBoost, the test AUC), on a smaller dataset so that the CPUs'
    training fits the time a run may take; and on the GPU with each memory setup (the plugin's
-   pool, ``--async-alloc``, ``--no-pool``: cudaMalloc);
-4. with ``--old-checkout PATH``: the same ETL on the CPUs by the code at PATH (an earlier
-   checkout's ``etl --perf --acq``), to show that the CPU path did not get slower.
+   pool, ``--async-alloc``, ``--no-pool``: cudaMalloc).
 
 Medians, with the spread (min-max) of the runs. The markdown and JSON go to ``--out``.
 """
@@ -149,21 +147,6 @@ def job_runs(directory: str, configs: dict[str, list[str]], runs: int) -> dict:
     return results
 
 
-def old_etl(checkout: str, directory: str, out: str, runs: int) -> list[dict]:
-    """The CPU ETL by an earlier checkout's own command (classic layout)."""
-    found = []
-    for _ in range(runs):
-        text, wall = run([sys.executable, "-m", "examples.mortgage", "etl", "--device", "cpu",
-                          "--perf", os.path.join(directory, "perf"), "--acq",
-                          os.path.join(directory, "acq"), "--out", out, "--overwrite"],
-                         cwd=checkout)
-        result = parse_etl(text)
-        result["wall"] = wall
-        found.append(result)
-        say(f"old ETL cpu: {result['seconds']:.2f} s")
-    return found
-
-
 def markdown(payload: dict) -> str:
     lines = [f"# Mortgage example on the user's path ({payload['machine_name']})", "",
              f"- command: `{payload['command']}`",
@@ -209,11 +192,6 @@ def markdown(payload: dict) -> str:
             aucs = sorted({f"{r['auc']:.4f}" for r in runs})
             lines.append(f"| {name} | {spread(cell['ETL'])} | {spread(cell['DMatrix'])} | "
                          f"{spread(cell['training'])} | {spread(total)} | {', '.join(aucs)} |")
-    if payload.get("old_cpu"):
-        old = summary([r["seconds"] for r in payload["old_cpu"]])
-        new = summary([r["seconds"] for r in payload["etl"]["classic"].get("cpu", [])] or [0])
-        lines += ["", "## The CPU ETL, this code vs the earlier checkout (classic layout)", "",
-                  f"- earlier: {spread(old)}; this: {spread(new)}"]
     lines += ["", "## Goals", "", "| goal | result |", "| --- | --- |"]
     lines += [f"| {goal} | {result} |" for goal, result in goals(payload)]
     return "\n".join(lines) + "\n"
@@ -254,8 +232,6 @@ def main(argv=None) -> dict:
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,async,cudamalloc",
                         help="GPU memory setups of the whole job ('' : the default only).")
-    parser.add_argument("--old-checkout", default=None,
-                        help="An earlier checkout whose CPU ETL to time beside this one's.")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
     parser.add_argument("--machine", default="1xH200")
     parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
@@ -290,11 +266,6 @@ def main(argv=None) -> dict:
         if args.cpu_runs:
             runs["cpu"] = args.cpu_runs
         payload["etl"][layout] = etl_runs(directory, runs, scratch, [])
-        save()
-    if args.old_checkout and "classic" in layouts:
-        payload["old_cpu"] = old_etl(args.old_checkout,
-                                     os.path.join(args.data, f"classic-{args.size}"), scratch,
-                                     max(1, args.cpu_runs))
         save()
     if args.e2e_size and args.e2e_size != "none":
         small = os.path.join(args.data, f"classic-{args.e2e_size}")

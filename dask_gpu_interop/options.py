@@ -30,10 +30,11 @@ def _flag_name(spec: OptionSpec, prefix: str) -> str:
     return f"--{prefix}{spec.key}"
 
 
-def as_flags(message: str, prefix: str = "") -> str:
-    """A plugin error ("pool_size=...") in the command line's words ("--pool-size ...")."""
+def as_flags(message: str, prefix: str = "", others: tuple[str, ...] = ()) -> str:
+    """A plugin error ("pool_size=...") in the command line's words ("--pool-size ..."); the
+    names in ``others`` (a command's own options, e.g. "device") are translated as well."""
     names = [(spec.name, _flag_name(spec, prefix)) for spec in OPTIONS]
-    names.append(("force", f"--{prefix}force"))
+    names += [(name, f"--{prefix}{name.replace('_', '-')}") for name in ("force", *others)]
     for name, flag in names:
         no_flag = "--no-" + flag[2:]
         message = re.sub(rf"\b{name}=True\b", flag, message)
@@ -41,6 +42,18 @@ def as_flags(message: str, prefix: str = "") -> str:
         message = re.sub(rf"\b{name}=", f"{flag} ", message)
         message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
     return message
+
+
+def with_options(options: list):
+    """A decorator that adds click ``options`` to a command, in the order listed (for a list
+    of options shared by several commands)."""
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def _checked(spec: OptionSpec, prefix: str):
@@ -89,9 +102,7 @@ def memory_options(prefix: str = ""):
             check_memory(memory, prefix)
             return command(*args, memory=memory, **kwargs)
 
-        for option in reversed(memory_click_options(prefix)):
-            wrapper = option(wrapper)
-        return wrapper
+        return with_options(memory_click_options(prefix))(wrapper)
 
     return decorate
 
@@ -127,8 +138,7 @@ def cluster_options(command):
             try:
                 check_local(device, protocol)
             except ClusterError as err:
-                raise click.UsageError(as_flags(str(err)).replace("protocol=", "--protocol ")
-                                       .replace("device=", "--device ")) from None
+                raise click.UsageError(as_flags(str(err), others=("device", "protocol"))) from None
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
             memory=memory or None, memory_plot=memory_plot,

@@ -19,7 +19,7 @@ import click
 
 from .compat import add_pending_worker_plugin
 from .memory.plugin import GPUMemoryPlugin
-from .options import as_flags, given_memory, memory_click_options
+from .options import as_flags, given_memory, memory_click_options, with_options
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
@@ -28,17 +28,8 @@ PREFIX = "gpu-"
 DASK_CUDA_FLAGS = ("--create-cuda-context", "--no-create-cuda-context")
 
 
-def _with(options):
-    def decorate(command):
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
-
-
 @click.command(context_settings={"ignore_unknown_options": True})
-@_with(memory_click_options(PREFIX))
+@with_options(memory_click_options(PREFIX))
 @click.option("--gpu-force/--no-gpu-force", default=False, help="Replace another RMM owner.")
 @click.option(
     "--create-cuda-context/--no-create-cuda-context",

@@ -17,7 +17,7 @@ import click
 from dask.utils import format_bytes, parse_bytes
 
 from dask_gpu_interop import cluster_client, resolve_device
-from dask_gpu_interop.options import cluster_options
+from dask_gpu_interop.options import cluster_options, with_options
 
 from . import etl as etl_mod
 from . import files, read, train
@@ -99,15 +99,6 @@ etl_options = [
 ]
 
 
-def _apply(options):
-    def decorate(command):
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
-
-
 def _check_device(cluster: dict) -> str:
     """The device asked for ("gpu" or "cpu"), before anything starts (with what to do)."""
     if cluster.get("scheduler"):
@@ -128,9 +119,9 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
 
 @click.group(invoke_without_command=True)
 @cluster_options
-@_apply(scale_options)
+@with_options(scale_options)
 @layout_option
-@_apply(etl_options)
+@with_options(etl_options)
 @click.option("--data", default=None,
               help="Use these files (a directory, file or glob; either layout) instead of "
                    "generating.")
@@ -218,7 +209,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
 @mortgage.command()
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True,
               help="Directory for the files (classic: perf/, acq/ and names.csv).")
-@_apply(scale_options)
+@with_options(scale_options)
 @click.option("--layout", type=click.Choice(gen.LAYOUTS), default="classic", show_default=True,
               help="classic, current (one 108-column file a quarter), or both from the same "
                    "loans (into OUT/classic and OUT/current).")
@@ -253,7 +244,7 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
               help="names.csv (seller name|short name, with a header).")
 @click.option("--out", required=True, type=click.Path(),
               help="Where to write the feature table (a directory of Parquet files).")
-@_apply(etl_options)
+@with_options(etl_options)
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
 def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32)."""

@@ -55,7 +55,7 @@ def load_acquisitions(paths, device: str, names):
 
 def acquisition_view(frame):
     """Each loan's acquisition fields from its first reporting month (the current layout)."""
-    if not features._in_order(frame):
+    if not features.in_order(frame):
         frame = frame.sort_values(["loan_id", features.PERIOD])
     first = features.filled(frame["loan_id"].diff(), 1) != 0
     return frame.loc[first, list(schema.ACQUISITION_READ)].reset_index(drop=True)

@@ -28,16 +28,16 @@ STATUS = "current_loan_delinquency_status"
 PERIOD = "monthly_reporting_period"
 
 
-def _module(frame):
-    """cudf or pandas: the module of ``frame``."""
-    return importlib.import_module(type(frame).__module__.split(".")[0])
+def module_of(obj):
+    """The library ``obj`` comes from: cudf or pandas for a frame, cupy or numpy for an array,
+    so one code calls the right ``DataFrame``, ``concat`` or ``where``."""
+    return importlib.import_module(type(obj).__module__.split(".")[0])
 
 
 def filled(series, value):
     """``series`` with its missing values as ``value``. On cuDF through libcudf's
-    ``replace_nulls``: cuDF's ``fillna`` first proves that the value fits the column, with
-    reductions and a device sync, about 2 ms a call on an H200, and the feature table calls it
-    for every column."""
+    ``replace_nulls``: cuDF's ``fillna`` first builds a device column of the value and checks
+    that it can be cast to the column's type, and the feature table fills every column."""
     if not hasattr(series, "to_pylibcudf"):
         return series.fillna(value)
     if not series.has_nulls:
@@ -57,10 +57,6 @@ def _values(series, na=np.nan):
     return series.to_numpy(na_value=na)
 
 
-def _xp(array):
-    return importlib.import_module(type(array).__module__.split(".")[0])
-
-
 def _plain_index(frame) -> bool:
     """Whether rows are numbered 0, 1, ... already (then no copy is made to renumber them)."""
     index = frame.index
@@ -73,7 +69,7 @@ def _bad(perf):
     return (perf[STATUS] > schema.LABEL_STATUS_ABOVE) | (balance == 0)
 
 
-def _in_order(perf) -> bool:
+def in_order(perf) -> bool:
     """Whether rows are in strictly increasing (loan, month) order, as in the files."""
     if len(perf) < 2:
         return True
@@ -85,8 +81,8 @@ def performance_features(perf):
     """``perf`` with ever_30/90/180 (int8), delinquency_30/90/180 (float32 month numbers,
     NaN when never) and the label delinquency_12 (int8), rows in their original order."""
     work = perf if _plain_index(perf) else perf.reset_index(drop=True)
-    in_order = _in_order(work)
-    if not in_order:  # bad rows last among equal (loan, month), so the rows before see them
+    ordered = in_order(work)
+    if not ordered:  # bad rows last among equal (loan, month), so the rows before see them
         work = work.assign(_bad=_bad(work).astype("int8"))
         work = work.sort_values(["loan_id", PERIOD, "_bad"]).drop(columns="_bad")
     month = work[PERIOD].astype("int64")
@@ -109,7 +105,7 @@ def performance_features(perf):
     for name in schema.THRESHOLDS:
         work[f"delinquency_{name}"] = _values(loans[f"m{name}"].astype("float32"))[at]
     work[schema.LABEL] = label.astype("int8")
-    return work if in_order else work.sort_index()
+    return work if ordered else work.sort_index()
 
 
 def acquisition_rows(loan_id, acq_loan_id):
@@ -117,7 +113,7 @@ def acquisition_rows(loan_id, acq_loan_id):
     none (the first of equal ids when an id repeats)."""
     keys = _values(loan_id, -1).astype("int64")
     ids = _values(acq_loan_id, -2).astype("int64")
-    xp = _xp(keys)
+    xp = module_of(keys)
     if len(ids) == 0:
         return xp.zeros(len(keys), dtype=xp.int64)
     order = xp.argsort(ids, kind="stable") if xp is np else xp.argsort(ids)
@@ -129,7 +125,7 @@ def acquisition_rows(loan_id, acq_loan_id):
 def _features(series):
     """A feature column as float32, missing (null or NaN) as -1."""
     values = _values(series.astype("float32"))
-    xp = _xp(values)
+    xp = module_of(values)
     return xp.where(xp.isnan(values), xp.float32(schema.MISSING), values)
 
 
@@ -138,7 +134,7 @@ def feature_table(perf, acq):
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
     row in its order. ``perf``'s columns are taken out as they are used, to free memory."""
     at = acquisition_rows(perf["loan_id"], acq["loan_id"])
-    xp = _xp(at)
+    xp = module_of(at)
     out = {}
     for name in schema.FEATURES:
         if name in perf.columns:
@@ -149,8 +145,8 @@ def feature_table(perf, acq):
             out[name] = values[at]
     out[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype("int32")
     if xp is np:
-        return _module(perf).DataFrame(out)
-    return _module(perf).DataFrame(out, nan_as_null=False)  # no NaN left: skip cuDF's count
+        return module_of(perf).DataFrame(out)
+    return module_of(perf).DataFrame(out, nan_as_null=False)  # no NaN left: skip cuDF's count
 
 
 def meta():

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import schema
+from .features import module_of
 from .files import Piece, lines_before
 from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS
 
@@ -150,7 +151,7 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
                 frames.append(frame)
             continue
         frames.append(frame)
-    frame = frames[0] if len(frames) == 1 else _module(frames[0]).concat(frames,
+    frame = frames[0] if len(frames) == 1 else module_of(frames[0]).concat(frames,
                                                                         ignore_index=True)
     return ReadResult(frame, bad)
 
@@ -160,13 +161,6 @@ def _groups(pieces, device: str) -> list[list[Piece]]:
     by its own call, then they are converted at once: each conversion costs its launches
     whatever the rows); on CPUs one at a time."""
     return [list(pieces)] if device == "gpu" else [[piece] for piece in pieces]
-
-
-def _module(frame):
-    """cudf or pandas: the module of ``frame``."""
-    import importlib
-
-    return importlib.import_module(type(frame).__module__.split(".")[0])
 
 
 def _host(series) -> list:
@@ -205,14 +199,8 @@ def _decoded(name: str, codes, uniques: list, names):
         if bool((codes < 0).any()):
             raise _Unclean(f"blank {name}")
         blank = 0
-    xp = _array_module(codes)
+    xp = module_of(codes)
     return xp.asarray([*values, blank], dtype=DTYPES[kind])[codes]  # code -1: the blank
-
-
-def _array_module(array):
-    import importlib
-
-    return importlib.import_module(type(array).__module__.split(".")[0])
 
 
 def _convert(kind: str, name: str, text: str, names):

@@ -320,9 +320,9 @@ def test_pieces_hold_whole_loans_and_cover_every_line(dataset, layout):
     size = os.path.getsize(paths[0])
     for target in (size // 7, size // 3, size * 10):
         parts = files.cut(paths, target, file_layout)
-        if target > size:  # both small files in one partition (the same quarter)
+        if target > size:  # whole files; a partition per quarter (the files' are different)
             quarters = {schema.quarter_of(p) for p in paths}
-            assert len(parts) == len(quarters)
+            assert len(parts) == len(quarters) == 2
         for path in paths:
             pieces = [p for part in parts for p in part.pieces if p.path == path]
             chunks = []
@@ -338,12 +338,35 @@ def test_pieces_hold_whole_loans_and_cover_every_line(dataset, layout):
                     assert not a & b
 
 
-def test_small_files_are_packed_up_to_the_partition_size(dataset):
-    plan = files.plan(classic(dataset), partition_size="1MiB")
-    quarters = sorted({schema.quarter_of(p) for p in dataset.performance})
-    assert len(plan.parts) == len(quarters)  # each quarter's parts fit in one partition
-    assert plan.quarters == quarters
-    assert sum(len(part.pieces) for part in plan.parts) == len(dataset.performance)
+def test_small_files_are_packed_up_to_the_partition_size(dataset, tmp_path):
+    """A quarter written as several small files of whole loans: packed into one partition
+    when they fit, into several (each file whole) when the partition size is smaller."""
+    perf_dir, acq_dir = tmp_path / "perf", tmp_path / "acq"
+    perf_dir.mkdir()
+    acq_dir.mkdir()
+    rows = raw_lines(dataset.performance[:1])
+    loans = sorted({r[0] for r in rows})
+    for part in range(3):
+        mine = set(loans[part::3])
+        _write(perf_dir / f"Performance_2007Q1.txt_{part}",
+               "\n".join("|".join(r) for r in rows if r[0] in mine) + "\n")
+    shutil.copy(dataset.acquisition[0], acq_dir)
+    paths = sorted(glob.glob(str(perf_dir / "*")))
+    sizes = [os.path.getsize(p) for p in paths]
+
+    packed = files.plan(perf=str(perf_dir), acq=str(acq_dir), partition_size="1MiB")
+    assert len(packed.parts) == 1 and packed.quarters == ["2007Q1"]
+    assert sorted(p.path for p in packed.parts[0].pieces) == paths
+    assert all(p.start == 0 and p.nbytes == size
+               for p, size in zip(sorted(packed.parts[0].pieces, key=lambda p: p.path), sizes,
+                                  strict=True))
+
+    two_smallest = sum(sorted(sizes)[:2])
+    assert two_smallest > max(sizes)
+    parts = files.cut(paths, two_smallest - 1, packed.layout)  # each fits, no two together
+    assert len(parts) == 3
+    assert [[(p.path, p.start, p.nbytes) for p in part.pieces] for part in parts] == [
+        [(path, 0, size)] for path, size in zip(paths, sizes, strict=True)]
 
 
 def test_too_small_a_partition_size_is_refused_with_the_minimum():
