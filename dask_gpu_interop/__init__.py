@@ -21,6 +21,7 @@ from .frameworks.xgboost import xgboost_config  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
     GPUMemorySetupError,
+    GPUOutOfMemoryError,
     MemoryConfig,
     MemoryReport,
     memory_report,
@@ -35,6 +36,7 @@ except PackageNotFoundError:  # running from a checkout without installing
 __all__ = [
     "GPUMemoryPlugin",
     "GPUMemorySetupError",
+    "GPUOutOfMemoryError",
     "MemoryConfig",
     "MemoryReport",
     "MemoryTimeline",

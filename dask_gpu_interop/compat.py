@@ -100,3 +100,49 @@ def python_api_handle() -> int:
     import ctypes
 
     return ctypes.pythonapi._handle
+
+
+def task_error(worker, key):
+    """The exception a task on ``worker`` erred with (None if unknown), as the client gets it.
+
+    Private: ``WorkerState.tasks[key].exception``, a ``Serialize`` of the pickled exception
+    that ``error_message`` made. No public hook lets a plugin read a task's error on the
+    worker before it is sent.
+    """
+    from distributed.protocol import pickle
+
+    ts = _task_state(worker, key)
+    data = getattr(getattr(ts, "exception", None), "data", None)
+    if not isinstance(data, (bytes, bytearray)):
+        return None
+    try:
+        return pickle.loads(data)
+    except Exception:
+        return None
+
+
+def replace_task_error(worker, key, exception: BaseException) -> bool:
+    """Make the client get ``exception`` for a task that just erred; False when it cannot.
+
+    Private: the task state's ``exception`` (its ``Serialize`` is shared with the task-erred
+    message not yet sent, so replacing its data in place changes what the client gets) and
+    ``exception_text``. Call from a worker plugin's ``transition`` to "error".
+    """
+    from distributed.protocol import pickle
+
+    ts = _task_state(worker, key)
+    holder = getattr(ts, "exception", None)
+    if ts is None or not hasattr(holder, "data"):
+        return False
+    holder.data = pickle.dumps(exception)
+    ts.exception_text = repr(exception)
+    return True
+
+
+def _task_state(worker, key):
+    tasks = getattr(getattr(worker, "state", None), "tasks", None)
+    if tasks is None:
+        raise RuntimeError(
+            "distributed.Worker has no state.tasks any more: update "
+            "dask_gpu_interop.compat.task_error for this distributed release")
+    return tasks.get(key)

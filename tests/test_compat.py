@@ -111,3 +111,25 @@ def test_a_plugin_added_while_preloading_is_set_up_before_the_worker_registers()
     names, workers = asyncio.run(check())
     assert "probe-late" in names and workers == 1
     assert probe.seen_status != "Status.running"  # set up while the worker was starting
+
+
+def _fails():
+    raise KeyError("probe")
+
+
+def test_a_failed_tasks_error_can_be_read_and_replaced_on_the_worker():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        future = client.submit(_fails, key="probe-1")
+        with pytest.raises(KeyError):
+            future.result()
+        (worker,) = cluster.workers.values()
+        error = compat.task_error(worker, "probe-1")
+        assert isinstance(error, KeyError), (
+            "distributed's worker TaskState.exception is no longer a Serialize of the pickled "
+            "exception: update dask_gpu_interop.compat.task_error")
+        assert compat.replace_task_error(worker, "probe-1", ValueError("replaced"))
+        assert isinstance(compat.task_error(worker, "probe-1"), ValueError)
+        assert compat.task_error(worker, "no-such-key") is None

@@ -9,9 +9,22 @@ import time
 
 import pytest
 
-from dask_gpu_interop import GPUMemoryPlugin, GPUMemorySetupError, memory_report, xgboost_config
+from dask_gpu_interop import (
+    GPUMemoryPlugin,
+    GPUMemorySetupError,
+    GPUOutOfMemoryError,
+    memory_report,
+    xgboost_config,
+)
 
-from .gpu_helpers import MiB, cuda_cluster, measure_allocation, plugin_names, require
+from .gpu_helpers import (
+    MiB,
+    allocate,
+    cuda_cluster,
+    measure_allocation,
+    plugin_names,
+    require,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -55,11 +68,61 @@ def test_report_describes_the_resource(fresh):
     fresh.register_plugin(GPUMemoryPlugin(pool_size="1GiB", maximum_pool_size="4GiB"))
     (snap,) = memory_report(fresh).values()
     assert snap["status"] == "active" and snap["mode"] == "pool"
-    assert snap["resource"] == "StatisticsResourceAdaptor > PoolMemoryResource > CudaMemoryResource"
+    assert snap["resource"] == (
+        "StatisticsResourceAdaptor > StatisticsResourceAdaptor > FailureCallbackResourceAdaptor"
+        " > PoolMemoryResource > CudaMemoryResource")
     assert snap["pool_size"] >= 1 << 30 and snap["maximum_pool_size"] == 4 << 30
     assert snap["setup_seconds"] < 5
     text = str(memory_report(fresh))
     assert "pool 1.00 GiB (max 4.00 GiB)" in text
+
+
+def _keep(framework, nbytes):
+    return allocate(framework, nbytes)
+
+
+def _spike(framework, nbytes):
+    owner = allocate(framework, nbytes)
+    del owner
+    return 0
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch", "cudf"])
+def test_each_task_prefix_shows_its_peak_and_what_it_left(fresh, framework):
+    require(framework)
+    fresh.register_plugin(GPUMemoryPlugin(pool_size="1GiB", maximum_pool_size="0.5"))
+    kept = fresh.submit(_keep, framework, 64 * MiB, key=f"keep-{framework}")
+    kept.result()
+    fresh.submit(_spike, framework, 256 * MiB, key=f"spike-{framework}").result()
+    frame = memory_report(fresh).tasks_frame().set_index("prefix")
+    assert 256 * MiB <= frame.loc["spike", "peak_bytes_max"] <= 256 * MiB + 4 * MiB, frame
+    assert abs(frame.loc["spike", "left_bytes"]) <= MiB, frame
+    assert 64 * MiB <= frame.loc["keep", "left_bytes"] <= 64 * MiB + MiB, frame
+    assert frame.loc["keep", "overlapped"] == 0  # one thread per GPU: exact
+    assert "tasks by peak device memory" in str(memory_report(fresh))
+    del kept
+
+
+@pytest.mark.parametrize("framework, options", [
+    ("cupy", {"pool_size": "512MiB", "maximum_pool_size": "512MiB"}),
+    ("torch", {"pool_size": "512MiB", "maximum_pool_size": "512MiB"}),
+    ("cudf", {"pool_size": "512MiB", "maximum_pool_size": "512MiB"}),
+    ("cupy", {"async_alloc": True, "maximum_pool_size": "512MiB"}),
+])
+def test_a_task_out_of_device_memory_is_explained_to_the_client(fresh, framework, options):
+    require(framework)
+    fresh.register_plugin(GPUMemoryPlugin(**options))
+    fresh.submit(_spike, framework, 128 * MiB, key="small-0").result()
+    with pytest.raises(GPUOutOfMemoryError) as info:
+        fresh.submit(_keep, framework, 1024 * MiB, key="huge-0").result()
+    text = str(info.value)
+    pool = "CUDA async pool" if options.get("async_alloc") else "RMM pool of 512.00 MiB"
+    for part in ("'huge-0'", pool, "in use", "largest tasks by peak here", "small 128.00 MiB",
+                 "maximum_pool_size"):
+        assert part in text, (part, text)
+    assert "a request for 1.00 GiB" in text or framework == "cudf", text
+    (snap,) = memory_report(fresh).values()
+    assert snap["tasks"]["prefixes"]["huge"]["errors"] == 1
 
 
 def test_same_configuration_twice_is_a_no_op(fresh):

@@ -52,6 +52,22 @@ def scrape(snapshot) -> dict:
     }
 
 
+def test_task_prefixes_are_labelled_as_distributed_labels_them():
+    tasks = {"prefixes": {"read-csv": {
+        "count": 3, "overlapped": 1, "errors": 0, "peak_bytes_max": 2 * GIB,
+        "peak_bytes_total": 5 * GIB, "left_bytes_total": -GIB, "largest_key": "read-csv-1"}},
+        "running": {}}
+    got = scrape(lambda: {**ACTIVE, "tasks": tasks})
+    label = frozenset({("task_prefix_name", "read-csv")})
+    t = "dask_worker_gpu_memory_task"
+    assert got[(t + "_peak_max_bytes", label)] == 2 * GIB
+    assert got[(t + "_peak_bytes_total", label)] == 5 * GIB
+    assert got[(t + "_left_bytes", label)] == -GIB
+    assert got[(t + "s_total", label)] == 3
+    assert got[(t + "s_overlapped_total", label)] == 1
+    assert not any(name.startswith(t) for name, _ in scrape(lambda: ACTIVE))
+
+
 def test_active_worker_exports_every_number():
     got = scrape(lambda: ACTIVE)
     one = frozenset()
@@ -205,6 +221,23 @@ def test_timeline_samples_every_worker_and_plots(tmp_path):
     assert any("worker gone" in e for e in timeline.errors)
     path = timeline.plot(tmp_path / "out" / "memory.png", title="a run")
     assert path.read_bytes().startswith(PNG)
+
+
+def test_the_plot_adds_a_panel_of_task_prefixes_when_workers_report_them(tmp_path):
+    from matplotlib.image import imread
+
+    tasks = {"prefixes": {f"step{i}": {"count": 2, "overlapped": 0, "peak_bytes_max": i * GIB}
+                          for i in range(1, 4)}}
+    source = fake_source()
+    plain = MemoryTimeline(source=source, interval=1)
+    plain.sample()
+    with_tasks = MemoryTimeline(source=lambda: {w: {**s, "tasks": tasks} if isinstance(s, dict)
+                                                else s for w, s in source().items()}, interval=1)
+    with_tasks.sample()
+    assert set(with_tasks.tasks) == {"tcp://10.0.0.0:1234", "tcp://10.0.0.1:1234"}
+    a = imread(plain.plot(tmp_path / "plain.png"))
+    b = imread(with_tasks.plot(tmp_path / "tasks.png"))
+    assert b.shape[0] > a.shape[0]  # the prefixes' panel below the workers
 
 
 def test_timeline_arguments_are_checked():

@@ -2,7 +2,8 @@
 
 from .config import MemoryConfig
 from .errors import GPUMemorySetupError
+from .oom import GPUOutOfMemoryError
 from .plugin import GPUMemoryPlugin
 from .report import MemoryReport, memory_report
 
-__all__ = ["GPUMemoryPlugin", "GPUMemorySetupError", "MemoryConfig", "MemoryReport", "memory_report"]
+__all__ = ["GPUMemoryPlugin", "GPUMemorySetupError", "GPUOutOfMemoryError", "MemoryConfig", "MemoryReport", "memory_report"]

@@ -14,6 +14,10 @@ same style (namespace from ``distributed.dashboard.prometheus.namespace``, defau
     dask_worker_gpu_memory_cuda_pool_bytes{kind}                 async mode: RMM and XGBoost
     dask_worker_gpu_memory_framework_current_bytes{framework} / _framework_peak_bytes
     dask_worker_gpu_memory_framework_state{framework,state}      1 for the framework's state
+    dask_worker_gpu_memory_task_peak_max_bytes{task_prefix_name}  highest peak of one task
+    dask_worker_gpu_memory_task_peak_bytes_total{task_prefix_name}     sum of the tasks' peaks
+    dask_worker_gpu_memory_task_left_bytes{task_prefix_name}     left allocated by the tasks
+    dask_worker_gpu_memory_tasks_total{task_prefix_name}, _tasks_overlapped_total{...}
 
 Numbers come from ``report.worker_snapshot``, the same as ``memory_report``. Where the plugin
 is not set up (no GPU, or not registered) only ``plugin_active`` (0) and ``info`` are exported:
@@ -164,6 +168,40 @@ class GPUMemoryCollector:
             if entry.get("state"):
                 state.add_metric([name, str(entry["state"])], 1.0)
         for family in (current, peak, state):
+            if declaring or family.samples:
+                yield family
+        yield from self._task_families(snap, declaring)
+
+    def _task_families(self, snap, declaring):
+        """Per task prefix, labelled as distributed labels its own prefix metrics."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        label = ["task_prefix_name"]
+        families = {
+            "peak_bytes_max": GaugeMetricFamily(
+                self.name("task_peak_max_bytes"),
+                "Most device bytes one task of this prefix allocated above what was allocated "
+                "when it started.", labels=label),
+            "peak_bytes_total": CounterMetricFamily(
+                self.name("task_peak_bytes"),
+                "Sum of the peaks of this prefix's tasks (divide by tasks_total for the mean).",
+                labels=label),
+            "left_bytes_total": GaugeMetricFamily(
+                self.name("task_left_bytes"),
+                "Device bytes this prefix's tasks left allocated (their results; negative when "
+                "they freed more than they kept).", labels=label),
+            "count": CounterMetricFamily(
+                self.name("tasks"), "Tasks of this prefix whose device memory was recorded.",
+                labels=label),
+            "overlapped": CounterMetricFamily(
+                self.name("tasks_overlapped"),
+                "Tasks of this prefix that ran beside others on the GPU: their figures overlap.",
+                labels=label),
+        }
+        for prefix, stats in ((snap.get("tasks") or {}).get("prefixes") or {}).items():
+            for key, family in families.items():
+                family.add_metric([prefix], float(stats.get(key, 0)))
+        for family in families.values():
             if declaring or family.samples:
                 yield family
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 
 from distributed import WorkerPlugin
 
-from .. import device
+from .. import compat, device
 from ..serialize import register as register_serializers
-from . import conflicts, metrics, state
+from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
 from .errors import GPUMemorySetupError
 
@@ -49,6 +50,11 @@ class GPUMemoryPlugin(WorkerPlugin):
     distributed-ucxx's ``rmm.pool-size``, another configuration with live buffers, or PyTorch
     already on its own allocator. ``force=True`` replaces the other owner anyway.
     Registering the same configuration twice is a no-op; workers without a GPU are left alone.
+
+    With statistics, every task's device memory is recorded (peak and what it left allocated,
+    by task prefix, in ``memory_report``), and a task that runs the GPU out of memory fails
+    with :class:`GPUOutOfMemoryError`, naming the pool, what was in use, the largest tasks and
+    the option to change.
     """
 
     idempotent = True
@@ -97,6 +103,7 @@ class GPUMemoryPlugin(WorkerPlugin):
         )
 
     async def setup(self, worker) -> None:
+        self._worker = worker
         try:
             self.install(worker)
         except Exception:
@@ -105,6 +112,46 @@ class GPUMemoryPlugin(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         state.uninstall(self.name)
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        """Record each task's device memory; explain a device out-of-memory error."""
+        current = state.active()
+        if current is None or current.owner != self.name or current.tasks is None:
+            return
+        record = current.tasks.transition(key, start, finish)
+        if record is not None and finish == "error":
+            self._explain_out_of_memory(key, record, current)
+
+    def _explain_out_of_memory(self, key, record, current) -> None:
+        worker = getattr(self, "_worker", None)
+        if worker is None:
+            return
+        error = compat.task_error(worker, key)
+        if error is None:
+            return
+        failure = current.stack.failures.since(time.monotonic() - record.seconds - 1.0)
+        if not oom.is_device_oom(error, recent_failure=failure is not None):
+            return
+        stack = current.stack
+        in_use = failure[1] if failure is not None and failure[1] is not None else None
+        if in_use is None:
+            in_use = stack.live_bytes()
+        message = oom.explain(
+            error,
+            key=record.key,
+            worker=str(getattr(worker, "address", None) or getattr(worker, "name", "worker")),
+            mode=current.mode,
+            pool_bytes=int(stack.pool.pool_size()) if stack.pool is not None else current.plan.initial,
+            maximum_bytes=current.plan.maximum,
+            in_use_bytes=in_use,
+            device_total=current.device.total,
+            asked_bytes=failure[0] if failure is not None else None,
+            largest=current.tasks.largest(3),
+            overlapped=record.overlapped,
+        )
+        logger.error("%s", message)
+        if not compat.replace_task_error(worker, key, oom.GPUOutOfMemoryError(message)):
+            logger.warning("GPUMemoryPlugin: could not attach the explanation to %r's error", key)
 
     async def _forget_failed_registration(self, worker) -> None:
         """Take a failed registration back from the scheduler, so that it can be retried.

@@ -1,4 +1,5 @@
-"""What each worker's GPU memory is doing: resource, pool, current/peak bytes, per framework."""
+"""What each worker's GPU memory is doing: resource, pool, current/peak bytes, per framework,
+and per task prefix (peak and what the tasks left allocated)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def worker_snapshot(dask_worker=None) -> dict:
         from .stack import async_pool_numbers
 
         out["cuda_pool"] = async_pool_numbers(st.async_pool_handle)
+    if current.tasks is not None:
+        out["tasks"] = current.tasks.snapshot()
     return out
 
 
@@ -98,6 +101,31 @@ class MemoryReport(dict):
                 row[f"{name}_current_bytes"] = entry.get("current_bytes")
             rows.append(row)
         return pd.DataFrame(rows).set_index("worker") if rows else pd.DataFrame()
+
+    def tasks_frame(self):
+        """One row per worker and task prefix (pandas): tasks run, highest and mean peak
+        bytes, bytes left allocated, and how many ran beside other tasks (overlapping)."""
+        import pandas as pd
+
+        rows = []
+        for address, snap in self.items():
+            for prefix, stats in ((snap.get("tasks") or {}).get("prefixes") or {}).items():
+                count = stats.get("count") or 0
+                rows.append({
+                    "worker": address,
+                    "prefix": prefix,
+                    "tasks": count,
+                    "peak_bytes_max": stats.get("peak_bytes_max"),
+                    "peak_bytes_mean": stats.get("peak_bytes_total", 0) / count if count else None,
+                    "left_bytes": stats.get("left_bytes_total"),
+                    "overlapped": stats.get("overlapped"),
+                    "errors": stats.get("errors"),
+                    "largest_key": stats.get("largest_key"),
+                })
+        columns = ["worker", "prefix", "tasks", "peak_bytes_max", "peak_bytes_mean",
+                   "left_bytes", "overlapped", "errors", "largest_key"]
+        frame = pd.DataFrame(rows, columns=columns)
+        return frame.sort_values("peak_bytes_max", ascending=False, ignore_index=True)
 
 
 def _b(n) -> str:
@@ -146,9 +174,47 @@ def _worker_lines(address: str, snap: dict) -> list[str]:
                 numbers += f", peak {_b(entry['peak_bytes'])}"
             numbers += "  "
         lines.append(f"    {name:<8} {entry.get('state', ''):<8} {numbers}{entry.get('detail', '')}")
+    lines.extend(_task_lines(snap.get("tasks")))
     for note in snap.get("notes") or ():
         lines.append(f"    note: {note}")
     return lines
+
+
+TASK_LINES = 5
+
+
+def _task_lines(tasks: dict | None) -> list[str]:
+    """The task prefixes with the highest peaks, and whether their figures overlap."""
+    prefixes = (tasks or {}).get("prefixes") or {}
+    if not prefixes:
+        return []
+    ranked = sorted(prefixes.items(), key=lambda item: -item[1].get("peak_bytes_max", 0))
+    lines = ["    tasks by peak device memory (per prefix):"]
+    for prefix, stats in ranked[:TASK_LINES]:
+        count = stats.get("count") or 0
+        mean = stats.get("peak_bytes_total", 0) // count if count else 0
+        text = (f"      {prefix:<24} {count:>6} tasks  peak {_b(stats.get('peak_bytes_max'))}"
+                f" (mean {_b(mean)})  left {_signed(stats.get('left_bytes_total', 0))}")
+        if stats.get("errors"):
+            text += f"  {stats['errors']} failed"
+        lines.append(text)
+    if len(ranked) > TASK_LINES:
+        lines.append(f"      ... {len(ranked) - TASK_LINES} more prefixes (MemoryReport.tasks_frame())")
+    overlapped = sum(stats.get("overlapped", 0) for _, stats in ranked)
+    total = sum(stats.get("count", 0) for _, stats in ranked)
+    if overlapped:
+        lines.append(
+            f"      {overlapped} of {total} tasks ran beside others on this GPU: their figures "
+            "include each other's allocations (one thread per GPU makes them exact)")
+    running = (tasks or {}).get("running") or {}
+    if running:
+        shown = ", ".join(f"{key} {_b(peak)}" for key, peak in list(running.items())[:3])
+        lines.append(f"      running now (peak so far): {shown}")
+    return lines
+
+
+def _signed(n: int) -> str:
+    return ("-" + format_bytes(-n)) if n < 0 else format_bytes(n)
 
 
 def memory_report(client, workers=None) -> MemoryReport:

@@ -3,7 +3,11 @@
     base        PoolMemoryResource(CudaMemoryResource | ManagedMemoryResource)
                 | ManagedMemoryResource | CudaAsyncViewMemoryResource(device's default pool)
     [limit]     LimitingResourceAdaptor          async pool with maximum_pool_size
+    failures    FailureCallbackResourceAdaptor   records a refused allocation, for the
+                                                 out-of-memory message (oom.py)
     [log]       LoggingResourceAdaptor           log_directory
+    [tasks]     StatisticsResourceAdaptor        statistics: its counters are pushed and popped
+                                                 around tasks (tasks.py)
     [total]     StatisticsResourceAdaptor        statistics: everything, the current resource
     [cupy]...   StatisticsResourceAdaptor(total) statistics: one per framework with a Python
                                                  allocator hook, for per-framework numbers
@@ -24,6 +28,7 @@ from .. import frameworks as fw
 from ..device import DeviceInfo
 from .config import MemoryConfig
 from .errors import GPUMemorySetupError
+from .oom import FailureLog
 from .sizes import ALIGNMENT
 
 # Frameworks whose allocator we call ourselves, so they can get their own statistics adaptor.
@@ -155,6 +160,8 @@ class Stack:
     base: object
     top: object  # the current device resource while installed
     total: object | None  # statistics of everything, or None
+    tasks: object | None  # statistics whose counters TaskMemory pushes and pops, or None
+    failures: FailureLog
     per_framework: dict  # framework -> resource its allocator uses
     pool: object | None  # the PoolMemoryResource, if any (for pool_size())
     async_pool_handle: object | None
@@ -202,19 +209,22 @@ def build(plan_: Plan) -> Stack:
         else:
             base = upstream
         mr = base
+    failures = FailureLog()
+    mr = rmm.mr.FailureCallbackResourceAdaptor(mr, failures)
     if plan_.log_file is not None:
         os.makedirs(os.path.dirname(plan_.log_file) or ".", exist_ok=True)
         mr = rmm.mr.LoggingResourceAdaptor(mr, log_file_name=plan_.log_file)
-    total = None
+    total = tasks = None
     per_framework = {}
     if plan_.statistics:
+        tasks = mr = rmm.mr.StatisticsResourceAdaptor(mr)
         total = mr = rmm.mr.StatisticsResourceAdaptor(mr)
         for name in plan_.frameworks:
             if name in OWN_ADAPTOR:
                 per_framework[name] = rmm.mr.StatisticsResourceAdaptor(total)
     return Stack(
-        plan=plan_, base=base, top=mr, total=total, per_framework=per_framework,
-        pool=pool, async_pool_handle=handle,
+        plan=plan_, base=base, top=mr, total=total, tasks=tasks, failures=failures,
+        per_framework=per_framework, pool=pool, async_pool_handle=handle,
     )
 
 

@@ -20,6 +20,7 @@ from . import conflicts
 from . import stack as stack_mod
 from .config import MemoryConfig
 from .errors import GPUMemorySetupError
+from .tasks import RMMCounters, TaskMemory
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
@@ -42,6 +43,7 @@ class WorkerMemory:
     hooks: list = field(default_factory=list)  # (module name, callback) not yet fired
     setup_seconds: float = 0.0
     notes: list = field(default_factory=list)
+    tasks: TaskMemory | None = None  # per-task device memory (with statistics)
 
     @property
     def mode(self) -> str:
@@ -107,7 +109,10 @@ def install(
         state = WorkerMemory(
             config=config, owner=owner, device=device, plan=plan, stack=stack, previous=previous,
             notes=list(problems),
+            tasks=TaskMemory(RMMCounters(stack.tasks)) if stack.tasks is not None else None,
         )
+        # Read at an allocation failure; the reference is dropped at release (no cycle left).
+        stack.failures.in_use = stack.live_bytes
         for name, why in plan.skipped.items():
             state.bindings[name] = fw.Binding(name, "skipped", why)
         _active = state
@@ -222,6 +227,9 @@ def _release(state: WorkerMemory, reason: str, *, replacing: bool = False) -> bo
     for module_name, callback in state.hooks:
         _imports.cancel(module_name, callback)
     state.hooks.clear()
+    if state.tasks is not None:
+        state.tasks.close()
+    state.stack.failures.in_use = None
     for name, binding in list(state.bindings.items()):
         if binding.state in (fw.BOUND, fw.SHARED, fw.OUTSIDE, fw.PENDING):
             try:

@@ -13,6 +13,7 @@ A background thread asks every worker for its ``worker_snapshot`` (what ``memory
 shows) every ``interval`` seconds. Client-side sampling needs nothing installed on the workers
 and survives workers coming and going (a worker that fails to answer is skipped for that
 sample). Spikes shorter than the interval show in the peak line, which RMM tracks itself.
+Below the workers, a panel ranks the task prefixes by the most device memory one task took.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class MemoryTimeline:
             lambda: client.run(worker_snapshot, on_error="return")
         )
         self.samples: list[dict] = []
+        self.tasks: dict = {}  # worker -> its latest per-task-prefix figures
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -108,6 +110,9 @@ class MemoryTimeline:
             rows.append(_row(t, now, worker, snap))
         with self._lock:
             self.samples.extend(rows)
+            for worker, snap in answers.items():
+                if isinstance(snap, dict) and snap.get("tasks"):
+                    self.tasks[worker] = snap["tasks"]
 
     def _note(self, message: str) -> None:
         with self._lock:
@@ -128,8 +133,11 @@ class MemoryTimeline:
 
     def plot(self, path, *, title: str | None = None) -> Path:
         """Write a PNG: one panel per worker with device memory in use, the RMM pool, and the
-        bytes allocated through RMM (current and peak) over time."""
-        return plot_timeline(self.to_frame(), path, title=title, interval=self.interval)
+        bytes allocated through RMM (current and peak) over time; then the task prefixes by peak."""
+        with self._lock:
+            tasks = dict(self.tasks)
+        return plot_timeline(self.to_frame(), path, title=title, interval=self.interval,
+                             tasks=tasks)
 
 
 def _row(t: float, now: float, worker: str, snap: dict) -> dict:
@@ -162,10 +170,24 @@ def gpu_statuses(frame) -> str | None:
     return ", ".join(statuses) or "no samples"
 
 
+def prefix_peaks(tasks: dict | None, limit: int = 10) -> list[tuple[str, int, int, int]]:
+    """(prefix, highest peak bytes, tasks, overlapped) over all workers, highest first."""
+    merged: dict[str, list[int]] = {}
+    for snapshot in (tasks or {}).values():
+        for prefix, stats in (snapshot.get("prefixes") or {}).items():
+            entry = merged.setdefault(prefix, [0, 0, 0])
+            entry[0] = max(entry[0], int(stats.get("peak_bytes_max", 0)))
+            entry[1] += int(stats.get("count", 0))
+            entry[2] += int(stats.get("overlapped", 0))
+    ranked = sorted(merged.items(), key=lambda item: -item[1][0])[:limit]
+    return [(prefix, peak, count, overlapped) for prefix, (peak, count, overlapped) in ranked]
+
+
 def plot_timeline(frame, path, *, title: str | None = None,
-                  interval: float | None = None) -> Path | None:
+                  interval: float | None = None, tasks: dict | None = None) -> Path | None:
     """Plot samples (``MemoryTimeline.to_frame()``) to a PNG at ``path``; None, and no file,
-    when no worker has GPU numbers (CPU workers): there is nothing to draw."""
+    when no worker has GPU numbers (CPU workers): there is nothing to draw. ``tasks``:
+    ``{worker: snapshot["tasks"]}``, drawn as a last panel of the prefixes by peak."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -184,8 +206,15 @@ def plot_timeline(frame, path, *, title: str | None = None,
     if not shown:
         return None
     else:
-        fig = Figure(figsize=(9, 1.2 + 2.2 * len(shown)), layout="constrained")
-        axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
+        peaks = prefix_peaks(tasks)
+        height = 1.2 + 2.2 * len(shown) + (0.4 + 0.25 * len(peaks) if peaks else 0)
+        fig = Figure(figsize=(9, height), layout="constrained")
+        if peaks:
+            top, bottom = fig.subfigures(2, 1, height_ratios=[2.2 * len(shown), 0.4 + 0.25 * len(peaks)])
+            _plot_prefix_peaks(bottom.subplots(), peaks)
+        else:
+            top = fig
+        axes = top.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
         lines = (
             ("device_used_bytes", "device in use (all processes)", dict(color="0.5", lw=1.0)),
             ("pool_size", "RMM pool", dict(color="tab:blue", ls="--", lw=1.0)),
@@ -216,6 +245,19 @@ def plot_timeline(frame, path, *, title: str | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig).print_png(str(path))
     return path
+
+
+def _plot_prefix_peaks(ax, peaks) -> None:
+    names = [prefix for prefix, *_ in peaks][::-1]
+    values = [peak / GIB for _, peak, *_ in peaks][::-1]
+    ax.barh(names, values, color="tab:orange")
+    for y, (_, peak, count, overlapped) in enumerate(peaks[::-1]):
+        note = f"  {count} tasks" + (f", {overlapped} overlapping" if overlapped else "")
+        ax.text(peak / GIB, y, note, va="center", fontsize=7)
+    ax.set_xlabel("GiB: most device memory one task of the prefix allocated")
+    ax.set_title("task prefixes by peak", fontsize=9, loc="left")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 @contextmanager

@@ -1,0 +1,138 @@
+"""A task that ran the GPU out of memory: tell the user which pool, how full, who took most.
+
+Every framework words its out-of-memory error differently (RMM's ``MemoryError:
+std::bad_alloc: out_of_memory``, CuPy's and PyTorch's ``OutOfMemoryError``, Numba's
+``CUDA_ERROR_OUT_OF_MEMORY``, XGBoost's ``cudaErrorMemoryAllocation``, JAX's
+``RESOURCE_EXHAUSTED``), and none of them knows the worker's pool or the other tasks. The
+plugin recognizes them when a task errs and replaces the error the client gets with
+:class:`GPUOutOfMemoryError`, whose message names the pool, what was in use, the largest
+tasks by peak and the option to change (the original error's text is kept in it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from dask.utils import format_bytes
+
+# Said by device (never host) out-of-memory errors of the frameworks we bind.
+DEVICE_OOM_TEXT = (
+    "out_of_memory",  # RMM
+    "CUDA out of memory",  # PyTorch
+    "cudaErrorMemoryAllocation",  # XGBoost, CUDA runtime
+    "CUDA_ERROR_OUT_OF_MEMORY",  # Numba, CUDA driver
+    "RESOURCE_EXHAUSTED: Out of memory",  # JAX
+    "Out of memory allocating",  # CuPy's own pool
+)
+
+
+class GPUOutOfMemoryError(MemoryError):
+    """A task ran its worker's GPU out of memory; the message says what to change."""
+
+
+def is_device_oom(exc: BaseException, recent_failure: bool = False) -> bool:
+    """Whether ``exc`` is a device out-of-memory error (``recent_failure``: RMM just refused
+    an allocation in this process, so a bare MemoryError is the device's)."""
+    if isinstance(exc, GPUOutOfMemoryError):
+        return False  # already explained
+    text = str(exc)
+    if any(marker in text for marker in DEVICE_OOM_TEXT):
+        return True
+    if type(exc).__name__ == "OutOfMemoryError":  # CuPy's and PyTorch's classes
+        return True
+    return recent_failure and isinstance(exc, MemoryError)
+
+
+class FailureLog:
+    """What RMM's failure-callback adaptor saw: the last allocation the resource refused.
+
+    ``in_use``: a callable giving the bytes allocated through the resource, read at the
+    failure (by the time the task's error is handled, its buffers are freed).
+    """
+
+    def __init__(self, in_use=None):
+        self.in_use = in_use
+        self.count = 0
+        self.last: tuple[float, int, int | None] | None = None  # (time, asked, in use)
+        self._lock = threading.Lock()
+
+    def __call__(self, nbytes: int) -> bool:
+        try:
+            used = self.in_use() if self.in_use is not None else None
+        except Exception:
+            used = None
+        with self._lock:
+            self.count += 1
+            self.last = (time.monotonic(), int(nbytes), used)
+        return False  # do not retry: let the allocation fail
+
+    def since(self, moment: float) -> tuple[int, int | None] | None:
+        """(bytes asked, bytes in use) of the last refused allocation after ``moment``."""
+        with self._lock:
+            if self.last is not None and self.last[0] >= moment:
+                return self.last[1], self.last[2]
+            return None
+
+
+def explain(
+    exc: BaseException,
+    *,
+    key: str,
+    worker: str,
+    mode: str,
+    pool_bytes: int | None,
+    maximum_bytes: int | None,
+    in_use_bytes: int | None,
+    device_total: int | None,
+    asked_bytes: int | None,
+    largest: list[tuple[str, int]],
+    overlapped: bool,
+) -> str:
+    """The one-line message for a task that ran out of device memory."""
+    where = f"GPU out of memory in task {key!r} on {worker}"
+    if asked_bytes:
+        where += f" (a request for {format_bytes(asked_bytes)} was refused)"
+    if mode == "async":
+        pool = "the CUDA async pool"
+    elif pool_bytes is not None:
+        pool = f"the {'managed ' if mode == 'managed' else ''}RMM pool of {format_bytes(pool_bytes)}"
+        if maximum_bytes is not None:
+            pool += f" (maximum {format_bytes(maximum_bytes)})"
+    else:
+        pool = "the device" if mode == "pool" else "managed memory"
+    used = []
+    if in_use_bytes is not None:
+        used.append(f"{format_bytes(in_use_bytes)} in use")
+    if device_total is not None:
+        used.append(f"{format_bytes(device_total)} on the device")
+    state = f"{pool}: {', '.join(used)}" if used else pool
+    tasks = ""
+    if largest:
+        ranked = ", ".join(f"{prefix} {format_bytes(peak)}" for prefix, peak in largest)
+        tasks = f"; largest tasks by peak here: {ranked}"
+        if overlapped:
+            tasks += " (tasks ran side by side, so these peaks overlap)"
+    return (
+        f"{where}: {state}{tasks}. {_advice(mode, maximum_bytes)} "
+        f"[{type(exc).__name__}: {_first_line(exc)}]"
+    )
+
+
+def _advice(mode: str, maximum_bytes: int | None) -> str:
+    smaller = "or split the work into smaller partitions"
+    if mode == "managed":
+        return f"Managed memory already oversubscribes the device: free host memory {smaller}."
+    if mode == "async":
+        cap = "raise maximum_pool_size, " if maximum_bytes is not None else ""
+        return f"Free what the workers hold, {cap}{smaller} (managed=True oversubscribes the device)."
+    if maximum_bytes is not None:
+        return (f"Raise maximum_pool_size (--gpu-maximum-pool-size), use managed=True to "
+                f"oversubscribe the device, {smaller}.")
+    return f"Use managed=True (--gpu-managed) to oversubscribe the device, {smaller}."
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= 200 else line[:197] + "..."
