@@ -27,7 +27,12 @@ def bind(cupy, resource, stack) -> Binding:
 
 
 def make_allocator(cupy, resource):
-    """A CuPy allocator drawing RMM buffers from ``resource`` on CuPy's current stream."""
+    """A CuPy allocator drawing RMM buffers from ``resource`` on CuPy's current stream.
+
+    RMM's ``Stream`` for CuPy's current stream is kept from the last call (one pair, replaced
+    at once, so threads never mix theirs up): building it for every call is measurable
+    (benchmarks/cupy_allocators.py).
+    """
     from rmm.pylibrmm.device_buffer import DeviceBuffer
     from rmm.pylibrmm.stream import Stream
 
@@ -35,9 +40,16 @@ def make_allocator(cupy, resource):
     get_device = cupy.cuda.runtime.getDevice
     unowned = cupy.cuda.UnownedMemory
     pointer = cupy.cuda.MemoryPointer
+    last = (None, None)  # (CuPy stream, RMM Stream of it)
 
     def allocate(nbytes: int):
-        buffer = DeviceBuffer(size=nbytes, stream=Stream(obj=get_stream()), mr=resource)
+        nonlocal last
+        current = get_stream()
+        cached, stream = last
+        if cached is not current:
+            stream = Stream(obj=current)
+            last = (current, stream)
+        buffer = DeviceBuffer(size=nbytes, stream=stream, mr=resource)
         return pointer(unowned(buffer.ptr, buffer.size, buffer, get_device()), 0)
 
     return allocate
