@@ -3,11 +3,11 @@
 #
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
-# Sections: probe memory-tests memory-bench compat-tests serialize-tests convert-tests
-#           mortgage-tests ecg-tests demo-tests transfer-bench shuffle-bench mortgage-bench
-#           ecg-bench   (scripts/scaling.sh runs the multi-GPU ones with every GPU)
+# Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
+#           compat-tests serialize-tests convert-tests mortgage-tests ecg-tests demo-tests
+#           transfer-bench shuffle-bench mortgage-bench ecg-bench   (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
-# TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, ECG_ARGS; MORTGAGE_DATA: where the mortgage
+# VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, ECG_ARGS; MORTGAGE_DATA: where the mortgage
 # benchmark generates its datasets (default /tmp/mortgage-bench).
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
 # `source .gpukit/install.sh` first. Logs and results go to $OUT (default /tmp/gpu-check):
@@ -80,6 +80,8 @@ SECTIONS=("$@")
 want probe scripts && section probe 120 probe
 want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py ${MEMORY_TESTS_K:+-k "$MEMORY_TESTS_K"} --junitxml="$OUT/results/memory-tests.xml"
 want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
+want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocators-bench 300 python3 benchmarks/cupy_allocators.py --out "$OUT/results"
+want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 benchmarks/vs_dask_cuda.py --out "$OUT/results" ${VS_DASK_CUDA_ARGS:-}
 for name in compat serialize convert mortgage ecg demo; do
   files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"

@@ -1,0 +1,342 @@
+"""The plugin against dask-cuda's own RMM options, side by side in one run (one GPU worker).
+
+    python benchmarks/vs_dask_cuda.py [--out DIR] [--repeats 3] [--pool-size 2GiB]
+
+Each configuration starts its own LocalCUDACluster (one worker, one thread) and runs the same
+workloads on it; configurations are interleaved round by round, in a rotated order, so the
+spread of each row shows next to its median and drift hits every configuration alike.
+
+Configurations: the frameworks' own allocators (no pool); dask-cuda ``rmm_pool_size`` and
+``rmm_async`` with ``rmm_allocator_external_lib_list=["cupy", "torch"]`` and Numba on RMM
+(``NUMBA_CUDA_MEMORY_MANAGER=rmm.allocators.numba``, as RMM's documentation says); the plugin's
+pool and async modes. Rows: worker setup (cluster start to memory ready), CuPy and Numba 1 MiB
+alloc+free, a conv-net training step, and a mixed cuDF -> CuPy -> PyTorch -> XGBoost workload's
+time and peak device memory (NVML, the whole device, above what was used before the cluster).
+
+Goals (issue: the plugin against dask-cuda): the plugin no slower than the best dask-cuda
+configuration on any row, within the spread; its train step within 5% of PyTorch's own
+allocator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import command_line, machine, machine_name, say, write_results  # noqa: E402
+
+MiB = 1 << 20
+LIBS = ["cupy", "torch"]
+
+
+def configurations(pool_size: str) -> dict:
+    """name -> (LocalCUDACluster options, plugin options or None, Numba on RMM's allocator)."""
+    return {
+        "no pool": ({}, None, False),
+        "dask-cuda pool": (
+            {"rmm_pool_size": pool_size, "rmm_allocator_external_lib_list": LIBS}, None, True),
+        "dask-cuda async": (
+            {"rmm_async": True, "rmm_allocator_external_lib_list": LIBS}, None, True),
+        "plugin pool": ({}, {"pool_size": pool_size}, False),
+        "plugin async": ({}, {"async_alloc": True}, False),
+    }
+
+
+ROWS = (
+    ("setup_s", "worker setup", "s", 1),
+    ("cupy_us", "CuPy 1 MiB alloc+free", "us", 1),
+    ("numba_us", "Numba 1 MiB alloc+free", "us", 1),
+    ("train_ms", "conv-net train step", "ms", 1),
+    ("mixed_s", "mixed workload", "s", 1),
+    ("mixed_peak_gib", "mixed workload, peak device memory", "GiB", 1),
+)
+
+
+# ------------------------------------------------------------------------- on the worker
+
+
+def device_used() -> int:
+    """Bytes in use on the worker's GPU, all processes (NVML; nvidia-smi where it is missing).
+    Never through CUDA: the client must not create a context of its own."""
+    index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+    try:
+        import pynvml
+    except ImportError:
+        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=memory.used",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True)
+        return int(out.stdout.strip()) * MiB
+    pynvml.nvmlInit()
+    return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+
+
+@contextlib.contextmanager
+def peak_sampler():
+    """The most device memory in use while the block runs (sampled every millisecond)."""
+    peak = [device_used()]
+    stop = threading.Event()
+
+    def run():
+        while not stop.is_set():
+            peak[0] = max(peak[0], device_used())
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
+        peak[0] = max(peak[0], device_used())
+
+
+def mixed_workload(xgb_config: dict) -> float:
+    """cuDF -> CuPy -> PyTorch -> XGBoost, three rounds; seconds."""
+    import cudf
+    import cupy
+    import torch
+    import xgboost
+
+    rows = 4_000_000
+    start = time.perf_counter()
+    for round_ in range(3):
+        rng = cupy.random.default_rng(round_)
+        frame = cudf.DataFrame({f"f{i}": rng.standard_normal(rows, dtype=cupy.float32) for i in range(16)})
+        frame["label"] = (frame["f0"] + frame["f1"] * frame["f2"] > 0).astype("int32")
+        frame = frame[frame["f3"] > -2.0]
+        matrix = frame[[f"f{i}" for i in range(16)]].to_cupy()
+        tensor = torch.from_dlpack(matrix)
+        tensor = (tensor - tensor.mean(0)) / tensor.std(0)
+        gram = tensor.T @ tensor
+        features = cupy.from_dlpack(tensor.contiguous())
+        label = frame["label"].values
+        with xgboost.config_context(**xgb_config):
+            xgboost.train({"device": "cuda", "tree_method": "hist", "max_depth": 8},
+                          xgboost.QuantileDMatrix(features, label=label), num_boost_round=20)
+        del frame, matrix, tensor, gram, features, label
+        cupy.cuda.runtime.deviceSynchronize()
+    return time.perf_counter() - start
+
+
+def cupy_alloc_us(count: int = 20_000) -> float:
+    import cupy
+
+    times = []
+    for _ in range(5):
+        cupy.cuda.runtime.deviceSynchronize()
+        start = time.perf_counter()
+        for _ in range(count):
+            a = cupy.empty(MiB, dtype=cupy.uint8)
+            del a
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append((time.perf_counter() - start) / count * 1e6)
+    return statistics.median(times[1:])
+
+
+def numba_alloc_us(count: int = 5_000) -> float:
+    from numba import cuda
+
+    times = []
+    for _ in range(5):
+        cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(count):
+            a = cuda.device_array(MiB, dtype="uint8")
+            del a
+        cuda.synchronize()
+        times.append((time.perf_counter() - start) / count * 1e6)
+    return statistics.median(times[1:])
+
+
+def train_step_ms() -> float:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(128, 10),
+    ).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 3, 64, 64, device="cuda")
+    y = torch.randint(0, 10, (64,), device="cuda")
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    per_step = []
+    for _ in range(6):
+        start = time.perf_counter()
+        for _ in range(100):
+            step()
+        torch.cuda.synchronize()
+        per_step.append((time.perf_counter() - start) / 100 * 1e3)
+    return statistics.median(per_step[1:])
+
+
+def run_workloads(xgb_config: dict | None, baseline: int) -> dict:
+    """All rows but setup, on the worker. The mixed workload first, on a fresh worker."""
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()  # the CUDA context, before the peak's baseline
+    if xgb_config is None:  # the plugin's: whatever shares its pool (public API)
+        from dask_gpu_interop import xgboost_config
+
+        xgb_config = xgboost_config()
+    with peak_sampler() as peak:
+        mixed = mixed_workload(xgb_config)
+    return {
+        "mixed_s": mixed,
+        "mixed_peak_gib": (peak[0] - baseline) / (1 << 30),
+        "cupy_us": cupy_alloc_us(),
+        "numba_us": numba_alloc_us(),
+        "train_ms": train_step_ms(),
+    }
+
+
+# ------------------------------------------------------------------------- on the client
+
+
+def dask_cuda_xgboost_config(cluster_options: dict) -> dict:
+    """What a dask-cuda user sets for XGBoost: RMM where XGBoost was built with it."""
+    return {"use_rmm": True} if cluster_options.get("rmm_pool_size") or cluster_options.get("rmm_async") else {}
+
+
+def one_run(name: str, cluster_options: dict, plugin_options: dict | None, numba_rmm: bool) -> dict:
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    from dask_gpu_interop import GPUMemoryPlugin
+
+    baseline = device_used()
+    saved = os.environ.get("NUMBA_CUDA_MEMORY_MANAGER")
+    if numba_rmm:
+        os.environ["NUMBA_CUDA_MEMORY_MANAGER"] = "rmm.allocators.numba"
+    try:
+        start = time.perf_counter()
+        with LocalCUDACluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
+                              **cluster_options) as cluster, Client(cluster) as client:
+            client.wait_for_workers(1)
+            if plugin_options is not None:
+                client.register_plugin(GPUMemoryPlugin(**plugin_options))
+            setup = time.perf_counter() - start
+            xgb = None if plugin_options is not None else dask_cuda_xgboost_config(cluster_options)
+            numbers = client.submit(run_workloads, xgb, baseline, pure=False).result()
+    finally:
+        if saved is None:
+            os.environ.pop("NUMBA_CUDA_MEMORY_MANAGER", None)
+        else:
+            os.environ["NUMBA_CUDA_MEMORY_MANAGER"] = saved
+    return {"setup_s": setup, **numbers}
+
+
+def summarize(runs: dict) -> dict:
+    """row -> config -> (median, min, max)."""
+    out = {}
+    for key, *_ in ROWS:
+        out[key] = {}
+        for name, values in runs.items():
+            series = [v[key] for v in values if key in v]
+            if series:
+                out[key][name] = (statistics.median(series), min(series), max(series))
+    return out
+
+
+def verdict(row: dict) -> str:
+    """The plugin's best against dask-cuda's best on one row (lower is better)."""
+    ours = [v for n, v in row.items() if n.startswith("plugin")]
+    theirs = [v for n, v in row.items() if n.startswith("dask-cuda")]
+    if not ours or not theirs:
+        return "-"
+    best_ours, best_theirs = min(ours), min(theirs)
+    ratio = best_ours[0] / best_theirs[0]
+    within = best_ours[1] <= best_theirs[2]  # our fastest run reaches their slowest
+    return f"{ratio:.2f}" + ("" if ratio <= 1.0 else (" (within spread)" if within else " (slower)"))
+
+
+def markdown(summary: dict, argv, repeats: int, info: dict, errors: list) -> str:
+    names = list(next(iter(summary.values())).keys()) if summary else []
+    lines = [
+        "# The plugin vs dask-cuda's RMM options, one GPU worker, side by side",
+        "",
+        f"Machine: {', '.join(info['gpus'])}; {info['cpu']}; versions {info['versions']}.",
+        f"Command: `{command_line(__file__, argv)}`. {repeats} rounds, configurations "
+        "interleaved in rotated order; median (min-max).",
+        "",
+        "| row | " + " | ".join(names) + " | plugin best / dask-cuda best |",
+        "| --- |" + " --- |" * (len(names) + 1),
+    ]
+    for key, label, unit, _ in ROWS:
+        row = summary.get(key, {})
+        cells = []
+        for name in names:
+            if name in row:
+                med, lo, hi = row[name]
+                cells.append(f"{med:.3g} ({lo:.3g}-{hi:.3g}) {unit}")
+            else:
+                cells.append("-")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {verdict(row)} |")
+    train = summary.get("train_ms", {})
+    if "no pool" in train:
+        own = train["no pool"][0]
+        lines += ["", "Train step against PyTorch's own caching allocator (goal: within 5%): " + ", ".join(
+            f"{name} {value[0] / own:.3f}" for name, value in train.items() if name != "no pool")]
+    if errors:
+        lines += ["", "Errors:", *[f"- {e}" for e in errors]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pool-size", default="2GiB",
+                        help="Initial pool of both pool configurations (they grow from there).")
+    parser.add_argument("--configs", default=None,
+                        help="Comma-separated subset of the configurations.")
+    args = parser.parse_args(argv)
+
+    configs = configurations(args.pool_size)
+    if args.configs:
+        configs = {name: configs[name] for name in args.configs.split(",")}
+    names = list(configs)
+    runs = {name: [] for name in names}
+    errors = []
+    for round_ in range(args.repeats):
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        for name in order:
+            say(f"round {round_ + 1}: {name}")
+            try:
+                result = one_run(name, *configs[name])
+            except Exception as err:
+                errors.append(f"round {round_ + 1}, {name}: {type(err).__name__}: {err}")
+                say(errors[-1])
+                continue
+            runs[name].append(result)
+            say(f"  {result}")
+    summary = summarize(runs)
+    info = machine()
+    text = markdown(summary, argv if argv is not None else sys.argv[1:], args.repeats, info, errors)
+    print(text)
+    write_results(os.path.join(args.out, f"vs-dask-cuda-{machine_name(info)}"), text,
+                  {"runs": runs, "summary": summary, "errors": errors, "machine": info})
+
+
+if __name__ == "__main__":
+    main()
