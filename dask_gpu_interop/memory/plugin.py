@@ -111,7 +111,11 @@ class GPUMemoryPlugin(WorkerPlugin):
             raise
 
     def teardown(self, worker) -> None:
-        state.uninstall(self.name)
+        from distributed.core import Status
+
+        closing = getattr(worker, "status", None) in (
+            Status.closing, Status.closing_gracefully, Status.closed)
+        state.uninstall(self.name, closing=closing)
 
     def transition(self, key, start, finish, **kwargs) -> None:
         """Record each task's device memory; explain a device out-of-memory error."""

@@ -214,12 +214,15 @@ def _bind_one(state: WorkerMemory, name: str, binder, module, resource) -> None:
         state.bindings[name] = fw.Binding(name, fw.FAILED, f"{type(err).__name__}: {err}")
 
 
-def _release(state: WorkerMemory, reason: str, *, replacing: bool = False) -> bool:
+def _release(
+    state: WorkerMemory, reason: str, *, replacing: bool = False, closing: bool = False
+) -> bool:
     """Unbind frameworks; restore the previous resource if nothing is allocated from ours.
 
     Returns True when the previous resource is current again. With live buffers the resource
     stays current (their frees must reach it), and the state stays visible in reports, unless
     ``replacing`` (forced): RMM buffers keep their own resource alive, so they stay safe.
+    ``closing``: the worker is shutting down, so live buffers are expected (said at info).
     """
     global _active
     import rmm
@@ -249,14 +252,14 @@ def _release(state: WorkerMemory, reason: str, *, replacing: bool = False) -> bo
         f"{reason}: {format_bytes(live) if live else 'an unknown amount'} still allocated, "
         "so the resource stays current until those buffers are freed"
     )
-    logger.warning("GPUMemoryPlugin: %s", state.notes[-1])
+    logger.log(logging.INFO if closing else logging.WARNING, "GPUMemoryPlugin: %s", state.notes[-1])
     return False
 
 
-def uninstall(owner: str) -> bool:
+def uninstall(owner: str, *, closing: bool = False) -> bool:
     """Undo what ``owner`` installed, as far as it is safe (see ``_release``)."""
     with _lock:
         state = _active
         if state is None or state.owner != owner:
             return False
-        return _release(state, reason=f"{owner} removed")
+        return _release(state, reason=f"{owner} removed", closing=closing)
