@@ -109,6 +109,9 @@ def test_long_running_is_still_running_and_prefixes_aggregate():
         3, 1, 3 * GiB, "train-1")
     assert stats.peak_bytes_total == 6 * GiB
     assert tasks.largest(1) == [("train", 3 * GiB)]
+    tasks.started("noop-1")
+    tasks.finished("noop-1")
+    assert tasks.largest(5) == [("train", 3 * GiB)]  # nothing allocated: not a suspect
 
 
 def test_a_task_started_before_setup_is_ignored_and_close_pops_the_frame():

@@ -141,10 +141,12 @@ class TaskMemory:
             return {str(key): run.peak for key, run in self._running.items()}
 
     def largest(self, n: int = 3) -> list[tuple[str, int]]:
-        """The ``n`` prefixes with the highest peak, (prefix, bytes), highest first."""
+        """The ``n`` prefixes with the highest peak, (prefix, bytes), highest first; prefixes
+        that allocated nothing are left out."""
         with self._lock:
             ranked = sorted(self.prefixes.items(), key=lambda item: -item[1].peak_bytes_max)
-            return [(prefix, stats.peak_bytes_max) for prefix, stats in ranked[:n]]
+            return [(prefix, stats.peak_bytes_max) for prefix, stats in ranked
+                    if stats.peak_bytes_max > 0][:n]
 
     def snapshot(self) -> dict:
         """Plain data for the memory report: per prefix, and the tasks running now."""
