@@ -128,7 +128,8 @@ class MemoryConfig:
         "Which libraries allocate from the worker's resource: a list or 'a,b' of cupy, "
         "numba, torch, xgboost, jax, cudf. Default: every installed one.")
     statistics: bool = _option(
-        True, BOOL, "Count current and peak bytes (RMM statistics) for the memory report.")
+        True, BOOL, "Count current and peak bytes (RMM statistics) per worker, framework and task "
+        "prefix, for the memory report and the out-of-memory message.")
     spill: bool | None = _option(
         None, OPTIONAL_BOOL, "cuDF's spilling to host memory. Default: cuDF's own setting.")
     log_directory: str | None = _option(
