@@ -43,6 +43,7 @@ section() {  # name timeout command...
   local status=ok
   [ $rc -eq 0 ] || status="rc=$rc"
   [ $rc -eq 124 ] && status="timeout"
+  [ $rc -eq 5 ] && status="no gpu tests"  # pytest: nothing selected
   printf '| %s | %s | %d | %s |\n' "$name" "$status" $((SECONDS - start)) "${last//|//}" >> "$SUMMARY"
 }
 
