@@ -20,7 +20,7 @@ from dask_gpu_interop import cluster_client, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
 from . import etl as etl_mod
-from . import files, read, train
+from . import files, read, train, warm
 from . import generate as gen
 
 
@@ -168,9 +168,13 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
     started = time.perf_counter()
+    if expected == "gpu":
+        warm.import_in_background("cudf")  # while the cluster starts
     with contextlib.ExitStack() as stack:
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
         client, device = stack.enter_context(cluster_client(**cluster))
+        if device == "gpu":
+            warm.workers(client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         generate_seconds = None
         if spec is not None:
@@ -257,7 +261,11 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         etl_mod.check_output(out, overwrite)
     except FileExistsError as exc:
         raise click.UsageError(str(exc)) from None
+    if expected == "gpu":
+        warm.import_in_background("cudf")  # while the cluster starts
     with cluster_client(**cluster) as (client, device):
+        if device == "gpu":
+            warm.workers(client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default

@@ -1,0 +1,37 @@
+"""The background import that overlaps cuDF's import with the cluster's start (CPU side)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from distributed import Client, LocalCluster
+
+from examples.mortgage import warm
+
+
+def _wait_for(module: str, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while module not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return module in sys.modules
+
+
+def test_a_module_is_imported_in_the_background():
+    sys.modules.pop("colorsys", None)
+    warm.import_in_background("colorsys")
+    assert _wait_for("colorsys")
+
+
+def test_a_missing_module_is_left_for_the_real_import():
+    warm.import_in_background("no_such_module_here")  # no exception, no output
+    time.sleep(0.1)
+    assert "no_such_module_here" not in sys.modules
+
+
+def test_every_worker_starts_the_import():
+    with LocalCluster(n_workers=2, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        warm.workers(client, "colorsys")
+        seen = client.run(_wait_for, "colorsys")
+    assert list(seen.values()) == [True, True]
