@@ -84,15 +84,13 @@ def local_cluster(
     memory: dict | None = None,
     dashboard_address: str | None = ":0",
     security=None,
-    preload: tuple[str, ...] | list[str] = (),
 ):
     """A local cluster for ``device``: GPU workers with the memory plugin, or CPU workers.
 
     ``device="gpu"``: a dask-cuda ``LocalCUDACluster``, one worker per GPU (or ``n_workers``),
     each starting with the plugin's preload and ``memory`` (``GPUMemoryPlugin`` options).
     ``device="cpu"``: a ``LocalCluster`` of up to 4 processes sharing the cores. "auto": GPUs
-    when present. ``preload``: more worker preload modules (after the plugin's). Bad options
-    raise here, before any process starts.
+    when present. Bad options raise here, before any process starts.
     """
     plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
     device = check_local(device, protocol)
@@ -106,7 +104,7 @@ def local_cluster(
             threads_per_worker=threads_per_worker or 1,
             protocol=protocol,
             dashboard_address=dashboard_address,
-            preload=["dask_gpu_interop.preload", *preload],
+            preload=["dask_gpu_interop.preload"],
             preload_argv=argv_for(plugin.config),
         )
     workers = n_workers or max(1, min(4, os.cpu_count() or 1))
@@ -116,7 +114,6 @@ def local_cluster(
         protocol=protocol,
         dashboard_address=dashboard_address,
         security=security,
-        **({"preload": list(preload)} if preload else {}),
     )
 
 
@@ -156,15 +153,13 @@ def cluster_client(
     memory: dict | None = None,
     security=None,
     memory_plot=None,
-    preload: tuple[str, ...] | list[str] = (),
 ):
     """Yield ``(client, device)``: a Client and the device ("gpu"/"cpu") its workers use.
 
     Without ``scheduler``: on a :func:`local_cluster`, closed at the end of the block. With
     one: on that running cluster, where ``memory`` (when given) is registered as a
     ``GPUMemoryPlugin``. ``memory_plot``: a PNG path; each worker's memory over the block is
-    plotted there. ``preload``: more preload modules for a local cluster's workers (a running
-    cluster's workers have theirs already).
+    plotted there.
     """
     if scheduler is not None:
         plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting
@@ -177,7 +172,7 @@ def cluster_client(
         return
     cluster = local_cluster(
         device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
-        memory=memory, security=security, preload=preload,
+        memory=memory, security=security,
     )
     device = "gpu" if type(cluster).__name__ == "LocalCUDACluster" else "cpu"
     with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot):

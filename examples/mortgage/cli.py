@@ -109,11 +109,6 @@ def _check_device(cluster: dict) -> str:
         raise click.ClickException(str(exc)) from None
 
 
-def _warm(device: str) -> list[str]:
-    """Worker preloads for a local cluster: GPU workers import cuDF while they start."""
-    return [warm.__name__] if device == "gpu" else []
-
-
 def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
     try:
@@ -177,7 +172,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         warm.import_in_background("cudf")  # while the cluster starts
     with contextlib.ExitStack() as stack:
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
-        client, device = stack.enter_context(cluster_client(**cluster, preload=_warm(expected)))
+        client, device = stack.enter_context(cluster_client(**cluster))
         if device == "gpu":
             warm.workers(client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
@@ -268,7 +263,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError(str(exc)) from None
     if expected == "gpu":
         warm.import_in_background("cudf")  # while the cluster starts
-    with cluster_client(**cluster, preload=_warm(expected)) as (client, device):
+    with cluster_client(**cluster) as (client, device):
         if device == "gpu":
             warm.workers(client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")

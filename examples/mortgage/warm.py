@@ -3,10 +3,9 @@
 A fresh process spends about 2.5 s importing cuDF (measured on an H100,
 benchmarks/results/mortgage-first-run-1xH100.md). The client needs it to describe the
 feature table; each worker needs it for its first task. Started while the cluster starts
-(client), and while each worker starts (this module as a worker preload, for the clusters the
-commands start) or as soon as it is up (``workers``, for a running cluster), those imports
-overlap with waiting that happens anyway instead of following one another. Python's import
-lock makes a later ``import cudf`` wait for the one in flight, so nothing is imported twice.
+(client) and as soon as the workers are up (workers), those imports overlap with waiting that
+happens anyway instead of following one another. Python's import lock makes a later
+``import cudf`` wait for the one in flight, so nothing is imported twice.
 """
 
 from __future__ import annotations
@@ -30,8 +29,3 @@ def import_in_background(module: str = "cudf") -> None:
 def workers(client, module: str = "cudf") -> None:
     """Have every worker of ``client`` start importing ``module`` now."""
     client.run(import_in_background, module)
-
-
-def dask_setup(worker) -> None:
-    """As a worker preload (``--preload examples.mortgage.warm``): start importing cuDF."""
-    import_in_background("cudf")

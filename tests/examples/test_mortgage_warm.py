@@ -35,17 +35,3 @@ def test_every_worker_starts_the_import():
         warm.workers(client, "colorsys")
         seen = client.run(_wait_for, "colorsys")
     assert list(seen.values()) == [True, True]
-
-
-def test_as_a_preload_it_starts_importing_cudf(monkeypatch):
-    started = []
-    monkeypatch.setattr(warm, "import_in_background", started.append)
-    warm.dask_setup(None)
-    assert started == ["cudf"]
-
-
-def test_the_commands_preload_it_on_gpu_clusters_only():
-    from examples.mortgage import cli
-
-    assert cli._warm("gpu") == ["examples.mortgage.warm"]
-    assert cli._warm("cpu") == []
