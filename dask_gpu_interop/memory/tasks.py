@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from dask.utils import key_split
@@ -89,9 +88,7 @@ class TaskMemory:
     """
 
     counters: object
-    recent_limit: int = 1000
     prefixes: dict = field(default_factory=dict)  # prefix -> PrefixStats
-    recent: deque = field(default_factory=deque)  # the last finished TaskRecords
     _running: dict = field(default_factory=dict)  # key -> _Run
     _pushed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -128,9 +125,6 @@ class TaskMemory:
                 finish=finish,
             )
             self.prefixes.setdefault(record.prefix, PrefixStats()).add(record)
-            self.recent.append(record)
-            while len(self.recent) > self.recent_limit:
-                self.recent.popleft()
             return record
 
     def running(self) -> dict:
