@@ -18,9 +18,9 @@ def _wait_for(module: str, seconds: float = 10.0) -> bool:
 
 
 def test_a_module_is_imported_in_the_background():
-    sys.modules.pop("colorsys", None)
-    warm.import_in_background("colorsys")
-    assert _wait_for("colorsys")
+    sys.modules.pop(PROBE, None)
+    warm.import_in_background(PROBE)
+    assert _wait_for(PROBE)
 
 
 def test_a_missing_module_is_left_for_the_real_import():
@@ -29,9 +29,17 @@ def test_a_missing_module_is_left_for_the_real_import():
     assert "no_such_module_here" not in sys.modules
 
 
+PROBE = "tests.examples.import_probe"
+
+
+def _has(module: str) -> bool:
+    return module in sys.modules
+
+
 def test_every_worker_starts_the_import():
     with LocalCluster(n_workers=2, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        warm.workers(client, "colorsys")
-        seen = client.run(_wait_for, "colorsys")
+        assert list(client.run(_has, PROBE).values()) == [False, False]
+        warm.workers(client, PROBE)
+        seen = client.run(_wait_for, PROBE)
     assert list(seen.values()) == [True, True]

@@ -1,0 +1,1 @@
+"""An otherwise unused module: the background-import tests import it and look for it."""
