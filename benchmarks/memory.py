@@ -68,24 +68,28 @@ def child_alloc(variant: str) -> dict:
         import dask_gpu_interop.memory.state as st
 
         assert st.active().bindings["cupy"].state == "bound"
-    n = 20_000
-    times = []
-    for _ in range(7):
-        cupy.cuda.runtime.deviceSynchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            a = cupy.empty(MiB, dtype=cupy.uint8)
-            del a
-        cupy.cuda.runtime.deviceSynchronize()
-        times.append((time.perf_counter() - t0) / n * 1e6)
+    times = cupy_alloc_free_us(20_000, 7)
     return {"us_per_alloc_free": statistics.median(times[1:]), "spread_us": max(times[1:]) - min(times[1:])}
 
 
-def child_torch(variant: str) -> dict:
-    if variant == "torch-async-backend":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
-    elif variant != "caching":
-        install(variant, ["torch"])
+def cupy_alloc_free_us(count: int, rounds: int) -> list[float]:
+    """Microseconds per 1 MiB CuPy alloc+free, one figure per round (the first warms up)."""
+    import cupy
+
+    times = []
+    for _ in range(rounds):
+        cupy.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        for _ in range(count):
+            a = cupy.empty(MiB, dtype=cupy.uint8)
+            del a
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append((time.perf_counter() - t0) / count * 1e6)
+    return times
+
+
+def conv_net_step():
+    """One training step of a small conv-net (batch 64, 3x64x64) on the GPU; returns the loss."""
     import torch
     from torch import nn
 
@@ -108,6 +112,17 @@ def child_torch(variant: str) -> dict:
         opt.step()
         return loss
 
+    return step
+
+
+def child_torch(variant: str) -> dict:
+    if variant == "torch-async-backend":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    elif variant != "caching":
+        install(variant, ["torch"])
+    import torch
+
+    step = conv_net_step()
     for _ in range(50):
         step()
     torch.cuda.synchronize()
@@ -164,34 +179,44 @@ def child_peak(variant: str) -> dict:
 
     state = install(variant, None)
     cupy.cuda.runtime.deviceSynchronize()  # the context exists before the baseline
-    import cudf
-    import torch
-    import xgboost
+    import cudf  # noqa: F401  (imported before the baseline, as the workload's frameworks)
+    import torch  # noqa: F401
+    import xgboost  # noqa: F401
 
     from dask_gpu_interop.frameworks.xgboost import config_for
 
-    rows = 4_000_000
+    mode = state.mode if state is not None else None
     with PeakSampler() as sampler:
-        t0 = time.perf_counter()
-        for round_ in range(3):
-            rng = cupy.random.default_rng(round_)
-            frame = cudf.DataFrame({f"f{i}": rng.standard_normal(rows, dtype=cupy.float32) for i in range(16)})
-            frame["label"] = (frame["f0"] + frame["f1"] * frame["f2"] > 0).astype("int32")
-            frame = frame[frame["f3"] > -2.0]  # a filter: cuDF temporaries
-            matrix = frame[[f"f{i}" for i in range(16)]].to_cupy()
-            tensor = torch.from_dlpack(matrix)
-            tensor = (tensor - tensor.mean(0)) / tensor.std(0)
-            gram = tensor.T @ tensor  # PyTorch temporaries
-            features = cupy.from_dlpack(tensor.contiguous())
-            label = frame["label"].values
-            mode = state.mode if state is not None else None
-            with xgboost.config_context(**config_for(mode, False)):
-                xgboost.train({"device": "cuda", "tree_method": "hist", "max_depth": 8},
-                              xgboost.QuantileDMatrix(features, label=label), num_boost_round=20)
-            del frame, matrix, tensor, gram, features, label
-            cupy.cuda.runtime.deviceSynchronize()
-        seconds = time.perf_counter() - t0
+        seconds = mixed_workload(config_for(mode, False))
     return {"peak_bytes": sampler.peak - sampler.base, "seconds": seconds}
+
+
+def mixed_workload(xgb_config: dict) -> float:
+    """cuDF -> CuPy -> PyTorch -> XGBoost (under ``xgb_config``), three rounds; seconds."""
+    import cudf
+    import cupy
+    import torch
+    import xgboost
+
+    rows = 4_000_000
+    t0 = time.perf_counter()
+    for round_ in range(3):
+        rng = cupy.random.default_rng(round_)
+        frame = cudf.DataFrame({f"f{i}": rng.standard_normal(rows, dtype=cupy.float32) for i in range(16)})
+        frame["label"] = (frame["f0"] + frame["f1"] * frame["f2"] > 0).astype("int32")
+        frame = frame[frame["f3"] > -2.0]  # a filter: cuDF temporaries
+        matrix = frame[[f"f{i}" for i in range(16)]].to_cupy()
+        tensor = torch.from_dlpack(matrix)
+        tensor = (tensor - tensor.mean(0)) / tensor.std(0)
+        gram = tensor.T @ tensor  # PyTorch temporaries
+        features = cupy.from_dlpack(tensor.contiguous())
+        label = frame["label"].values
+        with xgboost.config_context(**xgb_config):
+            xgboost.train({"device": "cuda", "tree_method": "hist", "max_depth": 8},
+                          xgboost.QuantileDMatrix(features, label=label), num_boost_round=20)
+        del frame, matrix, tensor, gram, features, label
+        cupy.cuda.runtime.deviceSynchronize()
+    return time.perf_counter() - t0
 
 
 def run_child(section: str, variant: str) -> dict:

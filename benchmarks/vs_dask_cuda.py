@@ -22,17 +22,21 @@ allocator.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import command_line, machine, machine_name, say, write_results  # noqa: E402
+from benchmarks.memory import (  # noqa: E402
+    PeakSampler,
+    conv_net_step,
+    cupy_alloc_free_us,
+    mixed_workload,
+)
 
 MiB = 1 << 20
 LIBS = ["cupy", "torch"]
@@ -78,68 +82,8 @@ def device_used() -> int:
     return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
 
 
-@contextlib.contextmanager
-def peak_sampler():
-    """The most device memory in use while the block runs (sampled every millisecond)."""
-    peak = [device_used()]
-    stop = threading.Event()
-
-    def run():
-        while not stop.is_set():
-            peak[0] = max(peak[0], device_used())
-            time.sleep(0.001)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield peak
-    finally:
-        stop.set()
-        thread.join()
-        peak[0] = max(peak[0], device_used())
-
-
-def mixed_workload(xgb_config: dict) -> float:
-    """cuDF -> CuPy -> PyTorch -> XGBoost, three rounds; seconds."""
-    import cudf
-    import cupy
-    import torch
-    import xgboost
-
-    rows = 4_000_000
-    start = time.perf_counter()
-    for round_ in range(3):
-        rng = cupy.random.default_rng(round_)
-        frame = cudf.DataFrame({f"f{i}": rng.standard_normal(rows, dtype=cupy.float32) for i in range(16)})
-        frame["label"] = (frame["f0"] + frame["f1"] * frame["f2"] > 0).astype("int32")
-        frame = frame[frame["f3"] > -2.0]
-        matrix = frame[[f"f{i}" for i in range(16)]].to_cupy()
-        tensor = torch.from_dlpack(matrix)
-        tensor = (tensor - tensor.mean(0)) / tensor.std(0)
-        gram = tensor.T @ tensor
-        features = cupy.from_dlpack(tensor.contiguous())
-        label = frame["label"].values
-        with xgboost.config_context(**xgb_config):
-            xgboost.train({"device": "cuda", "tree_method": "hist", "max_depth": 8},
-                          xgboost.QuantileDMatrix(features, label=label), num_boost_round=20)
-        del frame, matrix, tensor, gram, features, label
-        cupy.cuda.runtime.deviceSynchronize()
-    return time.perf_counter() - start
-
-
 def cupy_alloc_us(count: int = 20_000) -> float:
-    import cupy
-
-    times = []
-    for _ in range(5):
-        cupy.cuda.runtime.deviceSynchronize()
-        start = time.perf_counter()
-        for _ in range(count):
-            a = cupy.empty(MiB, dtype=cupy.uint8)
-            del a
-        cupy.cuda.runtime.deviceSynchronize()
-        times.append((time.perf_counter() - start) / count * 1e6)
-    return min(times[1:])  # the cost itself: other threads of the worker only add to it
+    return min(cupy_alloc_free_us(count, 5)[1:])  # the cost itself: the worker's threads only add
 
 
 def numba_alloc_us(count: int = 5_000) -> float:
@@ -159,25 +103,8 @@ def numba_alloc_us(count: int = 5_000) -> float:
 
 def train_step_ms() -> float:
     import torch
-    from torch import nn
 
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(128, 10),
-    ).cuda()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(64, 3, 64, 64, device="cuda")
-    y = torch.randint(0, 10, (64,), device="cuda")
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        opt.step()
-
+    step = conv_net_step()
     for _ in range(50):
         step()
     torch.cuda.synchronize()
@@ -200,11 +127,11 @@ def run_workloads(xgb_config: dict | None, baseline: int) -> dict:
         from dask_gpu_interop import xgboost_config
 
         xgb_config = xgboost_config()
-    with peak_sampler() as peak:
+    with PeakSampler() as sampler:
         mixed = mixed_workload(xgb_config)
     return {
         "mixed_s": mixed,
-        "mixed_peak_gib": (peak[0] - baseline) / (1 << 30),
+        "mixed_peak_gib": (sampler.peak - baseline) / (1 << 30),
         "cupy_us": cupy_alloc_us(),
         "numba_us": numba_alloc_us(),
         "train_ms": train_step_ms(),
@@ -215,7 +142,8 @@ def run_workloads(xgb_config: dict | None, baseline: int) -> dict:
 
 
 def dask_cuda_xgboost_config(cluster_options: dict) -> dict:
-    """What a dask-cuda user sets for XGBoost: RMM where XGBoost was built with it."""
+    """What a dask-cuda user sets for XGBoost with an RMM pool: ``use_rmm`` (a no-op where
+    XGBoost is built without RMM, as the PyPI wheels are)."""
     return {"use_rmm": True} if cluster_options.get("rmm_pool_size") or cluster_options.get("rmm_async") else {}
 
 
