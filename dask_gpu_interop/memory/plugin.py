@@ -137,9 +137,7 @@ class GPUMemoryPlugin(WorkerPlugin):
         if not oom.is_device_oom(error, recent_failure=failure is not None):
             return
         stack = current.stack
-        in_use = failure[1] if failure is not None and failure[1] is not None else None
-        if in_use is None:
-            in_use = stack.live_bytes()
+        in_use = failure[1] if failure and failure[1] is not None else stack.live_bytes()
         message = oom.explain(
             error,
             key=record.key,
