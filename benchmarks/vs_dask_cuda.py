@@ -9,7 +9,10 @@ spread of each row shows next to its median and drift hits every configuration a
 Configurations: the frameworks' own allocators (no pool); dask-cuda ``rmm_pool_size`` and
 ``rmm_async`` with ``rmm_allocator_external_lib_list=["cupy", "torch"]`` and Numba on RMM
 (``NUMBA_CUDA_MEMORY_MANAGER=rmm.allocators.numba``, as RMM's documentation says); the plugin's
-pool and async modes. Inside a worker, the micro rows take the fastest of five timings (the
+pool and async modes. Variants that explain a row run only when ``--configs`` names them: the
+async mode with ``release_threshold=0`` or with PyTorch through RMM instead of its own
+cudaMallocAsync backend, the pool without statistics. The last column compares only the
+plugin's two modes (defaults) with dask-cuda's two. Inside a worker, the micro rows take the fastest of five timings (the
 worker's own threads can only add to them). Rows: worker setup (cluster start to memory ready), CuPy and Numba 1 MiB
 alloc+free, a conv-net training step, and a mixed cuDF -> CuPy -> PyTorch -> XGBoost workload's
 time and peak device memory (NVML, the whole device, above what was used before the cluster).
@@ -42,16 +45,31 @@ MiB = 1 << 20
 LIBS = ["cupy", "torch"]
 
 
+NUMBA_ON_RMM = {"NUMBA_CUDA_MEMORY_MANAGER": "rmm.allocators.numba"}
+OURS = ("plugin pool", "plugin async")
+THEIRS = ("dask-cuda pool", "dask-cuda async")
+
+
 def configurations(pool_size: str) -> dict:
-    """name -> (LocalCUDACluster options, plugin options or None, Numba on RMM's allocator)."""
+    """name -> (LocalCUDACluster options, plugin options or None, the workers' environment)."""
     return {
-        "no pool": ({}, None, False),
+        "no pool": ({}, None, {}),
         "dask-cuda pool": (
-            {"rmm_pool_size": pool_size, "rmm_allocator_external_lib_list": LIBS}, None, True),
+            {"rmm_pool_size": pool_size, "rmm_allocator_external_lib_list": LIBS}, None, NUMBA_ON_RMM),
         "dask-cuda async": (
-            {"rmm_async": True, "rmm_allocator_external_lib_list": LIBS}, None, True),
-        "plugin pool": ({}, {"pool_size": pool_size}, False),
-        "plugin async": ({}, {"async_alloc": True}, False),
+            {"rmm_async": True, "rmm_allocator_external_lib_list": LIBS}, None, NUMBA_ON_RMM),
+        "plugin pool": ({}, {"pool_size": pool_size}, {}),
+        "plugin async": ({}, {"async_alloc": True}, {}),
+    }
+
+
+def variants(pool_size: str) -> dict:
+    """Configurations that explain a row; run only when named in ``--configs``."""
+    return {
+        "plugin async, release 0": ({}, {"async_alloc": True, "release_threshold": 0}, {}),
+        "plugin async, torch on RMM": (
+            {}, {"async_alloc": True}, {"PYTORCH_CUDA_ALLOC_CONF": "backend:native"}),
+        "plugin pool, no statistics": ({}, {"pool_size": pool_size, "statistics": False}, {}),
     }
 
 
@@ -147,16 +165,15 @@ def dask_cuda_xgboost_config(cluster_options: dict) -> dict:
     return {"use_rmm": True} if cluster_options.get("rmm_pool_size") or cluster_options.get("rmm_async") else {}
 
 
-def one_run(name: str, cluster_options: dict, plugin_options: dict | None, numba_rmm: bool) -> dict:
+def one_run(name: str, cluster_options: dict, plugin_options: dict | None, env: dict) -> dict:
     from dask_cuda import LocalCUDACluster
     from distributed import Client
 
     from dask_gpu_interop import GPUMemoryPlugin
 
     baseline = device_used()
-    saved = os.environ.get("NUMBA_CUDA_MEMORY_MANAGER")
-    if numba_rmm:
-        os.environ["NUMBA_CUDA_MEMORY_MANAGER"] = "rmm.allocators.numba"
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)  # the workers inherit the client's environment
     try:
         start = time.perf_counter()
         with LocalCUDACluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
@@ -168,10 +185,11 @@ def one_run(name: str, cluster_options: dict, plugin_options: dict | None, numba
             xgb = None if plugin_options is not None else dask_cuda_xgboost_config(cluster_options)
             numbers = client.submit(run_workloads, xgb, baseline, pure=False).result()
     finally:
-        if saved is None:
-            os.environ.pop("NUMBA_CUDA_MEMORY_MANAGER", None)
-        else:
-            os.environ["NUMBA_CUDA_MEMORY_MANAGER"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return {"setup_s": setup, **numbers}
 
 
@@ -188,9 +206,9 @@ def summarize(runs: dict) -> dict:
 
 
 def verdict(row: dict) -> str:
-    """The plugin's best against dask-cuda's best on one row (lower is better)."""
-    ours = [v for n, v in row.items() if n.startswith("plugin")]
-    theirs = [v for n, v in row.items() if n.startswith("dask-cuda")]
+    """The plugin's best mode against dask-cuda's best on one row (lower is better)."""
+    ours = [v for n, v in row.items() if n in OURS]
+    theirs = [v for n, v in row.items() if n in THEIRS]
     if not ours or not theirs:
         return "-"
     best_ours, best_theirs = min(ours), min(theirs)
@@ -238,12 +256,18 @@ def main(argv=None) -> None:
     parser.add_argument("--pool-size", default="2GiB",
                         help="Initial pool of both pool configurations (they grow from there).")
     parser.add_argument("--configs", default=None,
-                        help="Comma-separated subset of the configurations.")
+                        help="Configurations to run, separated by ';' (names hold commas).")
+    parser.add_argument("--tag", default="",
+                        help="Added to the results' file name, to keep runs of subsets apart.")
     args = parser.parse_args(argv)
 
     configs = configurations(args.pool_size)
     if args.configs:
-        configs = {name: configs[name] for name in args.configs.split(",")}
+        known = {**configs, **variants(args.pool_size)}
+        unknown = [n for n in args.configs.split(";") if n not in known]
+        if unknown:
+            parser.error(f"--configs: unknown {unknown}; choose from {list(known)}")
+        configs = {name: known[name] for name in args.configs.split(";")}
     names = list(configs)
     runs = {name: [] for name in names}
     errors = []
@@ -263,7 +287,7 @@ def main(argv=None) -> None:
     info = machine()
     text = markdown(summary, argv if argv is not None else sys.argv[1:], args.repeats, info, errors)
     print(text)
-    write_results(os.path.join(args.out, f"vs-dask-cuda-{machine_name(info)}"), text,
+    write_results(os.path.join(args.out, f"vs-dask-cuda-{machine_name(info)}{'-' + args.tag if args.tag else ''}"), text,
                   {"runs": runs, "summary": summary, "errors": errors, "machine": info})
 
 

@@ -49,3 +49,20 @@ def test_every_configuration_is_either_dask_cudas_or_the_plugins():
     assert configs["plugin pool"][1] == {"pool_size": "2GiB"}
     for name, (cluster, plugin, _) in configs.items():
         assert not (cluster and plugin), name  # never both owners of RMM on one worker
+
+
+def test_variants_explain_rows_but_never_stand_in_for_the_plugins_modes():
+    row = {"dask-cuda async": (10.0, 9.0, 11.0), "plugin async": (12.0, 11.5, 12.5),
+           "plugin async, release 0": (5.0, 5.0, 5.0)}
+    assert bench.verdict(row) == "1.20 (slower)"
+    for name, (cluster, plugin, env) in bench.variants("2GiB").items():
+        assert name.startswith("plugin") and plugin and not cluster, name
+
+
+def test_configs_names_each_configuration_and_refuses_an_unknown_one(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        bench.main(["--configs", "plugin async;plugin turbo", "--repeats", "0"])
+    err = capsys.readouterr().err
+    assert "plugin turbo" in err and "plugin async, release 0" in err
