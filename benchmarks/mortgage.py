@@ -43,6 +43,7 @@ STAGE_LINE = re.compile(r"^  (?P<stage>\w[\w ]*?) +(?P<seconds>[\d.]+) s$", re.M
 AUC_LINE = re.compile(r"test AUC: (?P<auc>[\d.]+|nan)")
 WRITTEN = re.compile(r"written in (?P<seconds>[\d.]+) s")
 TOTAL = re.compile(r"^total: (?P<seconds>[\d.]+) s$", re.M)
+JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")
 GOALS = {"etl_ratio": 20.0, "gb_per_s": 5.0, "e2e_ratio": 15.0}
 
 
@@ -183,15 +184,14 @@ def markdown(payload: dict) -> str:
                          f"{one['median'] / s['median']:.2f}x |")
     if payload.get("jobs"):
         lines += ["", "## The whole job: `python -m examples.mortgage --data DIR [options]`", "",
-                  "| configuration | ETL | DMatrix | training | total | test AUC |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "| configuration | " + " | ".join(JOB_STAGES) + " | total | test AUC |",
+                  "| --- |" + " --- |" * (len(JOB_STAGES) + 2)]
         for name, runs in payload["jobs"].items():
-            cell = {k: summary([r["stages"].get(k, 0) for r in runs])
-                    for k in ("ETL", "DMatrix", "training")}
+            cells = [spread(summary([r["stages"].get(k, 0) for r in runs])) for k in JOB_STAGES]
             total = summary([r["total"] for r in runs])
             aucs = sorted({f"{r['auc']:.4f}" for r in runs})
-            lines.append(f"| {name} | {spread(cell['ETL'])} | {spread(cell['DMatrix'])} | "
-                         f"{spread(cell['training'])} | {spread(total)} | {', '.join(aucs)} |")
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {spread(total)} | "
+                         f"{', '.join(aucs)} |")
     lines += ["", "## Goals", "", "| goal | result |", "| --- | --- |"]
     lines += [f"| {goal} | {result} |" for goal, result in goals(payload)]
     return "\n".join(lines) + "\n"

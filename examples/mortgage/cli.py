@@ -175,6 +175,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         client, device = stack.enter_context(cluster_client(**cluster))
         if device == "gpu":
             warm.workers(client)
+        cluster_start = time.perf_counter() - started
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         generate_seconds = None
         if spec is not None:
@@ -197,8 +198,10 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                              echo=click.echo)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
+        first = {"cluster start": cluster_start}
         if generate_seconds is not None:
-            result.stages = {"generate": generate_seconds, **result.stages}
+            first["generate"] = generate_seconds
+        result.stages = {**first, **result.stages}
         if features_out:
             result.etl.frame.to_parquet(features_out, write_index=False)
             click.echo(f"feature table written to {features_out}")
@@ -207,6 +210,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             click.echo(f"model written to {model_out}")
         for line in result.lines():
             click.echo(line)
+        stopping = time.perf_counter()
+    click.echo(f"  cluster stop {time.perf_counter() - stopping:8.2f} s")
     click.echo(f"total: {time.perf_counter() - started:.2f} s")
 
 

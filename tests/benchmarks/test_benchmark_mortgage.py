@@ -19,11 +19,13 @@ ETL: 74,000,000 rows from 10.00 GiB of text in 10 partitions, 2.50 s (29,600,000
 feature table written to /tmp/x
 """
 JOB_OUTPUT = """stage times:
+  cluster start 4.00 s
   ETL           0.30 s
   DMatrix       0.20 s
   training      1.50 s
 ETL:      7,000,000 rows from 1.00 GiB of text in 1 partitions, 0.30 s (1 rows/s, 1 GiB/s)
 test AUC: 0.8123 (train AUC 0.9000)
+  cluster stop     1.25 s
 total: 9.00 s
 """
 
@@ -38,7 +40,8 @@ def test_the_etl_line_the_command_prints_is_read():
 
 def test_the_job_s_stages_total_and_auc_are_read():
     found = mortgage.parse_job(JOB_OUTPUT)
-    assert found["stages"] == {"ETL": 0.3, "DMatrix": 0.2, "training": 1.5}
+    assert found["stages"] == {"cluster start": 4.0, "ETL": 0.3, "DMatrix": 0.2,
+                               "training": 1.5, "cluster stop": 1.25}
     assert found["auc"] == 0.8123 and found["total"] == 9.0
     assert found["etl"]["rows"] == 7_000_000
 
@@ -55,7 +58,8 @@ def test_tables_and_goals_use_medians_and_show_the_spread():
         "machine_name": "1xH200",
         "etl": {"classic": {"gpu": _etl([1.0, 3.0, 2.0]), "cpu": _etl([50.0, 30.0]),
                             "gpu2": _etl([1.0])}},
-        "jobs": {"gpu": [{"stages": {"ETL": 1.0}, "total": 10.0, "auc": 0.8}],
+        "jobs": {"gpu": [{"stages": {"ETL": 1.0, "cluster start": 4.5}, "total": 10.0,
+                          "auc": 0.8}],
                  "cpu": [{"stages": {"ETL": 30.0}, "total": 160.0, "auc": 0.8}]},
     }
     text = mortgage.markdown(payload)
@@ -66,6 +70,8 @@ def test_tables_and_goals_use_medians_and_show_the_spread():
     assert goals["ETL per GPU, classic: at least 5 GB/s"] == "5.37 GB/s (met)"
     assert goals["end to end vs the CPUs: at least 15x"] == "16.0x (met)"
     assert "| classic | 2 | 1.00 s (1 run) | 2.00x |" in text
+    assert "| configuration | cluster start | ETL |" in text
+    assert "| gpu | 4.50 s (1 run) | 1.00 s (1 run) |" in text
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):

@@ -41,8 +41,11 @@ def test_the_default_job_runs_end_to_end(tmp_path):
     assert result.exit_code == 0, out
     assert "cluster: 2 workers, device=cpu" in out
     assert re.search(r"generated .* 480 loans", out)
-    for stage in ("generate", "ETL", "DMatrix", "training"):
-        assert re.search(rf"^  {stage} +\d+\.\d\d s$", out, re.M), stage
+    stages = [m.group(1) for m in re.finditer(r"^  (\w[\w ]*?) +\d+\.\d\d s$", out, re.M)]
+    assert stages == ["cluster start", "generate", "ETL", "DMatrix", "training", "cluster stop"]
+    seconds = [float(x) for x in re.findall(r"^  \w[\w ]*? +(\d+\.\d\d) s$", out, re.M)]
+    total = float(re.search(r"^total: (\d+\.\d\d) s$", out, re.M).group(1))
+    assert sum(seconds) <= total + 0.05  # the stages are parts of the total
     assert re.search(r"rows/s", out)
     auc = float(re.search(r"test AUC: (\d\.\d+)", out).group(1))
     assert 0.5 < auc <= 1.0
