@@ -109,6 +109,19 @@ def _check_device(cluster: dict) -> str:
         raise click.ClickException(str(exc)) from None
 
 
+MODE_OPTIONS = ("async_alloc", "managed", "pool")
+
+
+def _shared_pool(cluster: dict) -> dict:
+    """The example's memory mode on a local GPU cluster: CUDA's async pool, the one pool that
+    cuDF, CuPy and XGBoost all draw from (XGBoost's PyPI wheels stay outside RMM's pool).
+    A mode flag the user gives wins; a running cluster (--scheduler) keeps its own setup."""
+    memory = dict(cluster.get("memory") or {})
+    if cluster.get("scheduler") or any(name in memory for name in MODE_OPTIONS):
+        return cluster
+    return {**cluster, "memory": {**memory, "async_alloc": True}}
+
+
 def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
     try:
@@ -152,6 +165,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     from . import job
 
     expected = _check_device(cluster)
+    cluster = _shared_pool(cluster)
     try:
         params = train.parse_params(xgb_params)
     except ValueError as exc:
@@ -261,6 +275,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
+    cluster = _shared_pool(cluster)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     try:
         etl_mod.check_output(out, overwrite)

@@ -153,3 +153,44 @@ def test_help_lists_the_sub_commands():
     result = _run(["--help"])
     assert result.exit_code == 0
     assert "generate" in result.output and "etl" in result.output
+
+
+class _Started(Exception):
+    pass
+
+
+@pytest.mark.parametrize("flags, memory", [
+    ([], {"async_alloc": True}),
+    (["--pool-size", "4GB"], {"pool_size": "4GB", "async_alloc": True}),
+    (["--no-async-alloc"], {"async_alloc": False}),
+    (["--no-pool"], {"pool": False}),
+])
+@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
+def test_a_local_gpu_cluster_shares_cudas_async_pool_unless_a_mode_is_given(
+        monkeypatch, flags, memory, command):
+    import examples.mortgage.cli as cli
+
+    seen = {}
+
+    def fake_cluster_client(**cluster):
+        seen.update(cluster)
+        raise _Started
+
+    monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
+    import dask_gpu_interop.options
+
+    monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
+    monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")
+    monkeypatch.setattr(cli.warm, "import_in_background", lambda name: None)
+    args = ["--device", "gpu", *flags] if not command else [command[0], "--device", "gpu",
+                                                            *flags, *command[1:]]
+    with pytest.raises(_Started):
+        CliRunner().invoke(main, args, catch_exceptions=False)
+    assert seen["memory"] == memory
+
+
+def test_a_running_cluster_keeps_its_own_memory_setup():
+    from examples.mortgage.cli import _shared_pool
+
+    cluster = {"scheduler": "tcp://somewhere:8786", "memory": None}
+    assert _shared_pool(cluster) == cluster

@@ -186,6 +186,7 @@ def test_the_default_command_on_gpus_says_nothing_it_should_not():
     assert "device=gpu" in text and "test AUC" in text
     assert "already exists" not in text, text
     assert "empty DMatrix" not in text and "Empty dataset" not in text, text
+    assert re.search(r"^\s+xgboost\s+shared ", text, re.M), text  # one pool for every framework
 
 
 def test_the_sample_directory_on_gpus():
