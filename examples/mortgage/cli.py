@@ -113,8 +113,9 @@ MODE_OPTIONS = ("async_alloc", "managed", "pool")
 
 
 def _shared_pool(cluster: dict) -> dict:
-    """The example's memory mode on a local GPU cluster: CUDA's async pool, the one pool that
-    cuDF, CuPy and XGBoost all draw from (XGBoost's PyPI wheels stay outside RMM's pool).
+    """The whole job's memory mode on a local GPU cluster: CUDA's async pool, the one pool
+    that cuDF, CuPy and XGBoost all draw from (XGBoost's PyPI wheels stay outside RMM's
+    pool). The ``etl`` command, without XGBoost, keeps the RMM pool: its ETL is faster there.
     A mode flag the user gives wins; a running cluster (--scheduler) keeps its own setup."""
     memory = dict(cluster.get("memory") or {})
     if cluster.get("scheduler") or any(name in memory for name in MODE_OPTIONS):
@@ -275,7 +276,6 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
-    cluster = _shared_pool(cluster)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     try:
         etl_mod.check_output(out, overwrite)

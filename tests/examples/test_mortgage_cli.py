@@ -159,15 +159,8 @@ class _Started(Exception):
     pass
 
 
-@pytest.mark.parametrize("flags, memory", [
-    ([], {"async_alloc": True}),
-    (["--pool-size", "4GB"], {"pool_size": "4GB", "async_alloc": True}),
-    (["--no-async-alloc"], {"async_alloc": False}),
-    (["--no-pool"], {"pool": False}),
-])
-@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
-def test_a_local_gpu_cluster_shares_cudas_async_pool_unless_a_mode_is_given(
-        monkeypatch, flags, memory, command):
+def _memory_given_to_the_cluster(monkeypatch, args) -> dict | None:
+    import dask_gpu_interop.options
     import examples.mortgage.cli as cli
 
     seen = {}
@@ -176,17 +169,30 @@ def test_a_local_gpu_cluster_shares_cudas_async_pool_unless_a_mode_is_given(
         seen.update(cluster)
         raise _Started
 
-    monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
-    import dask_gpu_interop.options
-
     monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
+    monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
     monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")
     monkeypatch.setattr(cli.warm, "import_in_background", lambda name: None)
-    args = ["--device", "gpu", *flags] if not command else [command[0], "--device", "gpu",
-                                                            *flags, *command[1:]]
     with pytest.raises(_Started):
         CliRunner().invoke(main, args, catch_exceptions=False)
-    assert seen["memory"] == memory
+    return seen["memory"]
+
+
+@pytest.mark.parametrize("flags, memory", [
+    ([], {"async_alloc": True}),
+    (["--pool-size", "4GB"], {"pool_size": "4GB", "async_alloc": True}),
+    (["--no-async-alloc"], {"async_alloc": False}),
+    (["--no-pool"], {"pool": False}),
+])
+def test_the_whole_job_on_local_gpus_shares_cudas_async_pool_unless_a_mode_is_given(
+        monkeypatch, flags, memory):
+    assert _memory_given_to_the_cluster(monkeypatch, ["--device", "gpu", *flags]) == memory
+
+
+@pytest.mark.parametrize("flags, memory", [([], None), (["--async-alloc"], {"async_alloc": True})])
+def test_the_etl_command_keeps_the_plugins_default_pool(monkeypatch, flags, memory):
+    args = ["etl", "--device", "gpu", *flags, "--data", SAMPLE, "--out", "unused"]
+    assert _memory_given_to_the_cluster(monkeypatch, args) == memory
 
 
 def test_a_running_cluster_keeps_its_own_memory_setup():
