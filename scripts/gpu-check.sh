@@ -4,7 +4,7 @@
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
 # Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
-#           compat-tests serialize-tests convert-tests mortgage-tests ecg-tests demo-tests
+#           cluster-start-bench compat-tests serialize-tests convert-tests mortgage-tests ecg-tests demo-tests
 #           transfer-bench shuffle-bench mortgage-bench ecg-bench   (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
 # VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, ECG_ARGS; MORTGAGE_DATA: where the mortgage
@@ -82,7 +82,9 @@ want probe scripts && section probe 120 probe
 want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py ${MEMORY_TESTS_K:+-k "$MEMORY_TESTS_K"} --junitxml="$OUT/results/memory-tests.xml"
 want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
 want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocators-bench 300 python3 benchmarks/cupy_allocators.py --out "$OUT/results"
-want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 benchmarks/vs_dask_cuda.py --out "$OUT/results" ${VS_DASK_CUDA_ARGS:-}
+eval "vs_args=(${VS_DASK_CUDA_ARGS:-})"  # shell words: --configs 'plugin async;...' keeps its quotes
+want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 benchmarks/vs_dask_cuda.py --out "$OUT/results" "${vs_args[@]}"
+want cluster-start-bench benchmarks/cluster_start.py && section cluster-start-bench 600 python3 benchmarks/cluster_start.py --out "$OUT/results"
 for name in compat serialize convert mortgage ecg demo; do
   files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
