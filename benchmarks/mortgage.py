@@ -232,7 +232,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--e2e-size", default="1GB", help="The whole job's dataset (none: skip).")
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,cudamalloc",
-                        help="GPU memory setups of the whole job ('' : the default only).")
+                        help="GPU memory setups beside the default (async): pool, cudamalloc ('': none).")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
     parser.add_argument("--machine", default="1xH200")
     parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
@@ -272,8 +272,7 @@ def main(argv=None) -> dict:
         small = os.path.join(args.data, f"classic-{args.e2e_size}")
         payload["datasets"]["e2e"] = generate(small, args.e2e_size, "classic", args.workers)
         configs = {"gpu": ["--device", "gpu"], "cpu": ["--device", "cpu"]}
-        modes = {"pool": ["--no-async-alloc"], "async": ["--async-alloc"],
-                 "cudamalloc": ["--no-pool"]}
+        modes = {"pool": ["--no-async-alloc"], "cudamalloc": ["--no-pool"]}
         for mode in [m for m in args.memory_modes.split(",") if m in modes]:
             configs[f"gpu {' '.join(modes[mode])}"] = ["--device", "gpu", *modes[mode]]
         payload["jobs"] = job_runs(small, configs, args.e2e_runs)
