@@ -19,6 +19,8 @@ import statistics
 import sys
 import time
 
+from dask.utils import parse_bytes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
@@ -58,7 +60,7 @@ def _setup_gpu():
     cupy.cuda.set_allocator(rmm_cupy_allocator)
 
 
-def profile(directory: str, device: str, repeats: int) -> dict:
+def profile(directory: str, device: str, repeats: int, chunks=()) -> dict:
     from examples.mortgage import etl, features, files, read, schema
 
     plan = files.plan(directory, partition_size=files.PARTITION_SIZES[device])
@@ -70,8 +72,12 @@ def profile(directory: str, device: str, repeats: int) -> dict:
     if not current:
         acq, _ = etl.load_acquisitions(plan.acquisition_files(part.quarter), device, plan.names)
     clock = Clock(device)
-    peaks = []
+    peaks: dict[str, list] = {}
+    chunk = read.CHUNK
     for _ in range(repeats):
+        if not current:
+            clock("acquisitions: one quarter's files", etl.load_acquisitions,
+                  plan.acquisition_files(part.quarter), device, plan.names)
         if device == "gpu":
             _gpu_steps(clock, part, plan, columns)
         result = clock("read: the example's read()", read.read, part.pieces, plan.layout,
@@ -83,22 +89,42 @@ def profile(directory: str, device: str, repeats: int) -> dict:
         perf = clock("features: per loan and the label", features.performance_features, perf)
         clock("feature table: join and last mile", features.feature_table, perf, acq)
         del perf, result
-        peaks.append(_peak(clock, device, etl.process_part, part, plan.layout, acq, device,
-                           plan.names))
+        for size in (chunk, *(c for c in chunks if c != chunk)):  # the example's first
+            read.CHUNK = size
+            name = (f"whole partition (process_part), chunks of {size / 2**20:.0f} MiB"
+                    + ("" if size == chunk else " (not taken)"))
+            peaks.setdefault(name, []).append(_peak(clock, device, name, etl.process_part, part,
+                                                    plan.layout, acq, device, plan.names))
+        read.CHUNK = chunk
     return {"part": {"bytes": part.nbytes, "pieces": len(part.pieces), "quarter": part.quarter},
             "layout": plan.layout.name, "device": device, "times": clock.times,
-            "peaks": peaks}
+            "peaks": peaks, "functions": _functions(etl.process_part, part, plan.layout, acq,
+                                                    device, plan.names)}
 
 
-def _peak(clock, device, function, *args):
+def _functions(function, *args, top: int = 30) -> str:
+    """The functions one more call of ``function`` spent most time in, by own time
+    (cProfile; a call that waits for the device counts the wait as its own)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(function, *args)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def _peak(clock, device, name, function, *args):
     if device != "gpu":
-        clock("whole partition (process_part)", function, *args)
+        clock(name, function, *args)
         return None
     import rmm
 
     rmm.statistics.enable_statistics()
     rmm.statistics.push_statistics()
-    clock("whole partition (process_part)", function, *args)
+    clock(name, function, *args)
     return rmm.statistics.pop_statistics().peak_bytes
 
 
@@ -120,12 +146,12 @@ def _gpu_steps(clock, part, plan, columns):
         frames = [read._read_csv_gpu(p.path, read._byte_range(p), *args) for p in part.pieces]
         return frames[0] if len(frames) == 1 else cudf.concat(frames, ignore_index=True)
 
-    frame = clock("cudf.read_csv, every piece's text", read_text)
+    frame = clock("cudf.read_csv, the whole partition's text at once", read_text)
     numbers = [n for n, k in kinds.items() if k == schema.NUMBER]
     texts = [n for n, k in kinds.items() if k not in (schema.ID, schema.NUMBER)]
 
     def astype():
-        return [frame[n].astype("float64") for n in numbers]
+        return [frame[n].astype("float64").astype("float32") for n in numbers]
 
     def to_numeric():
         return [cudf.to_numeric(frame[n], errors="coerce") for n in numbers]
@@ -143,9 +169,21 @@ def _gpu_steps(clock, part, plan, columns):
                         frame[n].take(distinct.index).to_arrow().to_pylist()))
         return out
 
+    def encode():
+        import pylibcudf as plc
+
+        out = []
+        for n in texts:
+            column, _ = frame[n].to_pylibcudf()
+            keys, indices = plc.transform.encode(plc.Table([column]))
+            out.append((cupy.asarray(cudf.Series.from_pylibcudf(indices).values),
+                        cudf.Series.from_pylibcudf(keys.columns()[0]).to_arrow().to_pylist()))
+        return out
+
     clock("numbers: astype (checks, converts)", astype)
     clock("numbers: to_numeric (not taken)", to_numeric)
-    clock("text: factorize", factorize)
+    clock("text: libcudf's encode, one call a column", encode)
+    clock("text: factorize (not taken)", factorize)
     clock("text: xxhash64, distinct hashes (not taken)", hashed)
 
 
@@ -162,10 +200,14 @@ def markdown(info: dict, result: dict, command: str) -> str:
         median = statistics.median(rest)
         lines.append(f"| {name} | {times[0] * 1e3:.1f} ms | {median * 1e3:.1f} ms | "
                      f"{size / median / 1e9:.2f} |")
-    peaks = [p for p in result["peaks"] if p]
-    if peaks:
-        lines += ["", f"Peak device memory of the whole partition: {max(peaks) / size:.2f}x its "
-                      f"text ({max(peaks) / 2**20:.0f} MiB)."]
+    for name, peaks in result["peaks"].items():
+        peaks = [p for p in peaks if p]
+        if peaks:
+            lines += ["", f"Peak device memory, {name}: {max(peaks) / size:.2f}x its text "
+                          f"({max(peaks) / 2**20:.0f} MiB)."]
+    if result.get("functions"):
+        lines += ["", "One more whole partition under cProfile, by own time:", "", "```",
+                  result["functions"].strip(), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -175,11 +217,14 @@ def main(argv=None):
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--machine", default="1xH200")
+    parser.add_argument("--chunks", default="", help="Also run the whole partition with "
+                        "these conversion chunks on GPUs, e.g. 128MiB,1GiB (comma-separated).")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
     if args.device == "gpu":
         _setup_gpu()
-    result = profile(args.data, args.device, max(2, args.repeats))
+    chunks = [parse_bytes(c) for c in args.chunks.split(",") if c]
+    result = profile(args.data, args.device, max(2, args.repeats), chunks)
     info = machine()
     text = markdown(info, result, command_line(__file__, argv))
     layout = result["layout"].split("-")[0]
