@@ -124,7 +124,7 @@ def acquisition_rows(loan_id, acq_loan_id):
 
 def _features(series):
     """A feature column as float32, missing (null or NaN) as -1."""
-    values = _values(series.astype("float32"))
+    values = _values(series if series.dtype == "float32" else series.astype("float32"))
     xp = module_of(values)
     return xp.where(xp.isnan(values), xp.float32(schema.MISSING), values)
 

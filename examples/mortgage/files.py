@@ -48,7 +48,8 @@ def partition_size_for(device: str, partition_size: int | str | None = None) -> 
 
 @dataclass(frozen=True)
 class Piece:
-    """Bytes ``[start, stop)`` of one file, starting and ending at loan boundaries."""
+    """Bytes ``[start, stop)`` of one file, from a line start to a line start (a partition's
+    pieces start and end at loan boundaries)."""
 
     path: str
     start: int
@@ -223,6 +224,38 @@ def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
         if pending:
             groups.append((quarter, pending))
     return [Part(i, quarter, tuple(pieces)) for i, (quarter, pieces) in enumerate(groups)]
+
+
+def chunks(pieces, size: int) -> list[list[Piece]]:
+    """``pieces`` regrouped into chunks of at most about ``size`` bytes, in order: small pieces
+    together, a larger piece cut at line starts (a chunk need not hold whole loans)."""
+    groups: list[list[Piece]] = []
+    pending: list[Piece] = []
+    for piece in pieces:
+        bounds = [piece.start, piece.stop]
+        if piece.nbytes > size:
+            count = -(-piece.nbytes // size)
+            with open(piece.path, "rb") as f:
+                inner = [line_start(f, piece.start + round(i * piece.nbytes / count), piece.stop)
+                         for i in range(1, count)]
+            bounds = [piece.start, *inner, piece.stop]
+        for a, b in pairwise(bounds):
+            if b <= a:
+                continue
+            if pending and sum(p.nbytes for p in pending) + (b - a) > size:
+                groups.append(pending)
+                pending = []
+            pending.append(Piece(piece.path, a, b))
+    if pending:
+        groups.append(pending)
+    return groups
+
+
+def line_start(f, offset: int, stop: int) -> int:
+    """The first line start at or after ``offset`` (``stop`` when there is none before it)."""
+    f.seek(offset - 1)
+    f.readline()  # to the start of the next line (or stays, if offset starts a line)
+    return min(f.tell(), stop)
 
 
 def loan_boundary(f, offset: int, size: int, loan_field: int = 0) -> int:

@@ -71,6 +71,34 @@ def test_cudf_and_pandas_give_the_same_feature_table(dataset, layout, partition_
     _same_table(*_both(plan))
 
 
+@pytest.mark.parametrize("layout", ["classic", "current"])
+def test_small_conversion_chunks_and_two_tasks_at_once_give_the_same_table(
+        dataset, layout, monkeypatch):
+    """A partition read in many chunks (each converted alone, then joined), two partitions at
+    once on the device (local GPU workers run two threads): the table is the same."""
+    plan = files.plan(dataset.directory_of(layout), partition_size="256MiB")
+    cpu = etl.run(plan, device="cpu")
+    monkeypatch.setattr(read, "CHUNK", 64 * 2**10)
+    assert len(files.chunks(plan.parts[0].pieces, read.CHUNK)) > 3
+    with dask.config.set(scheduler="threads", num_workers=2):
+        _same_table(cpu, etl.run(plan, device="gpu"))
+
+
+def test_a_bad_row_in_a_later_chunk_is_named_by_its_line(tmp_path, monkeypatch):
+    rows = raw_lines([SAMPLE_PERF])[:3000]
+    rows[2500] = rows[2500][:4] + ["12x.5"] + rows[2500][5:]
+    path = tmp_path / "Performance_2007Q3.txt_0"
+    path.write_text("\n".join("|".join(r) for r in rows) + "\n")
+    monkeypatch.setattr(read, "CHUNK", 32 * 2**10)
+    plan = files.plan(perf=str(path), acq=SAMPLE_ACQ)
+    assert len(files.chunks(plan.parts[0].pieces, read.CHUNK)) > 3
+    with pytest.raises(read.BadRowsError, match=re.escape(f"{path}:2501: current_actual_upb")):
+        etl.run(plan, device="gpu")
+    cpu, gpu = _both(plan, bad_rows="skip")
+    assert gpu.bad_count == 1 and gpu.rows == 2999
+    _same_table(cpu, gpu)
+
+
 def test_the_real_sample_on_both_devices_and_layouts(tmp_path):
     classic = files.plan(perf=SAMPLE_PERF, acq=SAMPLE_ACQ)
     current = files.plan(to_current_layout(SAMPLE_PERF, SAMPLE_ACQ, tmp_path / "2007Q3.csv"))
