@@ -116,7 +116,8 @@ def check_memory(memory: dict, prefix: str = "") -> MemoryConfig:
 
 
 def cluster_options(command):
-    """Add --scheduler/--device/--protocol/--workers, the memory flags and --memory-plot.
+    """Add --scheduler/--device/--protocol/--workers/--threads-per-worker, the memory flags
+    and --memory-plot.
 
     The command receives ``cluster``: keyword arguments for :func:`.cluster.cluster_client`.
     """
@@ -129,11 +130,15 @@ def cluster_options(command):
                   help="Communication between workers of a local cluster (ucx: NVLink).")
     @click.option("--workers", "n_workers", type=click.IntRange(min=1), default=None,
                   help="Workers of a local cluster (default: one per GPU, or up to 4 on CPUs).")
+    @click.option("--threads-per-worker", type=click.IntRange(min=1), default=None,
+                  help="Threads of each local worker (default: 1 per GPU worker; the cores "
+                       "shared out on CPUs).")
     @memory_options()
     @click.option("--memory-plot", type=click.Path(dir_okay=False), default=None, metavar="PNG",
                   help="Plot each worker's device memory over the run into this PNG.")
     @functools.wraps(command)
-    def wrapper(*args, scheduler, device, protocol, n_workers, memory, memory_plot, **kwargs):
+    def wrapper(*args, scheduler, device, protocol, n_workers, threads_per_worker, memory,
+                memory_plot, **kwargs):
         if scheduler is None:
             try:
                 check_local(device, protocol)
@@ -141,7 +146,8 @@ def cluster_options(command):
                 raise click.UsageError(as_flags(str(err), others=("device", "protocol"))) from None
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
-            memory=memory or None, memory_plot=memory_plot,
+            threads_per_worker=threads_per_worker, memory=memory or None,
+            memory_plot=memory_plot,
         )
         try:
             return command(*args, cluster=cluster, **kwargs)

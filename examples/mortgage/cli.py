@@ -123,6 +123,18 @@ def _shared_pool(cluster: dict) -> dict:
     return {**cluster, "memory": {**memory, "async_alloc": True}}
 
 
+GPU_THREADS = 2
+
+
+def _gpu_threads(cluster: dict, device: str) -> dict:
+    """Two threads per GPU worker on a local cluster: while one task is on the host (its
+    file's bytes, cuDF's Python, the distinct texts), the other's kernels run. A
+    --threads-per-worker given wins; a running cluster (--scheduler) keeps its own."""
+    if cluster.get("scheduler") or device != "gpu" or cluster.get("threads_per_worker"):
+        return cluster
+    return {**cluster, "threads_per_worker": GPU_THREADS}
+
+
 def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
     try:
@@ -166,7 +178,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     from . import job
 
     expected = _check_device(cluster)
-    cluster = _shared_pool(cluster)
+    cluster = _gpu_threads(_shared_pool(cluster), expected)
     try:
         params = train.parse_params(xgb_params)
     except ValueError as exc:
@@ -276,6 +288,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
+    cluster = _gpu_threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     try:
         etl_mod.check_output(out, overwrite)

@@ -159,7 +159,7 @@ class _Started(Exception):
     pass
 
 
-def _memory_given_to_the_cluster(monkeypatch, args) -> dict | None:
+def _given_to_the_cluster(monkeypatch, args) -> dict:
     import dask_gpu_interop.options
     import examples.mortgage.cli as cli
 
@@ -175,7 +175,11 @@ def _memory_given_to_the_cluster(monkeypatch, args) -> dict | None:
     monkeypatch.setattr(cli.warm, "import_in_background", lambda name: None)
     with pytest.raises(_Started):
         CliRunner().invoke(main, args, catch_exceptions=False)
-    return seen["memory"]
+    return seen
+
+
+def _memory_given_to_the_cluster(monkeypatch, args) -> dict | None:
+    return _given_to_the_cluster(monkeypatch, args)["memory"]
 
 
 @pytest.mark.parametrize("flags, memory", [
@@ -200,3 +204,21 @@ def test_a_running_cluster_keeps_its_own_memory_setup():
 
     cluster = {"scheduler": "tcp://somewhere:8786", "memory": None}
     assert _shared_pool(cluster) == cluster
+
+
+@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
+@pytest.mark.parametrize("flags, threads", [([], 2), (["--threads-per-worker", "1"], 1),
+                                            (["--threads-per-worker", "3"], 3)])
+def test_local_gpu_workers_run_two_tasks_at_once_unless_told(monkeypatch, command, flags,
+                                                              threads):
+    args = [*command[:1], "--device", "gpu", *flags, *command[1:]]
+    assert _given_to_the_cluster(monkeypatch, args)["threads_per_worker"] == threads
+
+
+def test_cpu_workers_and_running_clusters_keep_their_threads():
+    from examples.mortgage.cli import _gpu_threads
+
+    running = {"scheduler": "tcp://somewhere:8786", "threads_per_worker": None}
+    assert _gpu_threads(running, "gpu") == running
+    local_cpu = {"scheduler": None, "threads_per_worker": None}
+    assert _gpu_threads(local_cpu, "cpu") == local_cpu
