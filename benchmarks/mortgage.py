@@ -115,16 +115,17 @@ def generate(directory: str, size: str, layout: str, workers: int | None) -> dic
 
 
 def etl_runs(directory: str, devices: dict[str, int], out: str, extra: list[str]) -> dict:
-    """Each configuration's ETL runs, alternating: ``devices`` maps "gpu", "cpu" or "gpuN"
-    (N GPU workers) to its run count."""
+    """Each configuration's ETL runs, alternating: ``devices`` maps "gpu", "cpu", "gpuN"
+    (N GPU workers) or "gpu FLAGS" (the GPU with these flags) to its run count."""
     results = {device: [] for device in devices}
     for round_ in range(max(devices.values())):
         for device, runs in devices.items():
             if round_ >= runs:
                 continue
             workers = ["--workers", device[3:]] if device[3:].isdigit() else []
+            flags = device[4:].split() if device.startswith("gpu ") else []
             command = [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
-                       "--device", device[:3], *workers, *extra]
+                       "--device", device[:3], *workers, *flags, *extra]
             text, wall = run(command)
             found = parse_etl(text)
             found["wall"] = wall
@@ -175,7 +176,7 @@ def markdown(payload: dict) -> str:
             f"{writes[0]:.2f} / {writes[1]:.2f} s |")
     scaling = [(layout, name, summary([r["seconds"] for r in runs]))
                for layout, entry in payload["etl"].items() for name, runs in entry.items()
-               if name.startswith("gpu") and name != "gpu" and "gpu" in entry]
+               if name[:3] == "gpu" and name[3:].isdigit() and "gpu" in entry]
     if scaling:
         lines += ["", "## ETL on several GPUs", "", "| layout | GPUs | ETL | vs 1 GPU |",
                   "| --- | --- | --- | --- |"]
@@ -183,6 +184,18 @@ def markdown(payload: dict) -> str:
             one = summary([r["seconds"] for r in payload["etl"][layout]["gpu"]])
             lines.append(f"| {layout} | {name[3:]} | {spread(s)} | "
                          f"{one['median'] / s['median']:.2f}x |")
+    variants = [(layout, name, summary([r["seconds"] for r in runs]))
+                for layout, entry in payload["etl"].items() for name, runs in entry.items()
+                if name.startswith("gpu ") and "gpu" in entry]
+    if variants:
+        lines += ["", "## The GPU's ETL with other flags (runs alternating with the above)", "",
+                  "| layout | flags | ETL | its time / the default's |",
+                  "| --- | --- | --- | --- |"]
+        for layout, name, s in variants:
+            default = summary([r["seconds"] for r in payload["etl"][layout]["gpu"]])
+            lines.append(f"| {layout} | `{name[4:]}` | {spread(s)} | "
+                         f"{s['median'] / default['median']:.2f} "
+                         f"({s['min'] / default['max']:.2f}-{s['max'] / default['min']:.2f}) |")
     if payload.get("jobs"):
         lines += ["", "## The whole job: `python -m examples.mortgage --data DIR [options]`", "",
                   "| configuration | " + " | ".join(JOB_STAGES) + " | total | test AUC |",
@@ -229,6 +242,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU ETL runs per layout.")
     parser.add_argument("--gpu-workers", default="1",
                         help="GPU worker counts to time the ETL on, e.g. 1,2,4 (scaling).")
+    parser.add_argument("--gpu-variants", default="",
+                        help="GPU ETL runs with these flags beside the default, ';'-separated "
+                             "(e.g. '--threads-per-worker 1').")
     parser.add_argument("--e2e-size", default="1GB", help="The whole job's dataset (none: skip).")
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,cudamalloc",
@@ -264,6 +280,8 @@ def main(argv=None) -> dict:
         payload["datasets"][layout] = generate(directory, args.size, layout, args.workers)
         runs = {("gpu" if n == "1" else f"gpu{n}"): args.runs
                 for n in args.gpu_workers.split(",") if n}
+        runs.update({f"gpu {' '.join(v.split())}": args.runs
+                     for v in args.gpu_variants.split(";") if v.strip()})
         if args.cpu_runs:
             runs["cpu"] = args.cpu_runs
         payload["etl"][layout] = etl_runs(directory, runs, scratch, [])

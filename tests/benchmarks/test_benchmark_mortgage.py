@@ -57,7 +57,8 @@ def test_tables_and_goals_use_medians_and_show_the_spread():
         "machine": {"cpu": "cpu", "gpus": ["H200"], "versions": {"cudf": "26"}},
         "machine_name": "1xH200",
         "etl": {"classic": {"gpu": _etl([1.0, 3.0, 2.0]), "cpu": _etl([50.0, 30.0]),
-                            "gpu2": _etl([1.0])}},
+                            "gpu2": _etl([1.0]),
+                            "gpu --threads-per-worker 1": _etl([2.0, 3.0, 4.0])}},
         "jobs": {"gpu": [{"stages": {"ETL": 1.0, "cluster start": 4.5}, "total": 10.0,
                           "auc": 0.8}],
                  "cpu": [{"stages": {"ETL": 30.0}, "total": 160.0, "auc": 0.8}]},
@@ -69,7 +70,10 @@ def test_tables_and_goals_use_medians_and_show_the_spread():
     assert goals["ETL, 1 GPU vs the CPUs, classic: at least 20x"] == "20.0x (met)"
     assert goals["ETL per GPU, classic: at least 5 GB/s"] == "5.37 GB/s (met)"
     assert goals["end to end vs the CPUs: at least 15x"] == "16.0x (met)"
-    assert "| classic | 2 | 1.00 s (1 run) | 2.00x |" in text
+    assert "| classic | 2 | 1.00 s (1 run) | 2.00x |" in text  # a variant is not a GPU count
+    assert text.count("| classic | ") == 3
+    assert ("| classic | `--threads-per-worker 1` | 3.00 s (2.00-4.00, 3 runs) | 1.50 "
+            "(0.67-4.00) |") in text
     assert "| configuration | cluster start | ETL |" in text
     assert "| gpu | 4.50 s (1 run) | 1.00 s (1 run) |" in text
 
@@ -81,3 +85,17 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
             mortgage.main(["--data", str(tmp_path), "--out", str(tmp_path), *argv])
         assert error in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_gpu_variants_run_the_etl_command_with_their_flags(monkeypatch):
+    commands = []
+
+    def fake_run(command, cwd=None, timeout=None):
+        commands.append(command)
+        return ETL_OUTPUT, 1.0
+
+    monkeypatch.setattr(mortgage, "run", fake_run)
+    mortgage.etl_runs("/data", {"gpu": 1, "gpu --threads-per-worker 1": 1, "gpu2": 1}, "/o", [])
+    tails = [command[command.index("--device"):] for command in commands]
+    assert tails == [["--device", "gpu"], ["--device", "gpu", "--threads-per-worker", "1"],
+                     ["--device", "gpu", "--workers", "2"]]
