@@ -153,19 +153,9 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
                 frames.append(frame)
             continue
         frames.append(frame)
-    return ReadResult(_concat(frames), bad)
-
-
-def _concat(frames):
-    """The frames one after the other, a column at a time, each freed as it is copied (a
-    frame's concat would hold every column twice)."""
-    if len(frames) == 1:
-        return frames[0]
-    lib = module_of(frames[0])
-    columns = list(frames[0].columns)
-    out = {name: lib.concat([f.pop(name) for f in frames], ignore_index=True)
-           for name in columns}
-    return lib.DataFrame(out)
+    frame = frames[0] if len(frames) == 1 else module_of(frames[0]).concat(frames,
+                                                                        ignore_index=True)
+    return ReadResult(frame, bad)
 
 
 def _groups(pieces, device: str) -> list[list[Piece]]:
@@ -240,10 +230,10 @@ def _byte_range(piece: Piece) -> tuple[int, int] | None:
 def _read_gpu(pieces, data, layout, columns):
     import cudf
 
-    wanted = [layout.classic[c] for c in columns]
-    kinds = {layout.classic[c]: schema.kind_of(c) for c in columns}
-    dtype = {name: "int64" if kind == ID else "str" for name, kind in kinds.items()}
-    names, usecols, dtype = [*layout.names, EXTRA], [*wanted, EXTRA], {**dtype, EXTRA: "str"}
+    by_name = {layout.classic[c]: c for c in columns}  # the reader names them as we do
+    names = [by_name.get(name, f"_{i}") for i, name in enumerate(layout.names)] + [EXTRA]
+    dtype = {c: "int64" if schema.kind_of(c) == ID else "str" for c in columns}
+    usecols, dtype = [*columns, EXTRA], {**dtype, EXTRA: "str"}
     if data is None:  # the text of every piece, then converted at once
         frames = [_read_csv_gpu(p.path, _byte_range(p), names, usecols, dtype) for p in pieces]
         frame = frames[0] if len(frames) == 1 else cudf.concat(frames, ignore_index=True)
@@ -254,7 +244,6 @@ def _read_gpu(pieces, data, layout, columns):
                               keep_default_na=False, quoting=3, skip_blank_lines=True)
     if frame.pop(EXTRA).null_count != len(frame):
         raise _Unclean("too many fields")
-    frame = frame.rename(columns={layout.classic[c]: c for c in columns})[list(columns)]
     texts = {}
     for column in columns:
         kind = schema.kind_of(column)
