@@ -31,7 +31,12 @@ from .files import Piece, lines_before
 from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS
 
 POLICIES = ("error", "warn", "skip")
-CHUNK = 256 * 2**20  # text a GPU reads and converts at once
+# Text a GPU reads and converts at once. The reader holds about 7.7 times its text on the
+# device; smaller chunks cut that (256 MiB: 2.7x a 1 GiB partition) but each chunk costs its
+# calls again (256 MiB: 1.5-2.3x the partition's time on an H100,
+# benchmarks/results/mortgage-stages-gpu-classic-1xH100.md), so a default partition is read
+# at once and only larger ones are cut.
+CHUNK = 2**30
 SHOWN = 20  # bad rows spelled out in a message; the rest are counted
 EXTRA = "_extra_field"  # catches lines with a field too many on GPUs
 
