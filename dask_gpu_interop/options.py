@@ -131,8 +131,8 @@ def cluster_options(command):
     @click.option("--workers", "n_workers", type=click.IntRange(min=1), default=None,
                   help="Workers of a local cluster (default: one per GPU, or up to 4 on CPUs).")
     @click.option("--threads-per-worker", type=click.IntRange(min=1), default=None,
-                  help="Threads of each local worker (default: 1 per GPU worker; the cores "
-                       "shared out on CPUs).")
+                  help="Threads of each local worker (default: 1 per GPU worker unless the "
+                       "command sets more; the cores shared out on CPUs).")
     @memory_options()
     @click.option("--memory-plot", type=click.Path(dir_okay=False), default=None, metavar="PNG",
                   help="Plot each worker's device memory over the run into this PNG.")

@@ -267,9 +267,7 @@ def loan_boundary(f, offset: int, size: int, loan_field: int = 0) -> int:
         return 0
     if offset >= size:
         return size
-    f.seek(offset - 1)
-    f.readline()  # to the start of the next line (or stays, if offset starts a line)
-    pos = f.tell()
+    pos = line_start(f, offset, size)
     if pos >= size:
         return size
     previous = _loan_id(_line_before(f, pos), loan_field)
