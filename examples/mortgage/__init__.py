@@ -4,7 +4,8 @@ One code for both stacks: cuDF on GPU workers, pandas on CPU workers.
 
 - ``generate``: synthetic files in either layout (classic or current), at any size
 - ``files``: which files a dataset holds, their layout, and the partitions they are cut into
-- ``read``: the files into typed frames (``cudf.read_csv`` / pyarrow), bad rows reported
+- ``read``: the files into typed frames (libcudf's CSV reader / pyarrow's), bad rows reported
+- ``gpu_workers``: how local GPU workers run the tasks (two threads, a stream each)
 - ``features``: the per-loan features, the label and the feature table
 - ``etl``: the ETL as a dask DataFrame of one partition per piece of the files
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter

@@ -20,7 +20,7 @@ from dask_gpu_interop import cluster_client, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
 from . import etl as etl_mod
-from . import files, read, train, warm
+from . import files, gpu_workers, read, train, warm
 from . import generate as gen
 
 
@@ -123,20 +123,6 @@ def _shared_pool(cluster: dict) -> dict:
     return {**cluster, "memory": {**memory, "async_alloc": True}}
 
 
-GPU_THREADS = 2
-
-
-def _gpu_threads(cluster: dict, device: str) -> dict:
-    """Two threads per GPU worker on a local cluster, so that one task's host work (its
-    file's bytes, cuDF's Python, the distinct texts) can overlap the other's kernels: the
-    `etl` command on 9 GiB took 0.88x one thread's time on classic text, 0.99x on current
-    (benchmarks/results/mortgage-1xH100-user-path.md). A --threads-per-worker given wins; a
-    running cluster (--scheduler) keeps its own."""
-    if cluster.get("scheduler") or device != "gpu" or cluster.get("threads_per_worker"):
-        return cluster
-    return {**cluster, "threads_per_worker": GPU_THREADS}
-
-
 def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
     try:
@@ -180,7 +166,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     from . import job
 
     expected = _check_device(cluster)
-    cluster = _gpu_threads(_shared_pool(cluster), expected)
+    cluster = gpu_workers.threads(_shared_pool(cluster), expected)
     try:
         params = train.parse_params(xgb_params)
     except ValueError as exc:
@@ -201,7 +187,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         warm.import_in_background("cudf")  # while the cluster starts
     with contextlib.ExitStack() as stack:
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
-        client, device = stack.enter_context(cluster_client(**cluster))
+        with gpu_workers.environ(cluster, expected):
+            client, device = stack.enter_context(cluster_client(**cluster))
         if device == "gpu":
             warm.workers(client)
         cluster_start = time.perf_counter() - started
@@ -290,7 +277,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
-    cluster = _gpu_threads(cluster, expected)
+    cluster = gpu_workers.threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     try:
         etl_mod.check_output(out, overwrite)
@@ -298,7 +285,9 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError(str(exc)) from None
     if expected == "gpu":
         warm.import_in_background("cudf")  # while the cluster starts
-    with cluster_client(**cluster) as (client, device):
+    with contextlib.ExitStack() as stack:
+        with gpu_workers.environ(cluster, expected):
+            client, device = stack.enter_context(cluster_client(**cluster))
         if device == "gpu":
             warm.workers(client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")

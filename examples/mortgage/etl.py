@@ -25,7 +25,7 @@ import dask
 import dask.dataframe as dd
 from dask.utils import format_bytes
 
-from . import features, files, read, schema
+from . import features, files, gpu_workers, read, schema
 from .progress import wait
 from .read import BadRow
 
@@ -46,19 +46,22 @@ class Report:
 
 
 def load_acquisitions(paths, device: str, names):
-    """(acquisition frame, report) of one quarter's classic acquisition files."""
+    """(acquisitions ready to join, report) of one quarter's classic acquisition files."""
     pieces = [files.Piece(p, 0, os.path.getsize(p)) for p in paths]
     result = read.read(pieces, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, device,
                        "skip", names, unique_ids=True)
-    return result.frame, Report.of(result)
+    acquisitions = features.acquisitions(result.frame)
+    if device == "gpu":
+        gpu_workers.synchronize()
+    return acquisitions, Report.of(result)
 
 
-def acquisition_view(frame):
+def acquisition_view(frame) -> features.Acquisitions:
     """Each loan's acquisition fields from its first reporting month (the current layout)."""
     if not features.in_order(frame):
         frame = frame.sort_values(["loan_id", features.PERIOD])
     first = features.filled(frame["loan_id"].diff(), 1) != 0
-    return frame.loc[first, list(schema.ACQUISITION_READ)].reset_index(drop=True)
+    return features.acquisitions(frame.loc[first, list(schema.ACQUISITION_READ)])
 
 
 def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: str, names):
@@ -74,7 +77,10 @@ def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: 
         (perf, result.frame), acq = (result.frame, None), acquisitions
     report = Report(len(perf), len(result.bad), result.bad[:KEPT_BAD_ROWS])
     perf = features.performance_features(perf)
-    return features.feature_table(perf, acq), report
+    table = features.feature_table(perf, acq)
+    if device == "gpu":
+        gpu_workers.synchronize()
+    return table, report
 
 
 def meta(device: str = "cpu"):

@@ -4,26 +4,26 @@ Every loan is whole inside one partition (the files are cut at loan boundaries),
 per-loan features and the forward-looking label need no shuffle between workers.
 
 - **per loan**: ``ever_30/90/180``, whether the loan was ever 30, 90 or 180 days behind, and
-  ``delinquency_30/90/180``, the first month it was (one group-by over the partition's loans,
-  gathered back to their rows);
+  ``delinquency_30/90/180``, the first month it was (the notebook's group-by, here a running
+  count and a binary search over the loan's consecutive rows: a few array calls whatever the
+  partition, on NumPy or CuPy);
 - **the label** ``delinquency_12``: for a row at month T, 1 when among the loan's rows of
   months T..T+11 the delinquency status exceeds 3 or the unpaid balance is exactly 0. The
-  notebook computes it with twelve group-by passes over shifted windows; here one reverse
-  running minimum gives, for every row, the month of the loan's next "bad" row;
+  notebook computes it with twelve group-by passes over shifted windows; here the same search
+  finds, for every row, the loan's next "bad" row;
 - **the feature table**: each row with its loan's acquisition fields, the 45 features as
-  float32 (missing: -1) and the label as int32.
+  float32 (missing: -1, as the reader writes a blank) and the label as int32.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import schema
 
-_LOAN_SHIFT = 2**20  # month numbers (year * 12 + month) are far below 2**20
-_NEVER = 2**62
 STATUS = "current_loan_delinquency_status"
 PERIOD = "monthly_reporting_period"
 
@@ -63,90 +63,135 @@ def _plain_index(frame) -> bool:
     return type(index).__name__ == "RangeIndex" and index.start == 0 and index.step == 1
 
 
-def _bad(perf):
-    """Rows that make the label 1 for the twelve months that end with them."""
-    balance = filled(perf["current_actual_upb"], -1)  # a blank balance is not 0
-    return (perf[STATUS] > schema.LABEL_STATUS_ABOVE) | (balance == 0)
+def _array(series):
+    """A column's values as a CuPy (cuDF) or NumPy (pandas) array (a column without nulls)."""
+    return series.values if hasattr(series, "to_pylibcudf") else series.to_numpy()
+
+
+def _ordered(loan, month) -> bool:
+    if len(loan) < 2:
+        return True
+    step = loan[1:] - loan[:-1]
+    return bool(((step > 0) | ((step == 0) & (month[1:] > month[:-1]))).all())
 
 
 def in_order(perf) -> bool:
     """Whether rows are in strictly increasing (loan, month) order, as in the files."""
-    if len(perf) < 2:
-        return True
-    loan, month = perf["loan_id"].diff(), perf[PERIOD].astype("int64").diff()
-    return bool(((loan > 0) | ((loan == 0) & (month > 0))).iloc[1:].all())
+    return _ordered(_array(perf["loan_id"]), _array(perf[PERIOD]).astype("int64"))
 
 
 def performance_features(perf):
     """``perf`` with ever_30/90/180 (int8), delinquency_30/90/180 (float32 month numbers,
     NaN when never) and the label delinquency_12 (int8), rows in their original order."""
+    loan = _array(perf["loan_id"])
+    month = _array(perf[PERIOD]).astype("int64")
+    status = _array(perf[STATUS])
+    # a blank balance is -1, not 0
+    bad = (status > schema.LABEL_STATUS_ABOVE) | (_array(perf["current_actual_upb"]) == 0)
+    xp = module_of(loan)
+    order = None
+    if not _ordered(loan, month):  # bad rows last among equal (loan, month): rows before see them
+        order = xp.lexsort(xp.stack([bad.astype(xp.int64), month, loan.astype(xp.int64)]))
+        loan, month, status, bad = loan[order], month[order], status[order], bad[order]
+    columns = _loan_features(xp, loan, month, status, bad)
     work = perf if _plain_index(perf) else perf.reset_index(drop=True)
-    ordered = in_order(work)
-    if not ordered:  # bad rows last among equal (loan, month), so the rows before see them
-        work = work.assign(_bad=_bad(work).astype("int8"))
-        work = work.sort_values(["loan_id", PERIOD, "_bad"]).drop(columns="_bad")
-    month = work[PERIOD].astype("int64")
-    new_loan = filled(work["loan_id"].diff(), 1) != 0
-    run = new_loan.astype("int64").cumsum() - 1  # the loan's place among the partition's
-    key = run * _LOAN_SHIFT + month
-    next_bad = key.where(_bad(work), _NEVER).iloc[::-1].cummin().iloc[::-1]
-    label = (_values(next_bad) - _values(key)) < schema.LABEL_WINDOW
+    for name, values in columns.items():
+        if order is not None:  # back to the rows' own order
+            values, placed = xp.empty_like(values), values
+            values[order] = placed
+        work[name] = values
+    return work
 
-    status = work[STATUS]
-    per_row = work[[]].assign(
-        run=run, worst=status,
-        **{f"m{name}": month.where(status >= threshold)
-           for name, threshold in schema.THRESHOLDS.items()})
-    aggregations = {"worst": "max", **{f"m{name}": "min" for name in schema.THRESHOLDS}}
-    loans = per_row.groupby("run", sort=True).agg(aggregations)  # row i: the loan of run i
-    at = _values(run, -1)
+
+def _loan_features(xp, loan, month, status, bad) -> dict:
+    """The per-loan features and the label of rows in (loan, month) order, as arrays.
+
+    Every loan's rows are consecutive, so "the first row at or after row i that is flagged"
+    is one binary search in the running count of flagged rows: per loan (from its first row)
+    it gives the first month 30, 90 or 180 days behind, per row the next bad month."""
+    n = len(loan)
+    if n == 0:
+        empty = {f"ever_{t}": xp.int8 for t in schema.THRESHOLDS}
+        empty |= {f"delinquency_{t}": xp.float32 for t in schema.THRESHOLDS}
+        return {name: xp.empty(0, dtype) for name, dtype in
+                {**empty, schema.LABEL: xp.int8}.items()}
+    new_loan = xp.ones(n, dtype=bool)
+    new_loan[1:] = loan[1:] != loan[:-1]
+    run = xp.cumsum(new_loan) - 1  # each row's loan, numbered from 0
+    starts = xp.flatnonzero(new_loan)
+    # loan k's rows: starts[k] <= row < ends[k]
+    ends = xp.concatenate([starts[1:], xp.full(1, n, dtype=starts.dtype)])
+    out = {}
     for name, threshold in schema.THRESHOLDS.items():
-        work[f"ever_{name}"] = _values((loans["worst"] >= threshold).astype("int8"), 0)[at]
-    for name in schema.THRESHOLDS:
-        work[f"delinquency_{name}"] = _values(loans[f"m{name}"].astype("float32"))[at]
-    work[schema.LABEL] = label.astype("int8")
-    return work if ordered else work.sort_index()
+        first = _first_flagged(xp, status >= threshold, starts)
+        found = first < ends
+        when = xp.where(found, month[xp.minimum(first, n - 1)].astype(xp.float32), xp.nan)
+        out[f"ever_{name}"] = found.astype(xp.int8)[run]
+        out[f"delinquency_{name}"] = when.astype(xp.float32)[run]
+    following = _first_flagged(xp, bad, xp.arange(n))  # the next bad row, maybe this one
+    within = (following < ends[run]) & (
+        month[xp.minimum(following, n - 1)] - month < schema.LABEL_WINDOW)
+    out[schema.LABEL] = within.astype(xp.int8)
+    return out
 
 
-def acquisition_rows(loan_id, acq_loan_id):
-    """For each performance row, the row of its loan in the acquisitions; ``len(acq)`` for
-    none (the first of equal ids when an id repeats)."""
-    keys = _values(loan_id, -1).astype("int64")
-    ids = _values(acq_loan_id, -2).astype("int64")
-    xp = module_of(keys)
-    if len(ids) == 0:
-        return xp.zeros(len(keys), dtype=xp.int64)
+def _first_flagged(xp, flags, at):
+    """For each index of ``at``, the first index at or after it whose flag is set (``len``
+    when none)."""
+    count = xp.cumsum(flags)
+    return xp.searchsorted(count, count[at] - flags[at] + 1)
+
+
+@dataclass
+class Acquisitions:
+    """A quarter's acquisition fields, ready to join: the loan ids in order, and the features
+    as one float32 array, a row per column of ``ACQUIRED`` and a column per loan, then a last
+    column of MISSING for rows whose loan has no acquisition row."""
+
+    ids: object
+    values: object
+
+    def rows_of(self, loan_id):
+        """For each of ``loan_id``, its column in ``values`` (the first of equal ids)."""
+        keys = _values(loan_id, -1).astype("int64")
+        xp, count = module_of(keys), len(self.ids)
+        if count == 0:
+            return xp.zeros(len(keys), dtype=xp.int64)
+        at = xp.minimum(xp.searchsorted(self.ids, keys), count - 1)
+        return xp.where(self.ids[at] == keys, at, count)
+
+
+ACQUIRED = schema.ACQUISITION_READ[1:]  # the acquisition fields that are features
+
+
+def acquisitions(frame) -> Acquisitions:
+    """The join-ready form of an acquisition frame as read (a row per loan)."""
+    ids = _values(frame["loan_id"], -2).astype("int64")
+    xp = module_of(ids)
     order = xp.argsort(ids, kind="stable") if xp is np else xp.argsort(ids)
-    ordered = ids[order]
-    at = xp.minimum(xp.searchsorted(ordered, keys), len(ids) - 1)
-    return xp.where(ordered[at] == keys, order[at], len(ids))
+    values = xp.full((len(ACQUIRED), len(ids) + 1), schema.MISSING, dtype=xp.float32)
+    for row, name in enumerate(ACQUIRED):
+        values[row, :-1] = _values(frame[name]).astype(xp.float32)[order]
+    return Acquisitions(ids[order], values)
 
 
-def _features(series):
-    """A feature column as float32, missing (null or NaN) as -1."""
-    values = _values(series if series.dtype == "float32" else series.astype("float32"))
-    xp = module_of(values)
-    return xp.where(xp.isnan(values), xp.float32(schema.MISSING), values)
-
-
-def feature_table(perf, acq):
+def feature_table(perf, acq: Acquisitions):
     """The feature table of ``perf`` (with :func:`performance_features`) joined to ``acq``:
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
-    row in its order. ``perf``'s columns are taken out as they are used, to free memory."""
-    at = acquisition_rows(perf["loan_id"], acq["loan_id"])
-    xp = module_of(at)
+    row in its order. The acquisition fields are gathered in one call; ``perf``'s columns are
+    taken out as they are used (a float32 one without a copy), to free memory."""
+    joined = module_of(acq.values).take(acq.values, acq.rows_of(perf["loan_id"]), axis=1)
+    acquired = dict(zip(ACQUIRED, joined, strict=True))
     out = {}
     for name in schema.FEATURES:
-        if name in perf.columns:
-            out[name] = _features(perf.pop(name))
-        else:  # the loan's value; a loan without an acquisition row gets the missing value
-            values = xp.concatenate([_features(acq[name]), xp.full(1, schema.MISSING,
-                                                                     xp.float32)])
-            out[name] = values[at]
-    out[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype("int32")
-    if xp is np:
+        if name in acquired:
+            out[name] = acquired[name]
+        else:
+            out[name] = _values(perf.pop(name)).astype(np.float32, copy=False)
+    out[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype(np.int32)
+    if isinstance(joined, np.ndarray):
         return module_of(perf).DataFrame(out)
-    return module_of(perf).DataFrame(out, nan_as_null=False)  # no NaN left: skip cuDF's count
+    return module_of(perf).DataFrame(out, nan_as_null=False)  # no NaN: skip cuDF's count
 
 
 def meta():

@@ -1,24 +1,28 @@
 """Reading the pipe-delimited files into typed frames, every bad row found and reported.
 
-GPU workers read with ``cudf.read_csv`` (a byte range of the file, the columns the ETL
-needs, numbers as text then converted by cuDF, which refuses one that is not a number: its
-reader alone would read such a field as missing). CPU workers read with pyarrow's CSV reader, which refuses a
-line with the wrong number of fields or a number that is not one.
+GPU workers read with libcudf's CSV reader (pylibcudf: a byte range of the file, the columns the
+ETL needs, everything but the loan id as text); CPU workers with pyarrow's, which refuses a line
+with the wrong number of fields or a number that is not one. A frame's columns hold what the
+feature table wants: numbers as float32, the reporting month, the delinquency status and the
+categorical codes as int32, and a blank as -1 (the feature table's missing value).
 
-The text columns (the reporting month, the delinquency status, the categorical codes) hold
-few distinct values: each column is factorized, each distinct text is checked and converted
-once on the host, and a small lookup table maps the codes (the same on both devices).
+On GPUs each partition's columns are converted a kind at a time, not a column at a time: the
+number columns are stacked into one text column that libcudf checks (every field a number or
+blank: its reader alone would read a bad number as missing) and parses in one call, and the text
+columns into one that ``encode`` turns into codes of one vocabulary of a few hundred texts. Each
+distinct text is checked and converted once on the host, and a lookup table maps the codes of
+all text columns at once. Each step is a call whatever the columns, so a partition costs a few
+dozen calls instead of a hundred, and can be read in chunks that bound its device memory.
 
 Only when a check fails does the slow path read the piece line by line, in Python, to say
 which lines are bad and why; the policy then raises (``error``), drops them with a warning
 (``warn``) or drops them and counts them (``skip``). Rows are never lost without a count. On
-GPUs a line with too few fields reads as a line whose last fields are blank (cuDF's reader
+GPUs a line with too few fields reads as a line whose last fields are blank (libcudf's reader
 does not count fields); the CPU reader refuses it.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from dataclasses import dataclass, field
@@ -28,25 +32,23 @@ import numpy as np
 from . import files, schema
 from .features import module_of
 from .files import Piece, lines_before
-from .schema import CATEGORY, DATE, ID, NUMBER, PERIOD, STATUS
+from .schema import CATEGORY, DATE, ID, MISSING, NUMBER, PERIOD, STATUS
 
 POLICIES = ("error", "warn", "skip")
-# Text a GPU reads and converts at once. The reader holds about 7.7 times its text on the
-# device; smaller chunks cut that (256 MiB: 2.7x a 1 GiB partition) but each chunk costs its
-# calls again (256 MiB: 1.5-2.3x the partition's time on an H100,
-# benchmarks/results/mortgage-stages-gpu-classic-1xH100.md), so a default partition is read
-# at once and only larger ones are cut.
-CHUNK = 2**30
+# Text a GPU reads and converts at once. libcudf's reader holds about 7.7 times its text on the
+# device while it reads; in 256 MiB chunks a 1 GiB partition's whole ETL stays within about 3
+# times its text (tests/examples/test_mortgage_gpu.py checks it on both layouts).
+CHUNK = 256 * 2**20
 SHOWN = 20  # bad rows spelled out in a message; the rest are counted
 EXTRA = "_extra_field"  # catches lines with a field too many on GPUs
 
 _INTEGER = re.compile(r"^\s*[-+]?\d+\s*$")
 _NUMBER = re.compile(r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)\s*$", re.I)
-# What each kind of column becomes: its dtype, and the value of a blank field (None: a blank
-# makes the row bad).
-DTYPES = {ID: "int64", NUMBER: "float32", PERIOD: "int32", DATE: "float32", STATUS: "int32",
-          CATEGORY: "int16"}
-BLANK = {PERIOD: None, DATE: np.nan, STATUS: schema.MISSING, CATEGORY: schema.MISSING}
+# What each kind of column becomes, and the value of a blank field (None: a blank makes the
+# row bad). Numbers are float32 with a blank (or NaN) as MISSING; the others int32.
+DTYPES = {ID: "int64", NUMBER: "float32", PERIOD: "int32", DATE: "int32", STATUS: "int32",
+          CATEGORY: "int32"}
+BLANK = {PERIOD: None, DATE: MISSING, STATUS: MISSING, CATEGORY: MISSING}
 
 
 @dataclass(frozen=True)
@@ -128,87 +130,138 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
          names: dict | None = None, unique_ids: bool = False) -> ReadResult:
     """Read ``columns`` (classic names) of ``pieces`` of files in ``layout`` into one frame.
 
-    Loan ids are int64, numbers float32 (parsed as float64 and rounded, the feature table's
-    type; blank: missing), the reporting period an int32
-    month number (``year * 12 + month - 1``), the status int32 (blank or unknown: -1), the
-    categorical fields int16 codes (``schema.vocabulary``). ``unique_ids``: a loan id twice
-    makes the second row bad (acquisition files).
+    Loan ids are int64; numbers float32 (parsed as float64 and rounded, the feature table's
+    type); the reporting period an int32 month number (``year * 12 + month - 1``); the status
+    an int32 (unknown: -1); the categorical fields int32 codes (``schema.vocabulary``). A blank
+    is -1 but in the loan id and the period, where it makes the row bad. ``unique_ids``: a
+    loan id twice makes the second row bad (acquisition files).
     """
     check_policy(policy)
     columns = tuple(columns)
-    frames, bad = [], []
+    chunks, bad = [], []
     seen: set | None = set() if unique_ids else None
     groups = _groups(pieces, device)
     for group in groups:
         try:
-            frame = _fast(group, None, layout, columns, device, names)
+            values = _fast(group, None, layout, columns, device, names)
             if unique_ids:
-                ids = frame["loan_id"]
-                if int(ids.nunique()) != len(ids) or (seen and bool(ids.isin(list(seen)).any())):
-                    raise _Unclean("duplicate loan_id")
-                if len(groups) > 1:  # the ids the next groups must not repeat
-                    seen.update(_host(ids))
+                _check_unique(values["loan_id"], seen, last=group is groups[-1])
         except _Unclean as unclean:  # the slow path, one piece at a time
             for piece in group:
-                frame, found = _slow_path(piece, layout, columns, device, names, seen,
-                                          str(unclean))
+                values, found = _slow_path(piece, layout, columns, device, names, seen,
+                                           str(unclean))
                 bad += found
                 if found and policy == "error":
                     raise BadRowsError(found) from None
-                frames.append(frame)
+                chunks.append(values)
             continue
-        frames.append(frame)
-    frame = frames[0] if len(frames) == 1 else module_of(frames[0]).concat(frames,
-                                                                        ignore_index=True)
-    return ReadResult(frame, bad)
+        chunks.append(values)
+    return ReadResult(_frame(chunks, columns, device), bad)
+
+
+def _frame(chunks: list[dict], columns, device: str):
+    """One frame of the chunks' columns (arrays), joined a column at a time."""
+    xp = _array_module(device)
+    values = {c: chunks[0][c] if len(chunks) == 1 else xp.concatenate([v[c] for v in chunks])
+              for c in columns}
+    if device == "gpu":
+        import cudf
+
+        return cudf.DataFrame(values, nan_as_null=False)  # no NaN: skip cuDF's count
+    import pandas as pd
+
+    return pd.DataFrame(values)
+
+
+def _array_module(device: str):
+    if device == "gpu":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _check_unique(ids, seen: set, last: bool) -> None:
+    """Raise _Unclean when ``ids`` repeat one another or one of ``seen`` (kept up to date
+    unless this is the ``last`` chunk)."""
+    xp = module_of(ids)
+    if len(xp.unique(ids)) != len(ids):
+        raise _Unclean("duplicate loan_id")
+    if seen and bool(xp.isin(ids, xp.asarray(sorted(seen), dtype=ids.dtype)).any()):
+        raise _Unclean("duplicate loan_id")
+    if not last:  # the ids the next chunks must not repeat
+        seen.update((ids.get() if hasattr(ids, "get") else ids).tolist())
 
 
 def _groups(pieces, device: str) -> list[list[Piece]]:
     """The pieces converted together. On GPUs, chunks of up to CHUNK bytes of text: each
-    conversion costs its launches whatever the rows, so small pieces go together, and the
+    conversion costs its calls whatever the rows, so small pieces go together, and the
     reader needs several times its text in device memory, so a large piece is cut. On CPUs
     one piece at a time."""
     return files.chunks(pieces, CHUNK) if device == "gpu" else [[piece] for piece in pieces]
-
-
-def _host(series) -> list:
-    return series.to_arrow().to_pylist() if hasattr(series, "to_arrow") else series.tolist()
 
 
 # ---------------------------------------------------------------------------------------------
 # The fast path
 
 
-def _fast(pieces: list[Piece], data: bytes | None, layout, columns, device, names):
-    """The typed frame of ``pieces`` (or of ``data``, a piece's good lines); raises _Unclean."""
-    read_columns = _read_gpu if device == "gpu" else _read_cpu
-    frame, texts = read_columns(pieces, data, layout, columns)
-    if frame is None:  # no line, or only blank ones
-        return empty_frame(columns, device)
-    for name, (codes, uniques) in texts.items():
-        frame[name] = _decoded(name, codes, uniques, names)
-    if frame["loan_id"].isna().any():
-        raise _Unclean("blank loan_id")
-    return frame if list(frame.columns) == list(columns) else frame[list(columns)]
+@dataclass
+class _Parsed:
+    """What a reader found, before the text columns are decoded: the loan ids, the number
+    columns as one array (a row per column, blanks already -1), and the text columns as codes
+    (a row per column) into one list of distinct texts (None: a blank), with ``used[c, k]``
+    whether column ``c`` holds text ``k``."""
+
+    ids: object
+    numbers: list[str]
+    number_values: object
+    texts: list[str]
+    uniques: list
+    codes: object
+    used: np.ndarray
 
 
-def _decoded(name: str, codes, uniques: list, names):
-    """A text column from its encoded form (``codes`` index ``uniques``; -1 or a None text:
-    blank), each distinct text converted once; raises _Unclean when one is not valid."""
-    kind = schema.kind_of(name)
-    blank = BLANK[kind]
-    values = []
-    for text in uniques:
-        value = blank if text is None else _convert(kind, name, text, names)
-        if value is None:
-            raise _Unclean(f"blank {name}" if text is None else f"bad value in {name}")
-        values.append(value)
-    if blank is None:
-        if bool((codes < 0).any()):
-            raise _Unclean(f"blank {name}")
-        blank = 0
+def _fast(pieces: list[Piece], data: bytes | None, layout, columns, device, names) -> dict:
+    """The typed columns (arrays) of ``pieces`` (or of ``data``, a piece's good lines);
+    raises _Unclean."""
+    parsed = (_read_gpu if device == "gpu" else _read_cpu)(pieces, data, layout, columns)
+    if parsed is None:  # no line, or only blank ones
+        return empty_columns(columns, device)
+    values = {"loan_id": parsed.ids}
+    values.update(zip(parsed.numbers, parsed.number_values, strict=True))
+    if parsed.texts:
+        decoded = decode(parsed.texts, parsed.uniques, parsed.codes, parsed.used, names)
+        values.update(zip(parsed.texts, decoded, strict=True))
+    return values
+
+
+def decode(texts: list[str], uniques: list, codes, used, names=None):
+    """The values of the text columns ``texts``: ``codes`` (a row per column) index
+    ``uniques`` (None: a blank), ``used[c, k]`` says whether column ``c`` holds text ``k``. The
+    texts a column holds are converted once each, and all columns are mapped in one lookup;
+    raises _Unclean when a column holds a text that is not valid for it."""
+    table = np.zeros((len(texts), max(len(uniques), 1)), np.int32)
+    for row, name in enumerate(texts):
+        kind = schema.kind_of(name)
+        for k in np.flatnonzero(used[row]):
+            text = uniques[k]
+            value = BLANK[kind] if text is None else _convert(kind, name, text, names)
+            if value is None:
+                raise _Unclean(f"blank {name}" if text is None else f"bad value in {name}")
+            table[row, k] = value
     xp = module_of(codes)
-    return xp.asarray([*values, blank], dtype=DTYPES[kind])[codes]  # code -1: the blank
+    return xp.take_along_axis(xp.asarray(table), codes, axis=1)
+
+
+def used_texts(codes, count: int) -> np.ndarray:
+    """``[c, k]``: whether row ``c`` of ``codes`` holds code ``k`` (on the host)."""
+    xp = module_of(codes)
+    if codes.size == 0:
+        return np.zeros((codes.shape[0], count), bool)
+    offsets = xp.arange(codes.shape[0], dtype=codes.dtype)[:, None] * count
+    seen = xp.bincount((codes + offsets).ravel(), minlength=codes.shape[0] * count) > 0
+    seen = seen.reshape(codes.shape[0], count)
+    return seen.get() if hasattr(seen, "get") else seen
 
 
 def _convert(kind: str, name: str, text: str, names):
@@ -217,13 +270,19 @@ def _convert(kind: str, name: str, text: str, names):
         return schema.month_number(text.strip())
     if kind == STATUS:
         if text.strip() in schema.STATUS_UNKNOWN:
-            return schema.MISSING
+            return MISSING
         return int(text) if _INTEGER.match(text) else None
     return schema.category_code(name, text, names)
 
 
+def _kinds(columns):
+    numbers = [c for c in columns if schema.kind_of(c) == NUMBER]
+    texts = [c for c in columns if schema.kind_of(c) not in (ID, NUMBER)]
+    return numbers, texts
+
+
 def _byte_range(piece: Piece) -> tuple[int, int] | None:
-    """cuDF's ``byte_range`` for a piece: it reads the rows that start after the offset and
+    """libcudf's byte range for a piece: it reads the rows that start after the offset and
     no later than its end, so the offset is the newline before the piece."""
     size = os.path.getsize(piece.path)
     if piece.start == 0 and piece.stop >= size:
@@ -232,59 +291,100 @@ def _byte_range(piece: Piece) -> tuple[int, int] | None:
     return offset, 0 if piece.stop >= size else piece.stop - 1 - offset
 
 
-def _read_gpu(pieces, data, layout, columns):
-    import cudf
+def _read_gpu(pieces, data, layout, columns) -> _Parsed | None:
+    import pylibcudf as plc
 
     by_name = {layout.classic[c]: c for c in columns}  # the reader names them as we do
     names = [by_name.get(name, f"_{i}") for i, name in enumerate(layout.names)] + [EXTRA]
-    dtype = {c: "int64" if schema.kind_of(c) == ID else "str" for c in columns}
-    usecols, dtype = [*columns, EXTRA], {**dtype, EXTRA: "str"}
-    if data is None:  # the text of every piece, then converted at once
-        frames = [_read_csv_gpu(p.path, _byte_range(p), names, usecols, dtype) for p in pieces]
-        frame = frames[0] if len(frames) == 1 else cudf.concat(frames, ignore_index=True)
-        del frames
-    else:  # a piece's good lines, after the slow path
-        frame = cudf.read_csv(io.BytesIO(data), sep="|", header=None, names=names,
-                              usecols=usecols, dtype=dtype, na_values=[""],
-                              keep_default_na=False, quoting=3, skip_blank_lines=True)
-    if frame.pop(EXTRA).null_count != len(frame):
+    sources = [(data, None)] if data is not None else [(p.path, _byte_range(p)) for p in pieces]
+    read = [read_csv_gpu(source, byte_range, names, columns) for source, byte_range in sources]
+    order = read[0].column_names()
+    table = (read[0].tbl if len(read) == 1 else
+             plc.concatenate.concatenate([r.tbl for r in read]))
+    del read
+    found = dict(zip(order, table.columns(), strict=True))
+    del table
+    rows = found["loan_id"].size()
+    if rows == 0:
+        return None
+    if found.pop(EXTRA).null_count() != rows:
         raise _Unclean("too many fields")
-    texts = {}
-    for column in columns:
-        kind = schema.kind_of(column)
-        if kind == NUMBER:
-            try:  # cuDF checks every value is a number, then converts
-                frame[column] = frame[column].astype("float64").astype("float32")
-            except ValueError:
-                raise _Unclean(f"a number in {column} is not one") from None
-        elif kind != ID:
-            texts[column] = _encoded(frame.pop(column))
-    return frame, texts
-
-
-def _encoded(series):
-    """(codes, distinct texts) of a cuDF text column, by libcudf's ``encode`` in one call (a
-    third of ``factorize``'s time, which drops the nulls, finds the distinct values and
-    joins them back). A blank is a text of its own, None."""
+    ids = found.pop("loan_id")
+    if ids.null_count():
+        raise _Unclean("blank loan_id")
+    numbers, texts = _kinds(columns)
+    number_values = _numbers_gpu([found.pop(c) for c in numbers], rows)
+    uniques, codes = _texts_gpu([found.pop(c) for c in texts], rows)
     import cudf
+
+    return _Parsed(cudf.Series.from_pylibcudf(ids).values, numbers, number_values, texts,
+                   uniques, codes, used_texts(codes, len(uniques)))
+
+
+def read_csv_gpu(source, byte_range, names: list[str], columns):
+    """libcudf's reader of a file's byte range (or of bytes): ``columns`` of the fields
+    ``names``, the loan id as int64 and the rest as text, a blank as null."""
     import pylibcudf as plc
 
-    column, _ = series.to_pylibcudf()
-    keys, codes = plc.transform.encode(plc.Table([column]))
-    uniques = cudf.Series.from_pylibcudf(keys.columns()[0]).to_arrow().to_pylist()
-    return cudf.Series.from_pylibcudf(codes).values, uniques
+    begin, size = byte_range or (0, 0)
+    options = (plc.io.csv.CsvReaderOptions.builder(plc.io.SourceInfo([source]))
+               .byte_range_offset(begin).byte_range_size(size)
+               .quoting(plc.io.types.QuoteStyle.NONE).skip_blank_lines(True)
+               .keep_default_na(False).na_filter(True)
+               .compression(plc.io.types.CompressionType.NONE).build())
+    options.set_header(-1)
+    options.set_names(names)
+    options.set_delimiter("|")
+    options.set_use_cols_names([*columns, EXTRA])
+    text, integer = plc.DataType(plc.TypeId.STRING), plc.DataType(plc.TypeId.INT64)
+    options.set_dtypes({c: integer if schema.kind_of(c) == ID else text for c in columns}
+                       | {EXTRA: text})
+    options.set_na_values([""])
+    return plc.io.csv.read_csv(options)
 
 
-def _read_csv_gpu(path, byte_range, names, usecols, dtypes):
-    """``cudf.read_csv`` of a file's byte range, the columns as text but the loan id."""
+def _numbers_gpu(columns, rows: int):
+    """The number columns (text) as one float32 array, a row per column: checked and parsed
+    in one call each over the columns stacked; a blank or NaN is MISSING."""
     import cudf
+    import cupy
+    import pylibcudf as plc
 
-    return cudf.read_csv(path, sep="|", header=None, names=names, usecols=usecols,
-                         dtype=dtypes, na_values=[""], keep_default_na=False, quoting=3,
-                         skip_blank_lines=True, byte_range=byte_range)
+    if not columns:
+        return cupy.empty((0, rows), cupy.float32)
+    floats = plc.strings.convert.convert_floats
+    tall = columns[0] if len(columns) == 1 else plc.concatenate.concatenate(columns)
+    del columns
+    every = plc.reduce.reduce(floats.is_float(tall), plc.aggregation.all(),
+                              plc.DataType(plc.TypeId.BOOL8))
+    if every.is_valid() and not every.to_py():  # not valid: every field blank
+        raise _Unclean("a number is not one")
+    single = plc.DataType(plc.TypeId.FLOAT32)
+    parsed = plc.unary.cast(floats.to_floats(tall, plc.DataType(plc.TypeId.FLOAT64)), single)
+    del tall
+    parsed = plc.replace.replace_nulls(parsed, plc.Scalar.from_py(float(MISSING), single))
+    values = cudf.Series.from_pylibcudf(parsed).values.reshape(-1, rows)
+    cupy.copyto(values, np.float32(MISSING), where=cupy.isnan(values))
+    return values
 
 
-def _read_cpu(pieces, data, layout, columns):
+def _texts_gpu(columns, rows: int):
+    """(distinct texts, codes as int32 with a row per column) of the text columns, by one
+    ``encode`` of the columns stacked. A blank is a text of its own, None."""
+    import cudf
+    import cupy
+    import pylibcudf as plc
+
+    if not columns:
+        return [], cupy.empty((0, rows), cupy.int32)
+    tall = columns[0] if len(columns) == 1 else plc.concatenate.concatenate(columns)
+    del columns
+    keys, codes = plc.transform.encode(plc.Table([tall]))
+    uniques = cudf.Series.from_pylibcudf(keys.columns()[0]).to_arrow().to_pylist()
+    return uniques, cudf.Series.from_pylibcudf(codes).values.reshape(-1, rows)
+
+
+def _read_cpu(pieces, data, layout, columns) -> _Parsed | None:
     import pyarrow as pa
     from pyarrow import csv
 
@@ -309,37 +409,35 @@ def _read_cpu(pieces, data, layout, columns):
         )
     except pa.ArrowInvalid as exc:  # a field too many or too few, a number that is not one
         if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
-            return None, {}
+            return None
         raise _Unclean(str(exc)) from None
-    import pandas as pd
+    if table.num_rows == 0:
+        return None
+    column = dict(zip(columns, wanted, strict=True))
+    ids = table.column(column["loan_id"])
+    if ids.null_count:
+        raise _Unclean("blank loan_id")
+    numbers, texts = _kinds(columns)
+    number_values = np.empty((len(numbers), table.num_rows), np.float32)
+    for row, name in enumerate(numbers):
+        values = table.column(column[name]).to_numpy().astype(np.float32)
+        number_values[row] = np.where(np.isnan(values), np.float32(MISSING), values)
+    uniques, index = [], {}
+    codes = np.empty((len(texts), table.num_rows), np.int32)
+    for row, name in enumerate(texts):  # one vocabulary for all, as on GPUs
+        values = table.column(column[name]).combine_chunks()
+        known = [*values.dictionary.to_pylist(), None]
+        remap = np.array([index.setdefault(t, len(index)) for t in known], np.int32)
+        codes[row] = remap[values.indices.fill_null(len(known) - 1).to_numpy()]
+    uniques = list(index)
+    return _Parsed(ids.to_numpy(), numbers, number_values, texts, uniques, codes,
+                   used_texts(codes, len(uniques)))
 
-    out, texts = {}, {}
-    for column, name in zip(columns, wanted, strict=True):
-        values = table.column(name)
-        if pa.types.is_dictionary(values.type):
-            values = values.combine_chunks()
-            codes = values.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-            texts[column] = (codes, values.dictionary.to_pylist())
-            out[column] = codes
-        else:
-            out[column] = values.to_numpy().astype(DTYPES[schema.kind_of(column)], copy=False)
-    return pd.DataFrame(out), texts
 
-
-def _empty(columns):
-    import pandas as pd
-
-    return pd.DataFrame({c: pd.Series([], dtype=DTYPES[schema.kind_of(c)]) for c in columns})
-
-
-def empty_frame(columns, device: str = "cpu"):
-    """A frame of no rows with the columns and dtypes that :func:`read` returns."""
-    frame = _empty(columns)
-    if device == "gpu":
-        import cudf
-
-        return cudf.DataFrame(frame)
-    return frame
+def empty_columns(columns, device: str = "cpu") -> dict:
+    """Arrays of no rows, of the dtypes :func:`read` gives the ``columns``."""
+    xp = _array_module(device)
+    return {c: xp.empty(0, dtype=DTYPES[schema.kind_of(c)]) for c in columns}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,9 +455,9 @@ def _slow_path(piece, layout, columns, device, names, seen, first_problem):
             f"({first_problem}) but no line breaks the file format; please report this")
     base = lines_before(piece.path, piece.start)
     bad = [BadRow(piece.path, base + index + 1, reason) for index, reason in bad_lines]
-    frame = _fast([piece], clean, layout, columns, device, names) if clean else empty_frame(
-        columns, device)
-    return frame, bad
+    values = (_fast([piece], clean, layout, columns, device, names) if clean
+              else empty_columns(columns, device))
+    return values, bad
 
 
 def _check_lines(data: bytes, layout, columns, seen) -> tuple[bytes, list[tuple[int, str]]]:

@@ -7,12 +7,13 @@ import re
 import subprocess
 import sys
 
+import dask
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 from distributed import LocalCluster
 
-from examples.mortgage import schema
+from examples.mortgage import gpu_workers, schema
 from examples.mortgage.cli import mortgage as main
 
 from .mortgage_sample import SAMPLE
@@ -167,6 +168,7 @@ def _given_to_the_cluster(monkeypatch, args) -> dict:
 
     def fake_cluster_client(**cluster):
         seen.update(cluster)
+        seen["environ"] = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
         raise _Started
 
     monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
@@ -216,9 +218,33 @@ def test_local_gpu_workers_run_two_tasks_at_once_unless_told(monkeypatch, comman
 
 
 def test_cpu_workers_and_running_clusters_keep_their_threads():
-    from examples.mortgage.cli import _gpu_threads
-
     running = {"scheduler": "tcp://somewhere:8786", "threads_per_worker": None}
-    assert _gpu_threads(running, "gpu") == running
+    assert gpu_workers.threads(running, "gpu") == running
     local_cpu = {"scheduler": None, "threads_per_worker": None}
-    assert _gpu_threads(local_cpu, "cpu") == local_cpu
+    assert gpu_workers.threads(local_cpu, "cpu") == local_cpu
+
+
+@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
+def test_local_gpu_workers_start_with_per_thread_streams_and_eight_io_threads(
+        monkeypatch, command):
+    for name in gpu_workers.ENVIRON:
+        monkeypatch.delenv(name, raising=False)
+    before = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))  # distributed's own
+    args = [*command[:1], "--device", "gpu", *command[1:]]
+    assert _given_to_the_cluster(monkeypatch, args)["environ"] == {**before, **gpu_workers.ENVIRON}
+    assert dask.config.get("distributed.nanny.pre-spawn-environ") == before  # restored
+
+
+def test_the_workers_environment_yields_to_what_is_set_already(monkeypatch):
+    monkeypatch.setenv("KVIKIO_NTHREADS", "32")
+    local = {"scheduler": None}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"CUDF_PER_THREAD_STREAM": "0",
+                                                                  "OTHER": "x"}}):
+        with gpu_workers.environ(local, "gpu"):
+            got = dask.config.get("distributed.nanny.pre-spawn-environ")
+    assert got == {"CUDF_PER_THREAD_STREAM": "0", "OTHER": "x",
+                   "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1"}
+    before = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    for cluster, device in (({"scheduler": "tcp://somewhere:8786"}, "gpu"), (local, "cpu")):
+        with gpu_workers.environ(cluster, device):
+            assert dask.config.get("distributed.nanny.pre-spawn-environ") == before

@@ -167,9 +167,8 @@ def test_both_layouts_give_the_same_table_partition_by_partition(dataset):
 
 
 def _perf_frame(rows):
-    """A performance frame (as read) from (loan, month, status, upb) tuples."""
-    blank = {c: np.nan if read.DTYPES[schema.kind_of(c)].startswith("float") else -1
-             for c in schema.PERFORMANCE_READ}
+    """A performance frame (as read: a blank is -1) from (loan, month, status, upb) tuples."""
+    blank = {c: schema.MISSING for c in schema.PERFORMANCE_READ}
     names = ["loan_id", "monthly_reporting_period", "current_loan_delinquency_status",
              "current_actual_upb"]
     frame = pd.DataFrame([{**blank, **dict(zip(names, row, strict=True))} for row in rows])
@@ -183,9 +182,9 @@ def test_label_rule_edge_cases():
         # loan 1: a 4-months-behind row 11 months ahead counts, 12 months ahead does not
         (1, t, 0, 100.0), (1, t + 1, 0, 100.0), (1, t + 12, 4, 100.0), (1, t + 13, 3, 100.0),
         # loan 2: a gap in the months; a zero balance counts; status 3 does not
-        (2, t, 3, 50.0), (2, t + 5, 0, 0.0), (2, t + 30, 3, np.nan),
+        (2, t, 3, 50.0), (2, t + 5, 0, 0.0), (2, t + 30, 3, -1.0),
         # loan 3: missing status and balance count for nothing; its first row is not dropped
-        (3, t + 40, -1, np.nan), (3, t + 41, 5, 10.0),
+        (3, t + 40, -1, -1.0), (3, t + 41, 5, 10.0),
     ]
     got = features.performance_features(_perf_frame(rows))
     assert got[schema.LABEL].tolist() == [0, 1, 1, 0, 1, 1, 0, 1, 1]
@@ -218,7 +217,7 @@ def test_feature_table_is_the_merged_table_after_the_last_mile(dataset):
     merged = perf.merge(acq, on="loan_id", how="left")
     want = merged[list(schema.FEATURES)].astype("float32").fillna(schema.MISSING)
     want[schema.LABEL] = merged[schema.LABEL].astype("int32")
-    got = features.feature_table(perf.copy(), acq)
+    got = features.feature_table(perf.copy(), features.acquisitions(acq))
     assert (want["orig_upb"] == schema.MISSING).any()
     pd.testing.assert_frame_equal(got, want, check_exact=True)
 
@@ -366,18 +365,26 @@ def test_chunks_cover_each_piece_once_at_line_starts(tmp_path):
     assert len([p for p in flat if p.path == big]) == 1
 
 
-def test_a_blank_text_decodes_as_the_blank_value_or_is_refused():
-    """libcudf's encode keeps a blank as a text of its own (None): it decodes as the column's
-    blank value, and where a blank is not allowed (the reporting month) the piece is unclean."""
-    codes = np.array([0, 1, 2, 1])
-    got = read._decoded("current_loan_delinquency_status", codes, ["0", None, "X"], None)
-    assert got.tolist() == [0, schema.MISSING, schema.MISSING, schema.MISSING]
+def test_text_columns_decode_through_one_vocabulary():
+    """The text columns share one list of distinct texts (None: a blank, a text of its own):
+    each column's texts decode by its kind, a blank as the column's blank value; a text that
+    is bad for a column the column does not hold is never judged."""
+    texts = ["current_loan_delinquency_status", "mod_flag", "monthly_reporting_period"]
+    uniques = ["0", None, "X", "Y", "01/01/2007"]
+    codes = np.array([[0, 1, 2, 1], [3, 1, 3, 3], [4, 4, 4, 4]], np.int32)
+    used = read.used_texts(codes, len(uniques))
+    assert used.tolist() == [[True, True, True, False, False], [False, True, False, True, False],
+                             [False, False, False, False, True]]
+    got = read.decode(texts, uniques, codes, used)
+    y = schema.category_code("mod_flag", "Y")
+    assert got.tolist() == [[0, schema.MISSING, schema.MISSING, schema.MISSING],
+                            [y, schema.MISSING, y, y], [2007 * 12] * 4]
+    codes[2, 1] = 1  # a blank reporting month: the piece is unclean
     with pytest.raises(read._Unclean, match="blank monthly_reporting_period"):
-        read._decoded("monthly_reporting_period", codes, ["01/01/2007", None, "02/01/2007"],
-                      None)
-    cpu = read._decoded("current_loan_delinquency_status", np.array([0, -1, 1]), ["2", "X"],
-                        None)
-    assert cpu.tolist() == [2, schema.MISSING, schema.MISSING]
+        read.decode(texts, uniques, codes, read.used_texts(codes, len(uniques)))
+    codes[2, 1] = 3  # "Y" is no month
+    with pytest.raises(read._Unclean, match="bad value in monthly_reporting_period"):
+        read.decode(texts, uniques, codes, read.used_texts(codes, len(uniques)))
 
 
 def test_small_files_are_packed_up_to_the_partition_size(dataset, tmp_path):
@@ -602,7 +609,7 @@ def test_files_without_quarters_join_every_acquisition_file(dataset, tmp_path):
 
 def test_numbers_read_as_pandas_c_parser_reads_them():
     """The CPU's reader (pyarrow) gives pandas' C parser's numbers bit for bit, once rounded
-    to the float32 that the ETL keeps."""
+    to the float32 that the ETL keeps (a blank as -1)."""
     got = read_all([SAMPLE_PERF]).frame
     want = pd.read_csv(SAMPLE_PERF, sep="|", header=None, names=schema.PERFORMANCE.names,
                        keep_default_na=False, na_values=[""], quoting=3, dtype=str)
@@ -610,4 +617,4 @@ def test_numbers_read_as_pandas_c_parser_reads_them():
         if schema.kind_of(name) == schema.NUMBER:
             np.testing.assert_array_equal(got[name].to_numpy(),
                                           want[name].astype("float64").astype("float32")
-                                          .to_numpy(), name)
+                                          .fillna(schema.MISSING).to_numpy(), name)
