@@ -48,10 +48,13 @@ JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")
 GOALS = {"etl_ratio": 20.0, "gb_per_s": 5.0, "e2e_ratio": 15.0}
 
 
-def run(command: list[str], cwd: str = ROOT, timeout: float = 1800) -> tuple[str, float]:
-    """(output, wall seconds) of a command; raises with its output's tail when it fails."""
+def run(command: list[str], cwd: str = ROOT, timeout: float = 1800,
+        env: dict | None = None) -> tuple[str, float]:
+    """(output, wall seconds) of a command (with ``env`` added to this process's environment);
+    raises with its output's tail when it fails."""
     started = time.perf_counter()
-    out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **env} if env else None)
     seconds = time.perf_counter() - started
     text = out.stdout + out.stderr
     if out.returncode:
@@ -114,19 +117,36 @@ def generate(directory: str, size: str, layout: str, workers: int | None) -> dic
             "command": " ".join(command[1:]), "said": text.strip().splitlines()[-1]}
 
 
+ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
+
+
+def variant(words: str) -> tuple[dict, list[str]]:
+    """(environment, flags) of a GPU variant: its leading NAME=VALUE words set variables of the
+    command's environment (and so of the workers it starts), the rest are its flags."""
+    env, flags = {}, []
+    for word in words.split():
+        if ENV_WORD.match(word) and not flags:
+            name, value = word.split("=", 1)
+            env[name] = value
+        else:
+            flags.append(word)
+    return env, flags
+
+
 def etl_runs(directory: str, devices: dict[str, int], out: str, extra: list[str]) -> dict:
     """Each configuration's ETL runs, alternating: ``devices`` maps "gpu", "cpu", "gpuN"
-    (N GPU workers) or "gpu FLAGS" (the GPU with these flags) to its run count."""
+    (N GPU workers) or "gpu [NAME=VALUE ...] FLAGS" (the GPU with these environment variables
+    and flags) to its run count."""
     results = {device: [] for device in devices}
     for round_ in range(max(devices.values())):
         for device, runs in devices.items():
             if round_ >= runs:
                 continue
             workers = ["--workers", device[3:]] if device[3:].isdigit() else []
-            flags = device[4:].split() if device.startswith("gpu ") else []
+            env, flags = variant(device[4:]) if device.startswith("gpu ") else ({}, [])
             command = [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
                        "--device", device[:3], *workers, *flags, *extra]
-            text, wall = run(command)
+            text, wall = run(command, env=env)
             found = parse_etl(text)
             found["wall"] = wall
             results[device].append(found)
@@ -243,8 +263,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--gpu-workers", default="1",
                         help="GPU worker counts to time the ETL on, e.g. 1,2,4 (scaling).")
     parser.add_argument("--gpu-variants", default="",
-                        help="GPU ETL runs with these flags beside the default, ';'-separated "
-                             "(e.g. '--threads-per-worker 1').")
+                        help="GPU ETL runs with these flags (after NAME=VALUE environment "
+                             "variables) beside the default, ';'-separated (e.g. "
+                             "'--threads-per-worker 1;KVIKIO_NTHREADS=1').")
     parser.add_argument("--e2e-size", default="1GB", help="The whole job's dataset (none: skip).")
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,cudamalloc",

@@ -1,14 +1,19 @@
-"""Where one partition's ETL spends its time and memory, step by step, in one process.
+"""Where a partition's ETL spends its time and memory, in one process.
 
     python benchmarks/mortgage_stages.py --data DIR [--device gpu] [--repeats 3]
+        [--chunks 256MiB,1GiB] [--partitions 6] [--streams per-thread] [--io-threads 8]
 
 The largest partition of the dataset in DIR (either layout) goes through the example's steps
-one at a time, the device synchronized after each: cuDF's (or pyarrow's) reader, the numbers'
-conversion, the text columns' decoding, the per-loan features and label, the feature table;
-and the whole ``etl.process_part`` with its peak device memory (RMM's statistics). Some steps
-are timed beside the ways not taken, so that a choice in the example has its figure here.
-The first repeat includes what the first call of each kernel costs; the table gives the median
-of the others. This explains the ETL's time; the figure that counts is benchmarks/mortgage.py.
+one at a time, the device synchronized after each: libcudf's (or pyarrow's) reader, the number
+columns' conversion, the text columns' decoding, the per-loan features and label, the feature
+table; then the whole ``etl.process_part`` at each conversion chunk size, with its peak device
+memory (RMM's statistics). Some steps are timed beside the ways not taken, so that a choice in
+the example has its figure here. ``--partitions N`` also runs N partitions on one and on two
+threads, as a local GPU worker does (the throughput, GB/s of text). ``--streams`` and
+``--io-threads`` set what the example gives its local GPU workers (per-thread CUDA streams,
+kvikio's threads), before cuDF and CuPy load. The first repeat includes what the first call
+of each kernel costs; the table gives the median of the others. This explains the ETL's time;
+the figure that counts is benchmarks/mortgage.py.
 """
 
 from __future__ import annotations
@@ -50,14 +55,44 @@ class Clock:
         return out
 
 
+def _environment(streams: str, io_threads: int | None) -> dict:
+    """The worker settings asked for, put in this process's environment before cuDF loads."""
+    from examples.mortgage import gpu_workers
+
+    wanted = {}
+    if streams == "per-thread":
+        wanted = {k: gpu_workers.ENVIRON[k] for k in ("CUDF_PER_THREAD_STREAM",
+                                                       "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM")}
+    if io_threads:
+        wanted["KVIKIO_NTHREADS"] = str(io_threads)
+    os.environ.update(wanted)
+    return wanted
+
+
 def _setup_gpu():
     """The device memory as the plugin sets it up: an RMM pool, CuPy allocating from it."""
     import cupy
     import rmm
     from rmm.allocators.cupy import rmm_cupy_allocator
 
-    rmm.reinitialize(pool_allocator=True, initial_pool_size=2**36)
+    rmm.reinitialize(pool_allocator=True, initial_pool_size=2**35)
     cupy.cuda.set_allocator(rmm_cupy_allocator)
+
+
+def _columns(plan):
+    from examples.mortgage import schema
+
+    if plan.layout.name == schema.CURRENT.name:
+        return schema.PERFORMANCE_READ + schema.ACQUISITION_READ[1:]
+    return schema.PERFORMANCE_READ
+
+
+def _acquisitions(plan, quarter, device):
+    from examples.mortgage import etl, schema
+
+    if plan.layout.name == schema.CURRENT.name:
+        return None
+    return etl.load_acquisitions(plan.acquisition_files(quarter), device, plan.names)[0]
 
 
 def profile(directory: str, device: str, repeats: int, chunks=()) -> dict:
@@ -66,11 +101,8 @@ def profile(directory: str, device: str, repeats: int, chunks=()) -> dict:
     plan = files.plan(directory, partition_size=files.PARTITION_SIZES[device])
     part = max(plan.parts, key=lambda p: p.nbytes)
     current = plan.layout.name == schema.CURRENT.name
-    columns = (schema.PERFORMANCE_READ + schema.ACQUISITION_READ[1:] if current
-               else schema.PERFORMANCE_READ)
-    acq = None
-    if not current:
-        acq, _ = etl.load_acquisitions(plan.acquisition_files(part.quarter), device, plan.names)
+    columns = _columns(plan)
+    acq = _acquisitions(plan, part.quarter, device)
     clock = Clock(device)
     peaks: dict[str, list] = {}
     chunk = read.CHUNK
@@ -80,8 +112,9 @@ def profile(directory: str, device: str, repeats: int, chunks=()) -> dict:
                   plan.acquisition_files(part.quarter), device, plan.names)
         if device == "gpu":
             _gpu_steps(clock, part, plan, columns)
-        result = clock("read: the example's read()", read.read, part.pieces, plan.layout,
-                       columns, device, "skip", plan.names)
+        label = f", chunks of {chunk >> 20} MiB" if device == "gpu" else ""
+        result = clock(f"read: the example's read(){label}", read.read,
+                       part.pieces, plan.layout, columns, device, "skip", plan.names)
         perf = result.frame
         if current:
             acq = clock("acquisition view (current layout)", etl.acquisition_view, perf)
@@ -102,8 +135,41 @@ def profile(directory: str, device: str, repeats: int, chunks=()) -> dict:
                                                     device, plan.names)}
 
 
+def throughput(directory: str, device: str, count: int, thread_counts=(1, 2),
+               rounds: int = 2) -> list[dict]:
+    """``count`` partitions through ``etl.process_part`` on one, then two threads (the best
+    of ``rounds``), as a local GPU worker runs them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from examples.mortgage import etl, files
+
+    plan = files.plan(directory, partition_size=files.PARTITION_SIZES[device])
+    parts = plan.parts[:count]
+    acqs = {q: _acquisitions(plan, q, device) for q in dict.fromkeys(p.quarter for p in parts)}
+    text = sum(p.nbytes for p in parts)
+
+    def task(part):
+        return len(etl.process_part(part, plan.layout, acqs[part.quarter], device,
+                                    plan.names)[0])
+
+    task(parts[0])  # the first calls' costs
+    out = []
+    for threads in thread_counts:
+        times = []
+        for _ in range(rounds):
+            _sync(device)
+            started = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(task, parts))
+            _sync(device)
+            times.append(time.perf_counter() - started)
+        out.append({"threads": threads, "partitions": len(parts), "bytes": text,
+                    "seconds": times, "gb_per_s": text / min(times) / 1e9})
+    return out
+
+
 def _functions(function, *args, top: int = 30) -> str:
-    """The functions one more call of ``function`` spent most time in, by own time
+    """The functions one more call of ``function`` spent most time in, cumulatively
     (cProfile; a call that waits for the device counts the wait as its own)."""
     import cProfile
     import io
@@ -112,7 +178,7 @@ def _functions(function, *args, top: int = 30) -> str:
     profiler = cProfile.Profile()
     profiler.runcall(function, *args)
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
     return text.getvalue()
 
 
@@ -131,60 +197,42 @@ def _peak(clock, device, name, function, *args):
 def _gpu_steps(clock, part, plan, columns):
     """libcudf's reader and the conversions, each timed alone, and the ways not taken."""
     import cudf
-    import cupy
 
-    from examples.mortgage import read, schema
+    from examples.mortgage import read
 
     layout = plan.layout
-    names = [*layout.names, read.EXTRA]
-    wanted = [layout.classic[c] for c in columns]
-    kinds = {layout.classic[c]: schema.kind_of(c) for c in columns}
-    text_types = {n: "int64" if k == schema.ID else "str" for n, k in kinds.items()}
-    args = (names, [*wanted, read.EXTRA], {**text_types, read.EXTRA: "str"})
+    by_name = {layout.classic[c]: c for c in columns}
+    names = [by_name.get(n, f"_{i}") for i, n in enumerate(layout.names)] + [read.EXTRA]
+    numbers, texts = read._kinds(columns)
 
     def read_text():
-        frames = [read._read_csv_gpu(p.path, read._byte_range(p), *args) for p in part.pieces]
-        return frames[0] if len(frames) == 1 else cudf.concat(frames, ignore_index=True)
-
-    frame = clock("cudf.read_csv, the whole partition's text at once", read_text)
-    numbers = [n for n, k in kinds.items() if k == schema.NUMBER]
-    texts = [n for n, k in kinds.items() if k not in (schema.ID, schema.NUMBER)]
-
-    def astype():
-        return [frame[n].astype("float64").astype("float32") for n in numbers]
-
-    def to_numeric():
-        return [cudf.to_numeric(frame[n], errors="coerce") for n in numbers]
-
-    def factorize():
-        return [frame[n].factorize() for n in texts]
-
-    def hashed():
-        out = []
-        for n in texts:
-            hashes = frame[n].hash_values(method="xxhash64")
-            distinct = hashes.drop_duplicates()
-            keys = cupy.sort(distinct.values)
-            out.append((cupy.searchsorted(keys, hashes.values),
-                        frame[n].take(distinct.index).to_arrow().to_pylist()))
-        return out
-
-    def encode():
         import pylibcudf as plc
 
-        out = []
-        for n in texts:
-            column, _ = frame[n].to_pylibcudf()
-            keys, indices = plc.transform.encode(plc.Table([column]))
-            out.append((cupy.asarray(cudf.Series.from_pylibcudf(indices).values),
-                        cudf.Series.from_pylibcudf(keys.columns()[0]).to_arrow().to_pylist()))
-        return out
+        tables = [read.read_csv_gpu(p.path, read._byte_range(p), names, columns)
+                  for p in part.pieces]
+        order = tables[0].column_names()
+        table = (tables[0].tbl if len(tables) == 1
+                 else plc.concatenate.concatenate([t.tbl for t in tables]))
+        return dict(zip(order, table.columns(), strict=True))
 
-    clock("numbers: astype (checks, converts)", astype)
-    clock("numbers: to_numeric (not taken)", to_numeric)
-    clock("text: libcudf's encode, one call a column", encode)
-    clock("text: factorize (not taken)", factorize)
-    clock("text: xxhash64, distinct hashes (not taken)", hashed)
+    found = clock("libcudf's reader, the whole partition's text at once", read_text)
+    rows = found["loan_id"].size()
+
+    def stacked_numbers():
+        return read._numbers_gpu([found[c] for c in numbers], rows)
+
+    def column_numbers():
+        return [cudf.Series.from_pylibcudf(found[c]).astype("float64").astype("float32")
+                for c in numbers]
+
+    def stacked_texts():
+        uniques, codes = read._texts_gpu([found[c] for c in texts], rows)
+        return read.decode(texts, uniques, codes, read.used_texts(codes, len(uniques)),
+                           plan.names)
+
+    clock("numbers: stacked, checked and parsed in one call each", stacked_numbers)
+    clock("numbers: a column at a time, cuDF's astype (not taken)", column_numbers)
+    clock("texts: stacked, encoded in one call, decoded by one lookup", stacked_texts)
 
 
 def markdown(info: dict, result: dict, command: str) -> str:
@@ -193,8 +241,9 @@ def markdown(info: dict, result: dict, command: str) -> str:
     lines = [f"# One partition's ETL, step by step ({result['device']}, {result['layout']})", "",
              f"- command: `{command}`", f"- machine: {info['cpu']}; {', '.join(info['gpus'])}",
              f"- partition: {size / 2**20:.0f} MiB in {part['pieces']} piece(s), quarter "
-             f"{part['quarter']}", "",
-             "| step | first run | median of the rest | GB/s of text |", "| --- | --- | --- | --- |"]
+             f"{part['quarter']}", f"- worker settings: {result.get('environment') or 'none'}",
+             "", "| step | first run | median of the rest | GB/s of text |",
+             "| --- | --- | --- | --- |"]
     for name, times in result["times"].items():
         rest = times[1:] or times
         median = statistics.median(rest)
@@ -205,8 +254,17 @@ def markdown(info: dict, result: dict, command: str) -> str:
         if peaks:
             lines += ["", f"Peak device memory, {name}: {max(peaks) / size:.2f}x its text "
                           f"({max(peaks) / 2**20:.0f} MiB)."]
+    if result.get("throughput"):
+        lines += ["", "Partitions through `process_part` on threads, as a local GPU worker "
+                      "runs them (best of the rounds):", "",
+                  "| partitions | threads | seconds (each round) | GB/s of text |",
+                  "| --- | --- | --- | --- |"]
+        for row in result["throughput"]:
+            lines.append(f"| {row['partitions']} ({row['bytes'] / 2**30:.2f} GiB) | "
+                         f"{row['threads']} | {', '.join(f'{s:.2f}' for s in row['seconds'])} "
+                         f"| {row['gb_per_s']:.2f} |")
     if result.get("functions"):
-        lines += ["", "One more whole partition under cProfile, by own time:", "", "```",
+        lines += ["", "One more whole partition under cProfile, by cumulative time:", "", "```",
                   result["functions"].strip(), "```"]
     return "\n".join(lines) + "\n"
 
@@ -219,16 +277,31 @@ def main(argv=None):
     parser.add_argument("--machine", default="1xH200")
     parser.add_argument("--chunks", default="", help="Also run the whole partition with "
                         "these conversion chunks on GPUs, e.g. 128MiB,1GiB (comma-separated).")
+    parser.add_argument("--partitions", type=int, default=0,
+                        help="Also run this many partitions on one and on two threads.")
+    parser.add_argument("--streams", choices=("default", "per-thread"), default="default",
+                        help="per-thread: cuDF and CuPy on each thread's own CUDA stream.")
+    parser.add_argument("--io-threads", type=int, default=None,
+                        help="kvikio's threads for a file's bytes (KVIKIO_NTHREADS).")
+    parser.add_argument("--tag", default="", help="Added to the results file's name.")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
+    try:
+        chunks = [parse_bytes(c) for c in args.chunks.split(",") if c]
+    except ValueError as exc:
+        parser.error(f"--chunks {args.chunks!r}: {exc}")
+    environment = _environment(args.streams, args.io_threads) if args.device == "gpu" else {}
     if args.device == "gpu":
         _setup_gpu()
-    chunks = [parse_bytes(c) for c in args.chunks.split(",") if c]
     result = profile(args.data, args.device, max(2, args.repeats), chunks)
+    result["environment"] = environment
+    if args.partitions:
+        result["throughput"] = throughput(args.data, args.device, args.partitions)
     info = machine()
     text = markdown(info, result, command_line(__file__, argv))
     layout = result["layout"].split("-")[0]
-    write_results(os.path.join(args.out, f"mortgage-stages-{args.device}-{layout}-"
+    tag = f"-{args.tag}" if args.tag else ""
+    write_results(os.path.join(args.out, f"mortgage-stages-{args.device}-{layout}{tag}-"
                                          f"{args.machine}"), text, {**result, "machine": info})
     print(text)
 

@@ -4,11 +4,14 @@
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
 # Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
-#           cluster-start-bench compat-tests serialize-tests convert-tests mortgage-tests ecg-tests demo-tests
-#           transfer-bench shuffle-bench mortgage-bench ecg-bench   (scripts/scaling.sh runs the multi-GPU ones with every GPU)
+#           cluster-start-bench compat-tests serialize-tests convert-tests mortgage-tests
+#           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
+#           mortgage-stages-bench mortgage-bench ecg-bench
+#           (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
-# VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, ECG_ARGS; MORTGAGE_DATA: where the mortgage
-# benchmark generates its datasets (default /tmp/mortgage-bench).
+# VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS, ECG_ARGS;
+# MORTGAGE_DATA: where the mortgage benchmarks generate their datasets (default
+# /tmp/mortgage-bench), MORTGAGE_STAGES_SIZE: the stages' dataset per layout (default 10GB).
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
 # `source .gpukit/install.sh` first. Logs and results go to $OUT (default /tmp/gpu-check):
 # log.txt, summary.md and results.tar.gz (benchmark tables, junit files).
@@ -89,6 +92,19 @@ for name in compat serialize convert mortgage ecg demo; do
   files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
+# The mortgage GPU tests again with the local GPU workers' per-thread streams (two tasks at once
+# on one device must still give the CPU's table).
+want mortgage-streams-tests tests/examples/test_mortgage_gpu.py && section mortgage-streams-tests 600 env CUDF_PER_THREAD_STREAM=1 CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 "${PYTEST[@]}" -m "gpu and not slow" tests/examples/test_mortgage_gpu.py --junitxml="$OUT/results/mortgage-streams-tests.xml"
+
+mortgage_stages() {  # each layout's partition step by step, with and without the workers' settings
+  local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout
+  for layout in classic current; do
+    [ -d "$data/$layout-$size" ] || python3 -m examples.mortgage generate --out "$data/$layout-$size" --size "$size" --layout "$layout" || return 1
+    python3 benchmarks/mortgage_stages.py --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --streams per-thread --io-threads 8 --tag workers ${MORTGAGE_STAGES_ARGS:-} || return 1
+    python3 benchmarks/mortgage_stages.py --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --tag defaults ${MORTGAGE_STAGES_ARGS:-} || return 1
+  done
+}
+want mortgage-stages-bench benchmarks/mortgage_stages.py && section mortgage-stages-bench 900 mortgage_stages
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
 want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 benchmarks/shuffle.py --out "$OUT/results" ${SHUFFLE_ARGS:-}
 want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 benchmarks/mortgage.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}

@@ -90,12 +90,23 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
 def test_gpu_variants_run_the_etl_command_with_their_flags(monkeypatch):
     commands = []
 
-    def fake_run(command, cwd=None, timeout=None):
-        commands.append(command)
+    def fake_run(command, cwd=None, timeout=None, env=None):
+        commands.append((command, env))
         return ETL_OUTPUT, 1.0
 
     monkeypatch.setattr(mortgage, "run", fake_run)
-    mortgage.etl_runs("/data", {"gpu": 1, "gpu --threads-per-worker 1": 1, "gpu2": 1}, "/o", [])
-    tails = [command[command.index("--device"):] for command in commands]
-    assert tails == [["--device", "gpu"], ["--device", "gpu", "--threads-per-worker", "1"],
-                     ["--device", "gpu", "--workers", "2"]]
+    mortgage.etl_runs("/data", {"gpu": 1, "gpu --threads-per-worker 1": 1, "gpu2": 1,
+                                "gpu KVIKIO_NTHREADS=1 A_B=x=y --threads-per-worker 1": 1},
+                      "/o", [])
+    tails = [(command[command.index("--device"):], env) for command, env in commands]
+    assert tails == [(["--device", "gpu"], {}),
+                     (["--device", "gpu", "--threads-per-worker", "1"], {}),
+                     (["--device", "gpu", "--workers", "2"], {}),
+                     (["--device", "gpu", "--threads-per-worker", "1"],
+                      {"KVIKIO_NTHREADS": "1", "A_B": "x=y"})]
+
+
+def test_a_variable_set_for_a_command_reaches_it():
+    text, _ = mortgage.run([sys.executable, "-c", "import os; print(os.environ['PROBE_V'])"],
+                           env={"PROBE_V": "seen"})
+    assert text.strip() == "seen"
