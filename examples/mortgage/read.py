@@ -170,7 +170,7 @@ def _frame(chunks: list[dict], columns, device: str):
         return cudf.DataFrame(values, nan_as_null=False)  # no NaN: skip cuDF's count
     import pandas as pd
 
-    return pd.DataFrame(values)
+    return pd.DataFrame(values, copy=False)  # the arrays as they are: no second copy
 
 
 def _array_module(device: str):
@@ -386,6 +386,7 @@ def _texts_gpu(columns, rows: int):
 
 def _read_cpu(pieces, data, layout, columns) -> _Parsed | None:
     import pyarrow as pa
+    import pyarrow.compute as pc
     from pyarrow import csv
 
     (piece,) = pieces
@@ -419,19 +420,25 @@ def _read_cpu(pieces, data, layout, columns) -> _Parsed | None:
         raise _Unclean("blank loan_id")
     numbers, texts = _kinds(columns)
     number_values = np.empty((len(numbers), table.num_rows), np.float32)
-    for row, name in enumerate(numbers):
-        values = table.column(column[name]).to_numpy().astype(np.float32)
-        number_values[row] = np.where(np.isnan(values), np.float32(MISSING), values)
-    uniques, index = [], {}
+    for row, name in enumerate(numbers):  # cast in place: few temporaries, little memory
+        values = pc.fill_null(table.column(column[name]), MISSING)
+        np.copyto(number_values[row], values.to_numpy(), casting="same_kind")
+    nan = np.isnan(number_values)  # a "NaN" in the text, blank as on GPUs
+    if nan.any():
+        number_values[nan] = MISSING
+    index, used = {}, []
     codes = np.empty((len(texts), table.num_rows), np.int32)
     for row, name in enumerate(texts):  # one vocabulary for all, as on GPUs
         values = table.column(column[name]).combine_chunks()
         known = [*values.dictionary.to_pylist(), None]
         remap = np.array([index.setdefault(t, len(index)) for t in known], np.int32)
         codes[row] = remap[values.indices.fill_null(len(known) - 1).to_numpy()]
-    uniques = list(index)
-    return _Parsed(ids.to_numpy(), numbers, number_values, texts, uniques, codes,
-                   used_texts(codes, len(uniques)))
+        # a column's dictionary holds the texts it has: no pass over its rows to find them
+        used.append(remap[:len(known) - (values.null_count == 0)])
+    seen = np.zeros((len(texts), len(index)), bool)
+    for row, found in enumerate(used):
+        seen[row, found] = True
+    return _Parsed(ids.to_numpy(), numbers, number_values, texts, list(index), codes, seen)
 
 
 def empty_columns(columns, device: str = "cpu") -> dict:

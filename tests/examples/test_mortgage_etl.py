@@ -519,6 +519,15 @@ def test_unknown_status_is_missing_not_bad(tmp_path):
     assert got["current_loan_delinquency_status"].tolist()[4:6] == [-1, -1]
 
 
+def test_a_nan_number_reads_as_missing_as_a_blank_does(tmp_path):
+    rows = raw_lines([SAMPLE_PERF])[:50]
+    rows[4][3], rows[5][3], rows[6][4] = "NaN", "", "nan"
+    path = _write(tmp_path / "Performance_2007Q3.txt_0", "\n".join("|".join(r) for r in rows))
+    got = read_all([path]).frame
+    assert got["interest_rate"].tolist()[3:7] == [float(rows[3][3]), -1, -1, float(rows[6][3])]
+    assert got["current_actual_upb"].tolist()[6] == -1
+
+
 def test_duplicate_acquisition_rows_are_bad_rows(tmp_path):
     with open(SAMPLE_ACQ) as f:
         lines = f.readlines()[:300]
