@@ -36,8 +36,8 @@ from .schema import CATEGORY, DATE, ID, MISSING, NUMBER, PERIOD, STATUS
 
 POLICIES = ("error", "warn", "skip")
 # Text a GPU reads and converts at once. libcudf's reader holds about 7.7 times its text on the
-# device while it reads; in 256 MiB chunks a 1 GiB partition's whole ETL stays within about 3
-# times its text (tests/examples/test_mortgage_gpu.py checks it on both layouts).
+# device while it reads; a partition read in four chunks stays under 3.25 times its text
+# (tests/examples/test_mortgage_gpu.py checks it on both layouts).
 CHUNK = 256 * 2**20
 SHOWN = 20  # bad rows spelled out in a message; the rest are counted
 EXTRA = "_extra_field"  # catches lines with a field too many on GPUs
@@ -426,19 +426,15 @@ def _read_cpu(pieces, data, layout, columns) -> _Parsed | None:
     nan = np.isnan(number_values)  # a "NaN" in the text, blank as on GPUs
     if nan.any():
         number_values[nan] = MISSING
-    index, used = {}, []
+    index = {}
     codes = np.empty((len(texts), table.num_rows), np.int32)
     for row, name in enumerate(texts):  # one vocabulary for all, as on GPUs
         values = table.column(column[name]).combine_chunks()
         known = [*values.dictionary.to_pylist(), None]
         remap = np.array([index.setdefault(t, len(index)) for t in known], np.int32)
         codes[row] = remap[values.indices.fill_null(len(known) - 1).to_numpy()]
-        # a column's dictionary holds the texts it has: no pass over its rows to find them
-        used.append(remap[:len(known) - (values.null_count == 0)])
-    seen = np.zeros((len(texts), len(index)), bool)
-    for row, found in enumerate(used):
-        seen[row, found] = True
-    return _Parsed(ids.to_numpy(), numbers, number_values, texts, list(index), codes, seen)
+    return _Parsed(ids.to_numpy(), numbers, number_values, texts, list(index), codes,
+                   used_texts(codes, len(index)))
 
 
 def empty_columns(columns, device: str = "cpu") -> dict:
