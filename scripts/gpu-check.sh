@@ -6,7 +6,7 @@
 # Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
 #           cluster-start-bench compat-tests serialize-tests convert-tests mortgage-tests
 #           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
-#           mortgage-stages-bench mortgage-bench ecg-bench
+#           mortgage-stages-bench mortgage-timeline-bench mortgage-bench ecg-bench
 #           (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
 # VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS, ECG_ARGS;
@@ -105,6 +105,15 @@ mortgage_stages() {  # each layout's partition step by step, with and without th
   done
 }
 want mortgage-stages-bench benchmarks/mortgage_stages.py && section mortgage-stages-bench 900 mortgage_stages
+mortgage_timeline() {  # the etl command's tasks over time, first and warm ETL, on the stages' data
+  local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout args=()
+  for layout in classic current; do
+    [ -d "$data/$layout-$size" ] || python3 -m examples.mortgage generate --out "$data/$layout-$size" --size "$size" --layout "$layout" || return 1
+    args+=(--data "$data/$layout-$size")
+  done
+  python3 benchmarks/mortgage_timeline.py "${args[@]}" --warm --out "$OUT/results"
+}
+want mortgage-timeline-bench benchmarks/mortgage_timeline.py && section mortgage-timeline-bench 600 mortgage_timeline
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
 want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 benchmarks/shuffle.py --out "$OUT/results" ${SHUFFLE_ARGS:-}
 want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 benchmarks/mortgage.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}

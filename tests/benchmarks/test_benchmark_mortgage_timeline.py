@@ -1,0 +1,57 @@
+"""The ETL timeline's logic on CPUs: what it derives from dask's task stream, and that it
+records the etl command's ETL as the command runs it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import mortgage_timeline  # noqa: E402
+
+
+def _task(name: str, thread: int, start: float, stop: float) -> dict:
+    return {"key": (f"{name}-abc", 0), "worker": "w1", "thread": thread,
+            "startstops": [{"action": "transfer", "start": start - 0.5, "stop": start},
+                           {"action": "compute", "start": start, "stop": stop}]}
+
+
+def test_the_timeline_of_two_threads():
+    started = 100.0
+    records = [_task("load_acquisitions", 1, 100.1, 100.2),
+               _task("process_part", 2, 100.1, 100.6),
+               _task("process_part", 1, 100.2, 101.0),
+               _task("process_part", 2, 100.6, 100.8),
+               _task("getitem", 2, 100.8, 100.8),
+               {"key": "no-compute", "startstops": [{"action": "transfer", "start": 100.0,
+                                                     "stop": 100.1}]}]
+    got = mortgage_timeline.timeline(records, started, 101.1)
+    assert got["etl_seconds"] == pytest.approx(1.1)
+    assert got["first_start"] == pytest.approx(0.1)
+    assert got["partitions"] == 3 and got["threads"] == 2
+    assert got["partition_first"] == pytest.approx(0.5)
+    assert got["partition_median"] == pytest.approx(0.5)
+    assert got["partition_max"] == pytest.approx(0.8)
+    assert got["acquisitions"] == [pytest.approx(0.1)]
+    assert got["idle_at_end"] == pytest.approx(0.2)  # thread 2 ends at 0.8, thread 1 at 1.0
+    assert got["after_last"] == pytest.approx(0.1)
+    assert got["busy"] == pytest.approx((0.1 + 0.5 + 0.8 + 0.2) / (2 * 1.1))  # compute only
+
+
+def test_it_records_the_etl_command_on_cpus(tmp_path):
+    from examples.mortgage import generate as gen
+
+    made = gen.generate(str(tmp_path / "data"), gen.Spec(2007, 2007, loans_per_quarter=50),
+                        layout="current")
+    runs = mortgage_timeline.record(
+        ["--data", made.directory, "--out", str(tmp_path / "out"), "--device", "cpu",
+         "--workers", "1", "--threads-per-worker", "2"], warm=True)
+    assert [run["repeat"] for run in runs] == [0, 1]
+    assert all(run["partitions"] == 4 and 1 <= run["threads"] <= 2 for run in runs)  # 4 quarters
+    assert all(0 <= run["first_start"] < run["etl_seconds"] for run in runs)
+    assert [run["cudf_imported"] for run in runs] == [False, False]  # CPU workers never import it
+    assert (tmp_path / "out").is_dir()  # the command went on to write the table
