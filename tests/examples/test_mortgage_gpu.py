@@ -133,6 +133,9 @@ def test_byte_ranges_at_loan_boundaries_read_every_row_once(dataset):
     ("bad integer id", lambda f: ["10x"] + f[1:], "loan_id is not an integer"),
     ("bad date", lambda f: f[:1] + ["2007-01-01"] + f[2:], "monthly_reporting_period is not"),
     ("bad status", lambda f: f[:10] + ["?"] + f[11:], "current_loan_delinquency_status"),
+    ("boolean for a number", lambda f: f[:4] + ["True"] + f[5:],
+     "current_actual_upb is not a number"),
+    ("misplaced sign", lambda f: f[:4] + ["5.-3"] + f[5:], "current_actual_upb is not a number"),
 ])
 def test_bad_rows_are_caught_on_the_gpu_too(tmp_path, kind, spoil, reason):
     """cuDF reads an unparsable number as null instead of raising: the check must see it."""
@@ -146,6 +149,21 @@ def test_bad_rows_are_caught_on_the_gpu_too(tmp_path, kind, spoil, reason):
     cpu, gpu = _both(plan, bad_rows="skip")
     assert gpu.bad_count == 1 and gpu.rows == 299
     _same_table(cpu, gpu)
+
+
+def test_a_nan_number_reads_as_missing_on_the_gpu_as_on_the_cpus(tmp_path):
+    rows = raw_lines([SAMPLE_PERF])[:50]
+    rows[4][3], rows[5][3], rows[6][4] = "NaN", "", "nan"
+    path = tmp_path / "Performance_2007Q3.txt_0"
+    path.write_text("\n".join("|".join(r) for r in rows) + "\n")
+    plan = files.plan(perf=str(path), acq=SAMPLE_ACQ)
+    cpu, gpu = _both(plan)
+    assert gpu.bad_count == 0
+    _same_table(cpu, gpu)
+    got = read.read([files.Piece(str(path), 0, os.path.getsize(path))], schema.CLASSIC_PERFORMANCE,
+                    schema.PERFORMANCE_READ, "gpu").frame.to_pandas()
+    assert got["interest_rate"].tolist()[3:7] == [float(rows[3][3]), -1, -1, float(rows[6][3])]
+    assert got["current_actual_upb"].tolist()[6] == -1
 
 
 def test_a_line_short_of_fields_reads_as_blank_fields_on_the_gpu(tmp_path):
