@@ -56,7 +56,7 @@ def timeline(records: list[dict], started: float, finished: float) -> dict:
         "etl_seconds": span,
         "tasks": tasks,
         "threads": len(threads),
-        "first_start": tasks[0]["start"] if tasks else None,
+        "first_start": min((t["start"] for t in tasks if t["kind"] != "other"), default=None),
         "last_stop": ends[-1] if ends else None,
         "after_last": span - ends[-1] if ends else None,
         "idle_at_end": (ends[-1] - ends[0]) if len(ends) > 1 else 0.0,

@@ -27,11 +27,12 @@ def test_the_timeline_of_two_threads():
                _task("process_part", 1, 100.2, 101.0),
                _task("process_part", 2, 100.6, 100.8),
                _task("getitem", 2, 100.8, 100.8),
+               _task("finalize", 1, 99.9, 99.95),  # the previous computation's, not the ETL's
                {"key": "no-compute", "startstops": [{"action": "transfer", "start": 100.0,
                                                      "stop": 100.1}]}]
     got = mortgage_timeline.timeline(records, started, 101.1)
     assert got["etl_seconds"] == pytest.approx(1.1)
-    assert got["first_start"] == pytest.approx(0.1)
+    assert got["first_start"] == pytest.approx(0.1)  # the first partition or acquisition task
     assert got["partitions"] == 3 and got["threads"] == 2
     assert got["partition_first"] == pytest.approx(0.5)
     assert got["partition_median"] == pytest.approx(0.5)
@@ -39,7 +40,7 @@ def test_the_timeline_of_two_threads():
     assert got["acquisitions"] == [pytest.approx(0.1)]
     assert got["idle_at_end"] == pytest.approx(0.2)  # thread 2 ends at 0.8, thread 1 at 1.0
     assert got["after_last"] == pytest.approx(0.1)
-    assert got["busy"] == pytest.approx((0.1 + 0.5 + 0.8 + 0.2) / (2 * 1.1))  # compute only
+    assert got["busy"] == pytest.approx((0.05 + 0.1 + 0.5 + 0.8 + 0.2) / (2 * 1.1))  # compute
 
 
 def test_it_records_the_etl_command_on_cpus(tmp_path):
