@@ -54,6 +54,12 @@ def _run(command: list[str]) -> str:
         return ""
 
 
+def commit() -> str:
+    """The checkout's commit, short ("" outside a git checkout)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return _run(["git", "-C", root, "rev-parse", "--short", "HEAD"])
+
+
 def machine() -> dict:
     import psutil
 

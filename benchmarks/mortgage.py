@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from common import command_line, machine, say, write_results  # noqa: E402
+from common import command_line, commit, machine, say, write_results  # noqa: E402
 
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
 ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text in "
@@ -285,9 +285,7 @@ def main(argv=None) -> dict:
     if not set(layouts) <= {"classic", "current"}:
         parser.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
 
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                           capture_output=True, text=True).stdout.strip()
-    payload = {"command": command_line(__file__, argv), "commit": commit,
+    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
                "machine_name": args.machine, "datasets": {}, "etl": {}, "jobs": {}}
     stem = os.path.join(args.out, f"mortgage-{args.machine}-user-path")

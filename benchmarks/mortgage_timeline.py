@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 
-from common import command_line, machine, say, write_results  # noqa: E402
+from common import command_line, commit, machine, say, write_results  # noqa: E402
 
 
 def timeline(records: list[dict], started: float, finished: float) -> dict:
@@ -57,7 +57,6 @@ def timeline(records: list[dict], started: float, finished: float) -> dict:
         "tasks": tasks,
         "threads": len(threads),
         "first_start": min((t["start"] for t in tasks if t["kind"] != "other"), default=None),
-        "last_stop": ends[-1] if ends else None,
         "after_last": span - ends[-1] if ends else None,
         "idle_at_end": (ends[-1] - ends[0]) if len(ends) > 1 else 0.0,
         "busy": (sum(t["seconds"] for t in tasks) / (len(threads) * span)) if threads else 0.0,
@@ -67,8 +66,6 @@ def timeline(records: list[dict], started: float, finished: float) -> dict:
         "partition_min": min(parts) if parts else None,
         "partitions": len(parts),
         "acquisitions": acquisitions,
-        "first_partition_start": next((t["start"] for t in tasks if t["kind"] == "partition"),
-                                      None),
     }
 
 
@@ -96,8 +93,6 @@ def record(command_args: list[str], warm: bool) -> list[dict]:
                 finished = time.time()
             runs.append(timeline(stream.data, started, finished)
                         | {"repeat": repeat, "cudf_imported": imported})
-            if repeat == 0 and warm:
-                del result
         return result
 
     etl_module.run = recorded
@@ -160,11 +155,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(ours)
     if "--device" not in flags:
         flags = ["--device", "gpu", *flags]
-    import subprocess
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(HERE),
-                            capture_output=True, text=True).stdout.strip()
-    payload = {"command": command_line(__file__, argv), "commit": commit,
+    payload = {"command": command_line(__file__, argv), "commit": commit(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "runs": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for data in args.data:

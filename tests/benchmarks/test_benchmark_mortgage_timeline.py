@@ -1,9 +1,10 @@
-"""The ETL timeline's logic on CPUs: what it derives from dask's task stream, and that it
-records the etl command's ETL as the command runs it."""
+"""The ETL timeline's logic on CPUs: what it derives from dask's task stream, that it records
+the etl command's ETL as the command runs it, and how it tells that cuDF is imported."""
 
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -54,5 +55,25 @@ def test_it_records_the_etl_command_on_cpus(tmp_path):
     assert [run["repeat"] for run in runs] == [0, 1]
     assert all(run["partitions"] == 4 and 1 <= run["threads"] <= 2 for run in runs)  # 4 quarters
     assert all(0 <= run["first_start"] < run["etl_seconds"] for run in runs)
-    assert [run["cudf_imported"] for run in runs] == [False, False]  # CPU workers never import it
     assert (tmp_path / "out").is_dir()  # the command went on to write the table
+
+
+@pytest.mark.parametrize("state, imported", [("absent", False), ("importing", False),
+                                             ("done", True)])
+def test_cudf_counts_as_imported_only_once_its_import_has_finished(monkeypatch, state, imported):
+    monkeypatch.delitem(sys.modules, "cudf", raising=False)
+    if state != "absent":
+        module = types.ModuleType("cudf")
+        module.__spec__ = types.SimpleNamespace(_initializing=state == "importing")
+        monkeypatch.setitem(sys.modules, "cudf", module)
+    assert mortgage_timeline._cudf_imported() is imported
+
+
+def test_results_name_the_checkout_commit():
+    import subprocess
+
+    import common
+
+    want = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    assert want and common.commit() == want
