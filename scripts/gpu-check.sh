@@ -96,10 +96,13 @@ done
 # on one device must still give the CPU's table).
 want mortgage-streams-tests tests/examples/test_mortgage_gpu.py && section mortgage-streams-tests 600 env CUDF_PER_THREAD_STREAM=1 CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 "${PYTEST[@]}" -m "gpu and not slow" tests/examples/test_mortgage_gpu.py --junitxml="$OUT/results/mortgage-streams-tests.xml"
 
+mortgage_dataset() {  # DIR LAYOUT SIZE: generated once, then shared by the mortgage sections
+  [ -d "$1" ] || python3 -m examples.mortgage generate --out "$1" --size "$3" --layout "$2"
+}
 mortgage_stages() {  # each layout's partition step by step, with and without the workers' settings
   local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout
   for layout in classic current; do
-    [ -d "$data/$layout-$size" ] || python3 -m examples.mortgage generate --out "$data/$layout-$size" --size "$size" --layout "$layout" || return 1
+    mortgage_dataset "$data/$layout-$size" "$layout" "$size" || return 1
     python3 benchmarks/mortgage_stages.py --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --streams per-thread --io-threads 8 --tag workers ${MORTGAGE_STAGES_ARGS:-} || return 1
     python3 benchmarks/mortgage_stages.py --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --tag defaults ${MORTGAGE_STAGES_ARGS:-} || return 1
   done
@@ -108,7 +111,7 @@ want mortgage-stages-bench benchmarks/mortgage_stages.py && section mortgage-sta
 mortgage_timeline() {  # the etl command's tasks over time, first and warm ETL, on the stages' data
   local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout args=()
   for layout in classic current; do
-    [ -d "$data/$layout-$size" ] || python3 -m examples.mortgage generate --out "$data/$layout-$size" --size "$size" --layout "$layout" || return 1
+    mortgage_dataset "$data/$layout-$size" "$layout" "$size" || return 1
     args+=(--data "$data/$layout-$size")
   done
   python3 benchmarks/mortgage_timeline.py "${args[@]}" --warm --out "$OUT/results"
