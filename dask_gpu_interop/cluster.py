@@ -104,6 +104,7 @@ def local_cluster(
             threads_per_worker=threads_per_worker or 1,
             protocol=protocol,
             dashboard_address=dashboard_address,
+            security=security,
             preload=["dask_gpu_interop.preload"],
             preload_argv=argv_for(plugin.config),
         )

@@ -332,6 +332,20 @@ def security(directory, role: str = "client"):
     )
 
 
+def local_security(directory):
+    """A ``distributed.Security`` with every role's certificates in ``directory``: for a local
+    cluster (``local_cluster(protocol="tls", security=...)``), whose scheduler, workers and
+    client all start from this process."""
+    from distributed import Security
+
+    tls_files = files(directory)
+    certificates = {}
+    for role in ROLES:
+        certificates[f"tls_{role}_cert"] = str(tls_files.cert(role))
+        certificates[f"tls_{role}_key"] = str(tls_files.key(role))
+    return Security(require_encryption=True, tls_ca_file=str(tls_files.ca_file), **certificates)
+
+
 def describe(directory) -> list[dict]:
     """Subject, names and validity of each certificate in ``directory`` (for ``tls show``)."""
     _need_cryptography()

@@ -398,7 +398,7 @@ def test_the_image_is_a_rapids_image_plus_the_checkout_s_package(tmp_path):
     assert 'pip install --no-cache-dir "/tmp/dask-gpu-interop[prometheus,tls]"' in run
     assert "dask-gpu-interop==" not in run  # the checkout's package, not an index's
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
          "-w", str(tmp_path / "wheel"), str(context)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "wheel").glob("dask_gpu_interop-*.whl")

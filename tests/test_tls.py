@@ -193,3 +193,37 @@ def test_cli_make_env_show(tmp_path):
     assert "gpu01" in result.output and "(29 days)" in result.output
     bad = runner.invoke(cli, ["tls", "show", str(tmp_path)])
     assert bad.exit_code == 1 and "lacks ca.pem" in bad.output
+
+
+def test_local_gpu_cluster_is_given_the_security(monkeypatch, certs):
+    """local_cluster(device="gpu", protocol="tls", security=...) hands the security to
+    dask-cuda's cluster (checked on CPU with a stand-in for LocalCUDACluster)."""
+    import sys
+    import types
+
+    from dask_gpu_interop import cluster as cluster_mod
+
+    seen = {}
+    fake = types.ModuleType("dask_cuda")
+    fake.LocalCUDACluster = lambda **kwargs: seen.update(kwargs) or "cluster"
+    monkeypatch.setitem(sys.modules, "dask_cuda", fake)
+    monkeypatch.setattr(cluster_mod, "check_local", lambda device, protocol: "gpu")
+    security = tls.local_security(certs.directory)
+    assert cluster_mod.local_cluster("gpu", protocol="tls", security=security) == "cluster"
+    assert seen["security"] is security and seen["protocol"] == "tls"
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_tls_local_cluster_refuses_a_client_without_the_certificate(certs, tmp_path, device):
+    from dask_gpu_interop import cluster_client
+
+    other = tls.make_certificates(tmp_path / "other")
+    with cluster_client(device=device, n_workers=1, protocol="tls",
+                        security=tls.local_security(certs.directory)) as (client, found):
+        assert found == device and client.scheduler.address.startswith("tls://")
+        assert client.submit(_inc, 1).result() == 2
+        address = client.scheduler.address
+        # no certificate at all: refused before connecting; another CA's: the handshake fails
+        for security in (None, tls.security(other.directory, "client")):
+            with pytest.raises((OSError, TypeError)):
+                Client(address, security=security, timeout="3s")
