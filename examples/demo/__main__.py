@@ -10,7 +10,8 @@ from .demo import run
 
 @click.command()
 @cluster_options
-@click.option("--rows", type=click.IntRange(min=1000), default=1_000_000, show_default=True)
+@click.option("--rows", type=click.IntRange(min=1000), default=1_000_000, show_default=True,
+              help="Rows of synthetic features, spread over the partitions.")
 def demo(cluster, rows):
     """A mixed cuDF/pandas -> PyTorch -> XGBoost workload with the memory report."""
     with cluster_client(**cluster) as (client, device):

@@ -9,11 +9,15 @@ from __future__ import annotations
 import time
 
 import dask
-import dask.dataframe as dd
 import numpy as np
 
 from dask_gpu_interop import memory_report, xgboost_config
 
+# PyTorch is no requirement of [examples]: [ecg] brings it. A plain `torch` requirement pulls
+# PyTorch's CUDA build, so a machine without a GPU takes its CPU build first.
+TORCH_INSTALL = ("pip install 'dask-gpu-interop[ecg]' (on a machine without a GPU, PyTorch's "
+                 "CPU build first: pip install torch --index-url "
+                 "https://download.pytorch.org/whl/cpu)")
 FEATURES = [f"f{i}" for i in range(8)]
 BACKENDS = {"gpu": {"dataframe.backend": "cudf", "array.backend": "cupy"},
             "cpu": {"dataframe.backend": "pandas", "array.backend": "numpy"}}
@@ -61,6 +65,7 @@ def standardize_with_torch(frame, device: str):
 
 def run(client, device: str, rows: int = 1_000_000, partitions: int | None = None) -> dict:
     """Run the workload on ``client``'s cluster; returns timings, AUC and the memory report."""
+    import dask.dataframe as dd
     import xgboost
     import xgboost.dask
 
@@ -78,7 +83,7 @@ def run(client, device: str, rows: int = 1_000_000, partitions: int | None = Non
         frame = frame.map_partitions(standardize_with_torch, device, meta=meta)
         steps = "DataFrame -> array -> PyTorch -> XGBoost"
     except ImportError:
-        steps = "DataFrame -> XGBoost (PyTorch not installed: pip install 'dask-gpu-interop[examples]')"
+        steps = f"DataFrame -> XGBoost (the PyTorch step needs PyTorch: {TORCH_INSTALL})"
     frame = frame.persist()
     frame.map_partitions(len).compute()
     times["prepare_s"] = time.perf_counter() - t0

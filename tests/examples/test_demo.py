@@ -1,6 +1,8 @@
 """``python -m examples.demo`` on CPUs: bad options refused first, the job end to end."""
 
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -40,3 +42,55 @@ def test_demo_runs_end_to_end_on_cpus():
     assert auc > 0.85
     assert out.stdout.count("no GPU: the plugin does nothing here") == 2
     assert "Warning" not in out.stderr, out.stderr[-2000:]  # PyTorch warned of read-only arrays
+
+
+def _requirements_of(extra: str) -> set[str]:
+    """The distributions ``pip install 'dask-gpu-interop[extra]'`` brings beside the core, its
+    own ``dask-gpu-interop[...]`` entries followed; KeyError for an extra pyproject lacks."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    names, todo, seen = set(), [extra], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for requirement in extras[name]:
+            own = re.fullmatch(r"dask-gpu-interop\[([^\]]+)\]", requirement.strip())
+            if own:
+                todo.extend(e.strip() for e in own.group(1).split(","))
+            else:
+                names.add(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower())
+    return names
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
+                    reason="needs an environment without PyTorch (the [test] extra has none)")
+def test_without_pytorch_the_demo_names_an_install_that_brings_it():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.demo", "--device", "cpu", "--rows", "2000",
+         "--workers", "1"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    steps = next(line for line in out.stdout.splitlines() if line.startswith("steps:"))
+    assert "DataFrame -> XGBoost (" in steps
+    extras = re.findall(r"pip install 'dask-gpu-interop\[([^\]]+)\]'", steps)
+    assert extras, steps
+    for extra in extras:
+        assert "torch" in _requirements_of(extra), f"[{extra}] brings no PyTorch: {steps}"
+    # A plain `torch` requirement pulls the CUDA build: without a GPU, the CPU build first.
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in steps
+
+
+def test_the_requirements_reader_follows_the_extras():
+    assert "torch" in _requirements_of("ecg")
+    assert "torch" not in _requirements_of("examples")
+    assert "xgboost" in _requirements_of("ecg")  # through [examples]
