@@ -2,7 +2,8 @@
 
 cuDF parses each block on a GPU worker (pandas on CPUs); the column then becomes a CuPy
 (NumPy) array without a copy. The CSV holds one value per line; a header line and further
-columns are allowed, and ``column`` says which column is the ECG.
+columns are allowed, and ``column`` says which column is the ECG. The file is plain text:
+a compressed one is refused, as its blocks could not be read apart.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import dask
 import dask.array as da
 import dask.dataframe as dd
+from dask.utils import parse_bytes
+from fsspec.utils import infer_compression
 
 from .backend import Backend
 from .handoff import column_to_array
@@ -88,13 +91,52 @@ def read_csv(path, backend: Backend, *, column: int = 0, blocksize="64MB"):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such ECG file: {path}")
+    compression = infer_compression(path)
+    if compression:
+        raise ValueError(f"{path}: a {compression}-compressed file; the ECG reader takes plain "
+                         "CSV, read in blocks: decompress it first")
     header, fields = sniff(path, column)
     check_values(path, column, header)
-    options = dict(header=0 if header else None, blocksize=blocksize, dtype="float32")
+    if isinstance(blocksize, str):
+        blocksize = parse_bytes(blocksize)
+    if backend.is_gpu:
+        return _read_csv_cudf(path, column, header, fields, int(blocksize), backend)
+    options = dict(header=0 if header else None, blocksize=blocksize, dtype="float32",
+                   compression=None)
     if fields > 1:  # only then: the plainest call is the one every reader supports alike
         options["usecols"] = [column]
     with dask.config.set({"dataframe.backend": backend.dataframe_backend}):
         frame = dd.read_csv(path, **options)
+    return frame.rename(columns={frame.columns[0]: "ecg"})
+
+
+def _read_csv_cudf(path, column: int, header: bool, fields: int, blocksize: int, backend):
+    """A partition per ``blocksize`` bytes of the file, each parsed by ``cudf.read_csv`` on a
+    worker from the file itself (its ``byte_range``), as dask-cuDF's reader does.
+
+    Not through ``dask.dataframe.read_csv``: for its metadata that parses a sample of the
+    file from an in-memory buffer, where libcudf cannot detect the compression and warns
+    that it assumes none, at every read. Here the metadata is known (one float32 column)
+    and every call says that the file is not compressed."""
+    df = backend.df
+    meta = df.DataFrame({"ecg": df.Series([], dtype="float32")})
+    ranges = [(start, blocksize) for start in range(0, os.path.getsize(path), blocksize)]
+    return dd.from_map(_read_block_cudf, ranges, path=path, column=column, header=header,
+                       fields=fields, meta=meta, label="read-csv")
+
+
+def _read_block_cudf(byte_range, path, column, header, fields):
+    """One block's rows (those starting inside ``byte_range``) as a cuDF frame ``ecg``."""
+    import cudf
+
+    options = dict(byte_range=byte_range, dtype="float32", compression=None)
+    if byte_range[0] == 0:
+        options["header"] = 0 if header else None
+    else:  # past the header: the columns named here
+        options.update(header=None, names=[f"f{i}" for i in range(fields)])
+    if fields > 1:
+        options["usecols"] = [column]
+    frame = cudf.read_csv(path, **options)
     return frame.rename(columns={frame.columns[0]: "ecg"})
 
 

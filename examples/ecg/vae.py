@@ -29,8 +29,11 @@ def check_installed() -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise ImportError("the ECG example trains its model with PyTorch: pip install "
-                          "'dask-gpu-interop[ecg]' (on a machine without a GPU, install "
-                          "PyTorch's CPU build first)")
+                          "'dask-gpu-interop[ecg]' (on a machine without a GPU, PyTorch's CPU "
+                          "build first: pip install torch --index-url "
+                          "https://download.pytorch.org/whl/cpu)")
+
+
 CHANNELS = (8, 16)  # convolution widths
 HIDDEN = 64
 SCORE_BATCH = 8192

@@ -81,6 +81,23 @@ def test_reader_partitions_become_arrays_without_copies(gpu, csv_file):
     assert data_pointer(array) == data_pointer(part["ecg"])
 
 
+@pytest.mark.parametrize("header", ["ecg", None])
+def test_reader_agrees_with_pandas_and_libcudf_warns_of_nothing(gpu, ecg, tmp_path, capfd,
+                                                               header):
+    """Blocks read on the GPU hold the CPU reader's values, and libcudf, which warns on every
+    read left to detect an in-memory buffer's compression, says nothing."""
+    path = tmp_path / "ecg.csv"
+    write_csv(path, ecg.signal, header=header)
+    capfd.readouterr()
+    frame = reader.read_csv(path, gpu, blocksize=200_000)
+    got = frame.compute()
+    err = capfd.readouterr().err
+    assert frame.npartitions > 1
+    expected = reader.read_csv(path, CPU, blocksize=200_000).compute()
+    np.testing.assert_array_equal(got["ecg"].to_numpy(), expected["ecg"].to_numpy())
+    assert "compression" not in err, err
+
+
 def test_cupy_to_numba_is_zero_copy(gpu):
     x = gpu.xp.arange(1000, dtype=gpu.xp.float32)
     view = as_numba_device_array(x)

@@ -264,6 +264,132 @@ def test_csv_with_or_without_header_and_with_more_columns(tmp_path):
         np.testing.assert_array_equal(got, x)
 
 
+class _CudfReadCsv:
+    """``cudf.read_csv`` as far as the reader uses it, on pandas: the rows that start inside
+    ``byte_range`` of the file at a path. It records each call's source and options."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, source, *, byte_range, header="infer", names=None, usecols=None,
+                 dtype=None, **options):
+        import io
+
+        import pandas as pd
+
+        self.calls.append((source, {"byte_range": byte_range, **options}))
+        with open(source, "rb") as f:
+            data = f.read()
+
+        def row_start(pos):  # where the first row starting at or after ``pos`` begins
+            if pos <= 0 or pos >= len(data):
+                return min(max(pos, 0), len(data))
+            newline = data.find(b"\n", pos - 1)
+            return len(data) if newline < 0 else newline + 1
+
+        start, size = byte_range
+        text = data[row_start(start):row_start(start + size)]
+        if not text:
+            columns = [names[i] for i in usecols] if usecols else names
+            return pd.DataFrame({c: pd.Series([], dtype=dtype) for c in columns})
+        return pd.read_csv(io.BytesIO(text), header=header, names=names, usecols=usecols,
+                           dtype=dtype)
+
+
+def test_gpu_reader_reads_each_block_from_the_file_saying_it_is_not_compressed(
+        tmp_path, monkeypatch):
+    """The GPU path's own code on the CPU: a stand-in ``cudf`` parses with pandas. libcudf
+    warns on every read that leaves the compression to be detected from an in-memory
+    buffer; here every call reads the file at its path and says ``compression=None``."""
+    import types
+
+    import dask
+    import pandas as pd
+
+    read_csv = _CudfReadCsv()
+    monkeypatch.setitem(sys.modules, "cudf", types.SimpleNamespace(
+        read_csv=read_csv, DataFrame=pd.DataFrame, Series=pd.Series))
+    x = np.round(np.sin(np.arange(3000) / 7), 4).astype(np.float32)
+    files = {
+        "plain.csv": ("\n".join(f"{v:.4f}" for v in x), 0),
+        "header.csv": ("mV\n" + "\n".join(f"{v:.4f}" for v in x), 0),
+        "two.csv": ("t,ecg\n" + "\n".join(f"{i / 250:.3f},{v:.4f}" for i, v in enumerate(x)), 1),
+    }
+    for name, (text, column) in files.items():
+        path = tmp_path / name
+        path.write_text(text + "\n")
+        read_csv.calls.clear()
+        frame = reader.read_csv(path, Backend("gpu"), column=column, blocksize=5000)
+        assert frame.npartitions > 1 and list(frame.columns) == ["ecg"]
+        with dask.config.set(scheduler="sync"):
+            got = frame.compute()
+        np.testing.assert_array_equal(got["ecg"].to_numpy(), x)
+        assert got["ecg"].dtype == np.float32
+        assert len(read_csv.calls) == frame.npartitions
+        for source, options in read_csv.calls:
+            assert source == str(path)  # the file itself, never a buffer
+            assert "compression" in options and options["compression"] is None
+
+
+def test_a_compressed_recording_is_refused_with_what_to_do(tmp_path):
+    import gzip
+
+    path = tmp_path / "ecg.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(f"{v:.4f}" for v in np.sin(np.arange(3000) / 7)) + "\n")
+    with pytest.raises(ValueError, match="gzip-compressed file.*decompress it first"):
+        reader.read_csv(path, CPU)
+
+
+def _requirements_of(extra: str) -> set[str]:
+    """The distributions ``pip install 'dask-gpu-interop[extra]'`` brings beside the core, its
+    own ``dask-gpu-interop[...]`` entries followed; KeyError for an extra pyproject lacks."""
+    import os
+    import re
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    names, todo, seen = set(), [extra], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for requirement in extras[name]:
+            own = re.fullmatch(r"dask-gpu-interop\[([^\]]+)\]", requirement.strip())
+            if own:
+                todo.extend(e.strip() for e in own.group(1).split(","))
+            else:
+                names.add(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower())
+    return names
+
+
+def test_without_pytorch_the_command_names_an_install_that_brings_it(tmp_path, monkeypatch):
+    import re
+
+    from click.testing import CliRunner
+
+    from examples.ecg.cli import ecg as main
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if not installed
+    result = CliRunner().invoke(main, ["--device", "cpu", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    extras = re.findall(r"pip install 'dask-gpu-interop\[([^\]]+)\]'", lines[0])
+    assert extras, lines[0]
+    for extra in extras:
+        assert "torch" in _requirements_of(extra), f"[{extra}] brings no PyTorch: {lines[0]}"
+    # A plain `torch` requirement pulls the CUDA build: without a GPU, the CPU build first.
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in lines[0]
+    assert not (tmp_path / "out").exists()  # said before any work
+
+
 def test_a_gap_in_the_recording_is_refused():
     import pandas as pd
 
