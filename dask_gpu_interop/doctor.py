@@ -4,17 +4,26 @@ share a worker's memory, one line per item with a verdict and the fix.
     dask-gpu-interop doctor                       this machine
     dask-gpu-interop doctor --scheduler ADDRESS   this machine and every worker
 
-Nothing here creates a CUDA context or imports a GPU library: versions come from the installed
-packages' metadata, the GPUs and the driver from NVML.
+The doctor process creates no CUDA context and imports no GPU library: versions come from the
+installed packages' metadata, the GPUs and the driver from NVML. Whether each installed GPU
+library loads is asked of a child Python process, one import at a time with a time limit, so a
+missing shared library, a wheel for another CUDA, a crash or a hang is reported, not suffered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
-import importlib.util
+import json
 import os
 import platform
+import queue
 import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import asdict, dataclass
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
@@ -78,7 +87,7 @@ def known_bad(versions: dict[str, str | None]) -> list[Check]:
     numba_cuda, numpy = versions.get("numba-cuda"), versions.get("numpy")
     if numba_cuda and numpy and _numbers(numba_cuda) <= (0, 30, 99) and _numbers(numpy) >= (2, 5):
         out.append(Check("numba-cuda + NumPy", FAIL,
-                         f"numba-cuda {numba_cuda} breaks on NumPy {numpy} (seen on an H200)",
+                         f"numba-cuda {numba_cuda} breaks on NumPy {numpy}",
                          "pip install 'numpy<2.5', or a newer numba-cuda"))
     if versions.get("dask-cuda") and versions.get("distributed"):
         dask_cuda, distributed = _numbers(versions["dask-cuda"]), _numbers(versions["distributed"])
@@ -90,22 +99,23 @@ def known_bad(versions: dict[str, str | None]) -> list[Check]:
     return out
 
 
-def _gpus() -> tuple[list[Check], int]:
+def _gpus() -> tuple[list[Check], int, int | None]:
+    """The driver and GPUs from NVML: lines, the GPU count, and the driver's CUDA major."""
     try:
         import pynvml
     except ImportError:
         return [Check("GPUs", INFO, "NVML is not installed: GPUs not listed",
-                      "pip install nvidia-ml-py")], 0
+                      "pip install nvidia-ml-py")], 0, None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
         return [Check("GPUs", INFO, f"no NVIDIA driver here ({err}): CPU workers only",
-                      "install the NVIDIA driver to use GPUs")], 0
+                      "install the NVIDIA driver to use GPUs")], 0, None
     try:
         return _devices(pynvml)
     except (pynvml.NVMLError, AttributeError) as err:  # an older or partial NVML
         return [Check("GPUs", WARN, f"NVML could not describe the GPUs: {err}",
-                      "update the driver or nvidia-ml-py")], 0
+                      "update the driver or nvidia-ml-py")], 0, None
 
 
 # The NVML calls made, for the test that checks them against the installed nvidia-ml-py.
@@ -114,9 +124,10 @@ NVML_CALLS = ("nvmlInit", "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriver
               "nvmlDeviceGetName", "nvmlDeviceGetNvLinkState", "NVMLError")
 
 
-def _devices(pynvml) -> tuple[list[Check], int]:
+def _devices(pynvml) -> tuple[list[Check], int, int]:
+    cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
     checks = [Check("driver", INFO, f"{_text(pynvml.nvmlSystemGetDriverVersion())}, CUDA "
-                                    f"{_cuda(pynvml.nvmlSystemGetCudaDriverVersion_v2())}")]
+                                    f"{_cuda(cuda)}")]
     count = pynvml.nvmlDeviceGetCount()
     for index in range(count):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -133,7 +144,7 @@ def _devices(pynvml) -> tuple[list[Check], int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         checks.append(Check("CUDA_VISIBLE_DEVICES", INFO, repr(visible)))
-    return checks, count
+    return checks, count, cuda // 1000
 
 
 def _text(value) -> str:
@@ -144,21 +155,127 @@ def _cuda(number: int) -> str:
     return f"{number // 1000}.{number % 1000 // 10}"
 
 
+# The module that each installed GPU package must be able to import, in this order (a library
+# before those built on it).
+IMPORTS = {
+    "rmm": "rmm", "cupy": "cupy", "numba-cuda": "numba.cuda", "cudf": "cudf",
+    "dask-cuda": "dask_cuda", "ucxx": "ucxx", "distributed-ucxx": "distributed_ucxx",
+    "torch": "torch", "xgboost": "xgboost",
+}
+EXTRAS = ("rmm", "cupy", "numba-cuda", "cudf", "dask-cuda", "ucxx", "distributed-ucxx")
+IMPORT_TIMEOUT = 60.0  # seconds for one import before it counts as hung
+HUNG = "the import did not finish within"
+
+_MARK = "dask-gpu-interop-import "
+_CHILD = f"""
+import importlib, json, sys
+sys.path[:] = json.loads(sys.argv[1])
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name)
+        error = None
+    except BaseException as err:  # its first line: the missing library, the CUDA error
+        first = next((line for line in str(err).splitlines() if line.strip()), "")
+        error = f"{{type(err).__name__}}: {{first.strip()}}"
+    print({_MARK!r} + json.dumps([name, error]), flush=True)
+"""
+
+
+def import_errors(modules: list[str], timeout: float = IMPORT_TIMEOUT) -> dict[str, str | None]:
+    """Import each module in a child Python process: ``{module: None, or what went wrong}``.
+
+    One child imports them in turn; one that crashes the child or takes longer than
+    ``timeout`` seconds is reported as such, and a new child goes on with the rest.
+    """
+    found: dict[str, str | None] = {}
+    while len(found) < len(modules):
+        found.update(_import_in_child([m for m in modules if m not in found], timeout))
+    return found
+
+
+def _import_in_child(modules: list[str], timeout: float) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(sys.path), *modules],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(child.stdout, lines), daemon=True).start()
+    try:
+        for module in modules:
+            deadline = time.monotonic() + timeout
+            while module not in found:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                if line is None:  # the child ended without a word on this module
+                    found[module] = f"Python ended while importing it ({_ended(child.wait())})"
+                elif line.startswith(_MARK):
+                    name, error = json.loads(line[len(_MARK):])
+                    found[name] = error
+    except queue.Empty:
+        found[module] = f"{HUNG} {timeout:g} s"
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    return found
+
+
+def _read_lines(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _ended(code: int) -> str:
+    if code < 0:
+        return signal.Signals(-code).name
+    return f"exit status {code}"
+
+
+def _import_checks(versions: dict[str, str | None], cuda: int | None) -> list[Check]:
+    """A fail line per installed GPU library that does not load, an ok line for the rest."""
+    modules = {IMPORTS[name]: name for name in IMPORTS if versions.get(name)}
+    if not modules:
+        return []
+    loaded, out = [], []
+    for module, error in import_errors(list(modules), IMPORT_TIMEOUT).items():
+        if error is None:
+            loaded.append(module)
+        elif error.startswith(HUNG):
+            out.append(Check(f"import {module}", FAIL, error, "check the driver and GPUs with "
+                             "nvidia-smi: an import that hangs usually waits on them"))
+        else:
+            out.append(Check(f"import {module}", FAIL, error, _reinstall(modules[module], cuda)))
+    if loaded:
+        out.insert(0, Check("imports", OK, ", ".join(loaded) + (" loads" if len(loaded) == 1
+                                                                else " load")))
+    return out
+
+
+def _reinstall(package: str, cuda: int | None) -> str:
+    """The fix for a GPU library that does not load: wheels built for the driver's CUDA."""
+    if package not in EXTRAS:
+        where = f"CUDA {cuda}" if cuda else "the CUDA version nvidia-smi shows"
+        return f"reinstall {package} built for {where}"
+    if cuda in (12, 13):
+        return f"pip install --force-reinstall 'dask-gpu-interop[cuda{cuda}]' (the driver's CUDA)"
+    return ("pip install --force-reinstall 'dask-gpu-interop[cuda13]' or '[cuda12]': the CUDA "
+            "major that nvidia-smi shows")
+
+
 def checks() -> list[dict]:
     """This process's machine, as plain data (run on workers by :func:`report`)."""
     found: list[Check] = [Check("host", INFO, f"{platform.node()}, Python "
                                               f"{platform.python_version()}, {os.cpu_count()} CPUs")]
-    gpus, count = _gpus()
+    gpus, count, cuda = _gpus()
     found += gpus
     versions = {name: version(name) for name in PACKAGES}
     stack = [f"{name} {v}" for name, v in versions.items() if v]
     found.append(Check("packages", INFO, ", ".join(stack)))
-    if count:
-        missing = [name for name in ("rmm", "cudf", "cupy", "dask-cuda") if not versions[name]]
-        found.append(Check("GPU stack", FAIL if missing else OK,
-                           f"missing {', '.join(missing)}" if missing else "RMM, cuDF, CuPy and "
-                           "dask-cuda installed",
-                           "pip install 'dask-gpu-interop[cuda13]' (or [cuda12])" if missing else ""))
+    missing = [name for name in ("rmm", "cudf", "cupy", "dask-cuda") if not versions[name]]
+    if count and missing:
+        found.append(Check("GPU stack", FAIL, f"missing {', '.join(missing)}",
+                           "pip install 'dask-gpu-interop[cuda13]' (or [cuda12])"))
+    found += _import_checks(versions, cuda)
     if count:
         for framework, (how, fix) in SHARING.items():
             if versions.get(framework):
@@ -187,8 +304,9 @@ def _config_conflicts() -> list[Check]:
     return []
 
 
-def _worker_checks(dask_worker=None) -> list[dict]:
-    out = checks()
+async def _worker_checks(dask_worker=None) -> list[dict]:
+    # In a thread: the imports may take seconds, and the worker's event loop must go on.
+    out = await asyncio.to_thread(checks)
     from .memory import conflicts
 
     options = conflicts.dask_cuda_rmm_options(dask_worker) if dask_worker is not None else []

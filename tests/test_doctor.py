@@ -1,7 +1,10 @@
 """``dask-gpu-interop doctor`` on CPUs: the machine and every worker, a verdict per line, the
-rules for combinations known to break, and a failing check failing the command."""
+rules for combinations known to break, GPU libraries that are installed but do not load, and a
+failing check failing the command."""
 
 import json
+import sys
+from types import SimpleNamespace
 
 import dask
 import pytest
@@ -60,7 +63,7 @@ def test_a_failing_check_fails_the_command():
 
 
 class FakeNVML:
-    """Two H200s, the first with 18 NVLink links up, as NVML would describe them."""
+    """Two GPUs, the first with 18 NVLink links up, as NVML would describe them."""
 
     class NVMLError(Exception):
         pass
@@ -81,12 +84,10 @@ class FakeNVML:
         return index
 
     def nvmlDeviceGetMemoryInfo(self, handle):
-        from types import SimpleNamespace
-
         return SimpleNamespace(total=141 * 2**30, free=139 * 2**30)
 
     def nvmlDeviceGetName(self, handle):
-        return "NVIDIA H200"
+        return "NVIDIA Test GPU"
 
     def nvmlDeviceGetNvLinkState(self, handle, link):
         if handle == 1:
@@ -98,7 +99,7 @@ def test_gpus_driver_and_the_missing_gpu_stack_from_nvml(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "pynvml", FakeNVML())
     found = {c["item"]: c for c in doctor.checks()}
     assert found["driver"]["detail"] == "580.159.04, CUDA 13.0"
-    assert found["GPU 0"]["detail"] == ("NVIDIA H200, 141 GiB, 139 GiB free, 18 NVLink links up")
+    assert found["GPU 0"]["detail"] == "NVIDIA Test GPU, 141 GiB, 139 GiB free, 18 NVLink links up"
     assert found["GPU 1"]["detail"].endswith("0 NVLink links up")
     if doctor.version("rmm") is None:  # this machine: no GPU stack installed
         assert found["GPU stack"]["verdict"] == doctor.FAIL
@@ -109,3 +110,68 @@ def test_gpus_driver_and_the_missing_gpu_stack_from_nvml(monkeypatch):
 def test_the_nvml_calls_exist_in_the_installed_nvidia_ml_py():
     pynvml = pytest.importorskip("pynvml")
     assert [name for name in doctor.NVML_CALLS if not hasattr(pynvml, name)] == []
+
+
+BROKEN_CUDF = ('raise ImportError("libcudf.so: cannot open shared object file: '
+               'No such file or directory")\n')
+
+
+def install_fake(root, dist, module, body=""):
+    """A package ``module`` that metadata says ``dist`` installed, importing as ``body`` does."""
+    (root / module).mkdir()
+    (root / module / "__init__.py").write_text(body)
+    info = root / f"{dist.replace('-', '_')}-25.10.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 25.10.0\n")
+
+
+def test_an_installed_gpu_library_that_does_not_load_fails_with_its_error_and_the_fix(
+        tmp_path, monkeypatch):
+    install_fake(tmp_path, "cudf-cu13", "cudf", BROKEN_CUDF)
+    install_fake(tmp_path, "cupy-cuda13x", "cupy")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 1, result.output
+    failed = [line for line in result.output.splitlines() if line.startswith("  fail")]
+    assert len(failed) == 1, result.output
+    assert "import cudf" in failed[0]
+    assert "ImportError: libcudf.so: cannot open shared object file" in failed[0]
+    assert "pip install --force-reinstall 'dask-gpu-interop[cuda13]' or '[cuda12]'" in failed[0]
+    assert "cupy" in next(line for line in result.output.splitlines() if "ok    imports" in line)
+    assert "1 to fix" in result.output
+
+
+def test_installed_gpu_libraries_that_load_give_no_fail_and_stay_out_of_this_process(
+        tmp_path, monkeypatch):
+    install_fake(tmp_path, "cupy-cuda13x", "cupy")
+    install_fake(tmp_path, "rmm-cu13", "rmm")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "fail" not in result.output and "0 to fix" in result.output
+    assert "ok    imports                rmm, cupy" in result.output
+    assert "rmm" not in sys.modules and "cupy" not in sys.modules  # imported by a child only
+
+
+def test_the_fix_names_the_wheels_for_the_drivers_cuda(tmp_path, monkeypatch):
+    install_fake(tmp_path, "cudf-cu13", "cudf", BROKEN_CUDF)
+    install_fake(tmp_path, "torch", "torch", 'raise OSError("libcudnn.so.9: cannot open")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML())  # a driver for CUDA 13.0
+    found = {c["item"]: c for c in doctor.checks()}
+    assert found["import cudf"]["fix"] == (
+        "pip install --force-reinstall 'dask-gpu-interop[cuda13]' (the driver's CUDA)")
+    assert found["import torch"]["detail"] == "OSError: libcudnn.so.9: cannot open"
+    assert found["import torch"]["fix"] == "reinstall torch built for CUDA 13"
+
+
+def test_an_import_that_crashes_or_hangs_is_reported_and_the_rest_still_checked(
+        tmp_path, monkeypatch):
+    (tmp_path / "crashes.py").write_text("import os, signal\n"
+                                         "os.kill(os.getpid(), signal.SIGSEGV)\n")
+    (tmp_path / "hangs.py").write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "loads.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = doctor.import_errors(["crashes", "hangs", "loads"], timeout=3)
+    assert found == {"crashes": "Python ended while importing it (SIGSEGV)",
+                     "hangs": "the import did not finish within 3 s", "loads": None}
