@@ -8,6 +8,7 @@ The doctor process creates no CUDA context and imports no GPU library: versions 
 installed packages' metadata, the GPUs and the driver from NVML. Whether each installed GPU
 library loads is asked of a child Python process, one import at a time with a time limit, so a
 missing shared library, a wheel for another CUDA, a crash or a hang is reported, not suffered.
+On a worker, the memory plugin's state is read as the memory report reads it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
+
+from dask.utils import format_bytes
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 
@@ -314,7 +317,51 @@ async def _worker_checks(dask_worker=None) -> list[dict]:
         out.append(asdict(Check("RMM owners", FAIL, f"dask-cuda's {', '.join(options)} beside "
                                 "the plugin: two owners of one GPU's memory",
                                 "drop dask-cuda's rmm_* options and give them to the plugin")))
+    out.append(asdict(plugin_check(dask_worker)))
     return out
+
+
+MODES = {"pool": "RMM pool", "managed": "managed memory", "async": "CUDA async pool"}
+
+
+def plugin_check(dask_worker) -> Check:
+    """Whether GPUMemoryPlugin set up this worker's memory, and in which mode."""
+    from . import device
+    from .memory import state
+    from .memory.plugin import GPUMemoryPlugin
+
+    registered = [plugin for plugin in getattr(dask_worker, "plugins", {}).values()
+                  if isinstance(plugin, GPUMemoryPlugin)]
+    item = "memory plugin"
+    if device.gpu_count() == 0:
+        if registered:
+            mode = registered[-1].config.mode
+            return Check(item, INFO, f"registered, {mode} mode ({MODES[mode]}); no GPU here: it "
+                                     "leaves this worker alone")
+        return Check(item, INFO, "not registered; no GPU here: the plugin would leave this "
+                                 "worker alone")
+    current = state.active()
+    if current is None:
+        if registered:
+            return Check(item, WARN, "registered, but no memory resource is set up",
+                         "read the worker's log for GPUMemoryPlugin's error")
+        return Check(item, WARN, "not set up: each framework allocates on its own",
+                     "register GPUMemoryPlugin or start workers with --preload "
+                     "dask_gpu_interop.preload")
+    plan = current.plan
+    if current.mode == "async":
+        sizes = (f"release threshold {format_bytes(plan.release_threshold)}"
+                 if plan.release_threshold else "no release threshold")
+    elif plan.initial:
+        sizes = f"pool {format_bytes(plan.initial)} up to " + (
+            format_bytes(plan.maximum) if plan.maximum else "the device")
+    else:
+        sizes = "no pool"
+    detail = f"{current.mode} mode ({MODES[current.mode]}), {sizes}"
+    if current.owner is None:
+        return Check(item, WARN, f"removed, its {detail} kept while buffers are live",
+                     "free those buffers, or restart the worker")
+    return Check(item, OK, f"set up, {detail}")
 
 
 def report(client=None) -> dict[str, list[dict]]:

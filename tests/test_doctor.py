@@ -1,6 +1,6 @@
 """``dask-gpu-interop doctor`` on CPUs: the machine and every worker, a verdict per line, the
-rules for combinations known to break, GPU libraries that are installed but do not load, and a
-failing check failing the command."""
+rules for combinations known to break, GPU libraries that are installed but do not load, each
+worker's memory plugin, and a failing check failing the command."""
 
 import json
 import sys
@@ -9,10 +9,11 @@ from types import SimpleNamespace
 import dask
 import pytest
 from click.testing import CliRunner
-from distributed import LocalCluster
+from distributed import Client, LocalCluster
 
-from dask_gpu_interop import doctor
+from dask_gpu_interop import GPUMemoryPlugin, doctor
 from dask_gpu_interop.cli import main
+from dask_gpu_interop.memory import state
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +176,38 @@ def test_an_import_that_crashes_or_hangs_is_reported_and_the_rest_still_checked(
     found = doctor.import_errors(["crashes", "hangs", "loads"], timeout=3)
     assert found == {"crashes": "Python ended while importing it (SIGSEGV)",
                      "hangs": "the import did not finish within 3 s", "loads": None}
+
+
+def plugin_lines(cluster) -> list[str]:
+    result = CliRunner().invoke(main, ["doctor", "--scheduler", cluster.scheduler_address])
+    return [line for line in result.output.splitlines() if "memory plugin" in line]
+
+
+def test_each_worker_says_whether_the_memory_plugin_is_registered_and_its_mode(cluster):
+    assert plugin_lines(cluster) == ["  info  memory plugin          not registered; no GPU here: "
+                                     "the plugin would leave this worker alone"] * 2
+    plugin = GPUMemoryPlugin(async_alloc=True, release_threshold="1GB")
+    with Client(cluster) as client:
+        client.register_plugin(plugin)
+        try:
+            lines = plugin_lines(cluster)
+        finally:
+            client.unregister_worker_plugin(plugin.name)
+    assert lines == ["  info  memory plugin          registered, async mode (CUDA async pool); "
+                     "no GPU here: it leaves this worker alone"] * 2
+
+
+def test_a_gpu_worker_says_how_its_memory_is_set_up_or_how_to_set_it_up(monkeypatch):
+    monkeypatch.setattr("dask_gpu_interop.device.gpu_count", lambda: 1)
+    worker = SimpleNamespace(plugins={})
+    missing = doctor.plugin_check(worker)
+    assert missing.verdict == doctor.WARN and "--preload dask_gpu_interop.preload" in missing.fix
+    plan = SimpleNamespace(release_threshold=10 * 2**30, initial=None, maximum=None)
+    active = SimpleNamespace(mode="async", owner="gpu-interop-memory-1", plan=plan)
+    monkeypatch.setattr(state, "active", lambda: active)
+    assert doctor.plugin_check(worker).line() == (
+        "  ok    memory plugin          set up, async mode (CUDA async pool), release threshold "
+        "10.00 GiB")
+    active.mode, plan.initial, plan.maximum = "pool", 2**30, None
+    assert doctor.plugin_check(worker).detail == (
+        "set up, pool mode (RMM pool), pool 1.00 GiB up to the device")
