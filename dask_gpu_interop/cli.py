@@ -91,8 +91,9 @@ def report(scheduler, scheduler_file, tls_dir, watch, as_json):
 @connection_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
 def doctor(scheduler, scheduler_file, tls_dir, as_json):
-    """Check this machine (and every worker of a cluster): driver, GPUs, the GPU stack, what
-    shares a worker's memory, UCX, and combinations known to break; a verdict and a fix each."""
+    """Check this machine (and every worker of a cluster): driver, GPUs, the GPU stack and
+    whether each of its libraries loads, what shares a worker's memory and each worker's memory
+    plugin, UCX, and combinations known to break; a verdict and a fix each."""
     from . import doctor as doctor_mod
 
     if scheduler is None and scheduler_file is None:

@@ -1,6 +1,9 @@
-"""The library's command line on CPUs: the memory report of a running cluster, the options."""
+"""The library's command line on CPUs: the memory report of a running cluster, the options, and
+help that loads no GPU or dataframe library."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -52,3 +55,28 @@ def test_the_library_command_has_no_example_commands():
     assert result.exit_code == 0
     for name in ("mortgage", "ecg", "demo"):
         assert f"  {name} " not in result.output
+
+
+# What no command's --help may load: GPU libraries, and the slow dataframe and ML stacks.
+NOT_FOR_HELP = ("dask.dataframe", "pandas", "pyarrow", "xgboost", "torch", "jax", "cudf", "cupy",
+                "rmm", "numba", "dask_cuda", "cuda")
+
+
+def test_help_of_every_command_imports_no_gpu_or_dataframe_library():
+    commands = [[], *([name] for name in main.commands),
+                *(["tls", name] for name in main.commands["tls"].commands)]
+    code = f"""
+import json, runpy, sys
+for args in {commands!r}:
+    sys.argv = ["dask-gpu-interop", *args, "--help"]
+    try:
+        runpy.run_module("dask_gpu_interop.cli", run_name="__main__")
+    except SystemExit as stop:
+        assert stop.code in (0, None), (args, stop.code)
+print(json.dumps(sorted(m for m in sys.modules
+                        if any(m == n or m.startswith(n + ".") for n in {NOT_FOR_HELP!r}))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Usage: python -m dask_gpu_interop.cli doctor [OPTIONS]" in out.stdout
+    assert json.loads(out.stdout.splitlines()[-1]) == []
