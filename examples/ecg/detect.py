@@ -26,7 +26,7 @@ from .params import Params
 def ricker(sigma: float, half_width: int, xp=np):
     """The Ricker ("Mexican hat") wavelet, ``2 * half_width + 1`` samples, exactly zero-mean.
 
-    Written out because ``scipy.signal.ricker`` is gone (SciPy 1.15).
+    Written out here: current SciPy has no Ricker wavelet to import.
     """
     if sigma <= 0 or half_width < 1:
         raise ValueError(f"ricker: sigma={sigma!r} and half_width={half_width!r} must be positive")
@@ -134,9 +134,11 @@ def beat_table(positions, rate: float, params: Params, samples: int | None = Non
 def doubts(table: BeatTable, rate: float) -> list[str]:
     """Why the detections may not be a heartbeat, in words (empty when they look like one).
 
-    Thresholds from the recordings at hand: a real one (MIT-BIH 208, frequent PVCs) and the
-    synthetic one keep 98-99% of their beats, and successive R-R intervals differ by a median
-    of 4-5%; noise keeps 74-80% and its intervals differ by 35-38%.
+    The bounds sit between what a heart gives and what noise gives: on a real recording
+    (frequent PVCs among normal beats) and on the synthetic one nearly every detection has
+    plausible intervals on both sides and successive R-R intervals differ by a few percent;
+    on noise about a quarter of the detections fail that and the intervals differ by about a
+    third.
     """
     if len(table) < 3:
         return [f"only {len(table)} beat(s) found"]

@@ -10,9 +10,9 @@ Where each step runs and why:
   one threshold for the whole recording, finds the beats, their lengths and which to prune.
   The signal, the response and the embeddings stay on the workers (on GPU workers, on the GPU).
 - **training runs on one worker.** The VAE has about 40k weights and a 20-hour recording
-  about 85k beats (87 MB of embeddings): one GPU trains on them in seconds, while data-parallel
+  about 85k beats (87 MB of embeddings): a small job for one device, while data-parallel
   training across workers would all-reduce the gradients at every step, over TCP between
-  processes, for far more time than the step itself takes. So the training beats (75%, drawn
+  processes, for longer than the step itself takes. So the training beats (75%, drawn
   at random) move once to a single worker (the scheduler picks the one holding most of them)
   and the model comes back as NumPy weights (under a megabyte).
 - **scoring runs everywhere:** the weights go to every worker holding embeddings, which scores

@@ -6,8 +6,9 @@ and abnormal ones badly or only from codes far from the prior, so the negative E
 mean is a map of the beats that can be plotted. The beats arrive as CuPy or NumPy arrays and
 enter PyTorch by DLPack, without a copy.
 
-The trained model travels between processes as a dict of plain NumPy arrays: a CUDA
-``torch.Tensor`` cannot be sent by distributed 2026.7, and NumPy pickles everywhere.
+The trained model travels between processes as a dict of plain NumPy arrays: distributed by
+itself has no serializer for a CUDA ``torch.Tensor``, and NumPy arrays unpickle everywhere,
+also on a client without a GPU.
 """
 
 from __future__ import annotations
