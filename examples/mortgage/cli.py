@@ -20,7 +20,7 @@ from dask_gpu_interop import cluster_client, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
 from . import etl as etl_mod
-from . import files, gpu_workers, read, train, warm
+from . import files, gpu_workers, output, read, train, warm
 from . import generate as gen
 
 
@@ -57,11 +57,44 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
     if size is not None:
         loans_per_quarter = gen.loans_for_size(size, *years, end_year=end_year, seed=seed,
                                                layout=layout)
+        if loans_per_quarter > gen.MAX_LOANS_PER_QUARTER:
+            quarters = 4 * (years[1] - years[0] + 1)
+            raise click.BadParameter(
+                f"{format_bytes(size)} takes about {loans_per_quarter:,} loans in each of "
+                f"{quarters} quarters, and a quarter holds at most "
+                f"{gen.MAX_LOANS_PER_QUARTER:,}: give a smaller size or more --years",
+                param_hint="--size")
     try:
         return gen.Spec(*years, loans_per_quarter=loans_per_quarter, seed=seed,
                         end_year=end_year, loans_per_part=loans_per_part)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _check_space(directory: str, spec: gen.Spec, layout: str) -> None:
+    try:
+        gen.check_space(directory, spec, layout)
+    except OSError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _usage(check, *args, **kwargs):
+    """``check(*args, **kwargs)``, its ValueError or FileExistsError as a usage error."""
+    try:
+        return check(*args, **kwargs)
+    except (ValueError, FileExistsError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+class _Group(click.Group):
+    """The job's group: a path where a sub-command should be is an unquoted glob."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and os.path.exists(args[0]):
+            raise click.UsageError(
+                f"{args[0]!r} is not a command: --data takes one path, and the shell expanded a "
+                "glob into several; quote the glob (--data 'DIR/*') or give the directory")
+        return super().resolve_command(ctx, args)
 
 
 def _generated_lines(result: gen.Generated) -> list[str]:
@@ -131,7 +164,7 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
         raise click.UsageError(str(exc)) from None
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=_Group, invoke_without_command=True)
 @cluster_options
 @with_options(scale_options)
 @layout_option
@@ -169,6 +202,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = gpu_workers.threads(_shared_pool(cluster), expected)
     try:
         params = train.parse_params(xgb_params)
+        train.check_params(params)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--xgb-param") from None
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
@@ -179,6 +213,16 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         train.check_holdout(quarters, holdout)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--holdout") from None
+    if workdir:
+        _usage(output.check, workdir, what="generated dataset", overwrite=True)
+    if spec is not None:
+        _check_space(workdir or tempfile.gettempdir(), spec, layout)
+    inputs = [data] if data else [workdir] if workdir else []
+    if features_out:
+        _usage(etl_mod.check_output, features_out, overwrite=True,
+               inputs=inputs + (etl_mod.inputs(the_plan) if the_plan else []))
+    if model_out:
+        _usage(output.check_file, model_out, what="model", accept=train.is_model)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -186,6 +230,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if expected == "gpu":
         warm.import_in_background("cudf")  # while the cluster starts
     with contextlib.ExitStack() as stack:
+        stack.enter_context(train.without_rank_lines())  # for the local workers too
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
         with gpu_workers.environ(cluster, expected):
             client, device = stack.enter_context(cluster_client(**cluster))
@@ -197,11 +242,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         if spec is not None:
             click.echo(f"generating {len(spec.quarters)} quarters x "
                        f"{spec.loans_per_quarter:,} loans ...")
-            try:
-                made = gen.generate(directory, spec, layout=layout, overwrite=workdir is not None,
-                                    progress=True)
-            except FileExistsError as exc:
-                raise click.UsageError(str(exc)) from None
+            made = _usage(gen.generate, directory, spec, layout=layout,
+                          overwrite=workdir is not None, progress=True)
             generate_seconds = made.seconds
             for line in _generated_lines(made):
                 click.echo(line)
@@ -219,11 +261,14 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             first["generate"] = generate_seconds
         result.stages = {**first, **result.stages}
         if features_out:
-            result.etl.frame.to_parquet(features_out, write_index=False)
-            click.echo(f"feature table written to {features_out}")
+            with output.Staged(features_out, what="feature table", overwrite=True,
+                               inputs=inputs) as staging:
+                result.etl.frame.to_parquet(staging, write_index=False)
+            click.echo(f"feature table written to {os.path.abspath(features_out)}")
         if model_out:
-            result.training.booster.save_model(model_out)
-            click.echo(f"model written to {model_out}")
+            output.replace_file(model_out, result.training.booster.save_model, what="model",
+                                accept=train.is_model)
+            click.echo(f"model written to {os.path.abspath(model_out)}")
         for line in result.lines():
             click.echo(line)
         stopping = time.perf_counter()
@@ -248,10 +293,8 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
     """Write a synthetic dataset in either real layout, one task per file part, in parallel."""
     spec = _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part,
                  "current" if layout == "current" else "classic")
-    try:
-        gen.check_directory(out, overwrite, layout)
-    except FileExistsError as exc:
-        raise click.UsageError(str(exc)) from None
+    _usage(gen.check_directory, out, overwrite, layout)
+    _check_space(out, spec, layout)
     n_workers = workers or (None if scheduler else os.cpu_count())
     with cluster_client(scheduler, device="cpu", n_workers=n_workers, threads_per_worker=1):
         made = gen.generate(out, spec, layout=layout, overwrite=overwrite, progress=True)
@@ -270,19 +313,27 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
 @click.option("--out", required=True, type=click.Path(),
               help="Where to write the feature table (a directory of Parquet files).")
 @with_options(etl_options)
-@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
-def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite):
-    """Write the feature table: the 45 features (float32) and delinquency_12 (int32)."""
+@click.option("--overwrite", is_flag=True,
+              help="Replace the feature table an earlier run wrote at --out (nothing else).")
+@click.argument("more_data", nargs=-1, type=click.Path(), metavar="[MORE DATA]...")
+def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, more_data):
+    """Write the feature table: the 45 features (float32) and delinquency_12 (int32).
+
+    Paths after the options are more data, as an unquoted --data 'DIR/*' gives them."""
+    if more_data and data is None:
+        raise click.UsageError(
+            f"{more_data[0]!r}: --perf and --acq take one path each, and the shell expanded a "
+            "glob into several; quote the glob (--perf 'DIR/perf/*') or give the directory")
+    if more_data:
+        data = [data, *more_data]
     if data is None and (perf is None or acq is None):
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
-    try:
-        etl_mod.check_output(out, overwrite)
-    except FileExistsError as exc:
-        raise click.UsageError(str(exc)) from None
+    given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
+    _usage(etl_mod.check_output, out, overwrite, inputs=given + etl_mod.inputs(the_plan))
     if expected == "gpu":
         warm.import_in_background("cudf")  # while the cluster starts
     with contextlib.ExitStack() as stack:
@@ -295,7 +346,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
         try:
             result = etl_mod.write(out, the_plan, device=device, bad_rows=bad_rows,
-                                   overwrite=overwrite, progress=True)
+                                   overwrite=overwrite, progress=True, data=given)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"ETL: {result.summary()}")

@@ -16,7 +16,6 @@ worker logs a failed task); under "warn" and "skip" the rows are dropped and cou
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import dask
 import dask.dataframe as dd
 from dask.utils import format_bytes
 
-from . import features, files, gpu_workers, read, schema
+from . import features, files, gpu_workers, output, read, schema
 from .progress import wait
 from .read import BadRow
 
@@ -47,7 +46,7 @@ class Report:
 
 def load_acquisitions(paths, device: str, names):
     """(acquisitions ready to join, report) of one quarter's classic acquisition files."""
-    pieces = [files.Piece(p, 0, os.path.getsize(p)) for p in paths]
+    pieces = [files.Piece(p, 0, files.text_size(p)) for p in paths]
     result = read.read(pieces, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, device,
                        "skip", names, unique_ids=True)
     acquisitions = features.acquisitions(result.frame)
@@ -153,25 +152,33 @@ def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
                      time.perf_counter() - started, len(plan.parts))
 
 
-def check_output(out: str, overwrite: bool = False) -> str:
-    """The absolute path of ``out``, after checking that it may be (re)written."""
-    out = os.path.abspath(out)
-    if os.path.exists(out) and not overwrite:
-        raise FileExistsError(f"{out} exists: remove it, or pass overwrite=True (--overwrite)")
-    return out
+def inputs(plan: files.Plan) -> list[str]:
+    """The files ``plan`` reads (a zip member as its archive), and names.csv."""
+    paths = [piece.path for part in plan.parts for piece in part.pieces]
+    paths += [path for group in plan.acquisitions.values() for path in group]
+    return sorted({path.split(files.MEMBER, 1)[0] for path in paths})
+
+
+def check_output(out: str, overwrite: bool = False, inputs=()) -> str:
+    """The absolute path of ``out``, after checking that the feature table may be written
+    there (see :mod:`.output`): ValueError with what to do."""
+    return output.check(out, what="feature table", overwrite=overwrite, inputs=inputs)
 
 
 def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
-          overwrite: bool = False, progress: bool = False) -> EtlResult:
+          overwrite: bool = False, progress: bool = False, data=None) -> EtlResult:
     """Run the ETL and write the feature table to ``out``, a directory of Parquet files
-    written by the workers (``out`` must be visible to them). Nothing is written when bad
-    rows stop the ETL."""
-    out = check_output(out, overwrite)
-    result = run(plan, device=device, bad_rows=bad_rows, progress=progress)
-    started = time.perf_counter()
-    if os.path.exists(out):
-        shutil.rmtree(out) if os.path.isdir(out) else os.remove(out)
-    result.frame.to_parquet(out, write_index=False)
+    written by the workers (``out``'s parent must be visible to them). The table is written
+    beside ``out`` and renamed into place when complete: an ETL that fails or is interrupted
+    leaves nothing behind, and bad rows that stop the ETL leave ``out`` as it was.
+    ``overwrite`` replaces only a feature table an earlier run wrote there; ``data`` (the
+    paths given for the input) and the plan's files may not be, hold or contain ``out``."""
+    given = [data] if isinstance(data, (str, os.PathLike)) else list(data or ())
+    with output.Staged(out, what="feature table", overwrite=overwrite,
+                       inputs=[*given, *inputs(plan)]) as staging:
+        result = run(plan, device=device, bad_rows=bad_rows, progress=progress)
+        started = time.perf_counter()
+        result.frame.to_parquet(staging, write_index=False)
     result.write_seconds = time.perf_counter() - started
     result.frame = None
     return result

@@ -4,6 +4,13 @@ A dataset is a file, a directory or a glob (or the classic ``--perf``/``--acq`` 
 file's layout is told from the data: the number of fields on its first line (31: classic
 performance, 25: classic acquisition, 108: current). The quarter comes from the file's name.
 
+Files may be compressed as Fannie Mae and users keep them: a zip archive (``2007Q3.zip``
+holding ``2007Q3.csv``; each member that holds data is a file of the dataset, named
+``ARCHIVE::MEMBER``), or gzip, bzip2 or xz (``Performance_2007Q3.txt.gz``). A compressed file
+cannot be cut at byte offsets, so each is one partition however large, decompressed as a
+stream and read in chunks (``text_blocks``); unpack large ones to spread a quarter over
+several tasks.
+
 Partitions are sized by bytes, not by files: a quarter's small files are packed together up to
 the partition size, and a large file is cut into pieces that end at loan boundaries, so that
 every loan's whole history is in one partition (the per-loan features and the forward-looking
@@ -12,9 +19,14 @@ label need it, and no shuffle is needed).
 
 from __future__ import annotations
 
+import bz2
 import glob
+import gzip
+import lzma
 import os
 import re
+import struct
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -46,10 +58,69 @@ def partition_size_for(device: str, partition_size: int | str | None = None) -> 
     return size
 
 
+MEMBER = "::"  # ARCHIVE::MEMBER: a member of a zip archive
+STREAMS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}  # single-file compressions
+
+
+def compressed(path: str) -> bool:
+    """Whether ``path`` names a compressed file (or a zip archive's member)."""
+    return MEMBER in path or path.lower().endswith(tuple(STREAMS))
+
+
+def open_text(path: str):
+    """``path``'s text as a binary file object, decompressed."""
+    if MEMBER in path:
+        archive, member = path.split(MEMBER, 1)
+        with zipfile.ZipFile(archive) as zipped:  # the member's stream keeps the file open
+            return zipped.open(member)
+    opener = STREAMS.get(os.path.splitext(path)[1].lower(), open)
+    return opener(path, "rb")
+
+
+def text_size(path: str) -> int:
+    """Bytes of ``path``'s text: its size; decompressed, for a compressed file (gzip records
+    it modulo 4 GiB: the smallest value at least the compressed size; bzip2 and xz do not
+    record it: the compressed size)."""
+    if MEMBER in path:
+        archive, member = path.split(MEMBER, 1)
+        with zipfile.ZipFile(archive) as zipped:
+            return zipped.getinfo(member).file_size
+    size = os.path.getsize(path)
+    if path.lower().endswith(".gz") and size >= 18:
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            (modulo,) = struct.unpack("<I", f.read(4))
+        return modulo + -(-max(size - modulo, 0) // 2**32) * 2**32
+    return size
+
+
+def text_blocks(path: str, size: int):
+    """``(text, first line)`` of a compressed file: blocks of whole lines of about ``size``
+    bytes, decompressed as a stream, with the 0-based number of each block's first line."""
+    line = 0
+    with open_text(path) as f:
+        rest = b""
+        while True:
+            data = f.read(size)
+            if not data:
+                break
+            data = rest + data
+            end = data.rfind(b"\n") + 1
+            if end == 0:  # no line ends in it yet
+                rest = data
+                continue
+            block, rest = data[:end], data[end:]
+            yield block, line
+            line += block.count(b"\n")
+        if rest:
+            yield rest, line
+
+
 @dataclass(frozen=True)
 class Piece:
-    """Bytes ``[start, stop)`` of one file, from a line start to a line start (a partition's
-    pieces start and end at loan boundaries)."""
+    """Bytes ``[start, stop)`` of one file's text, from a line start to a line start (a
+    partition's pieces start and end at loan boundaries); a compressed file's piece is all
+    of it."""
 
     path: str
     start: int
@@ -58,6 +129,10 @@ class Piece:
     @property
     def nbytes(self) -> int:
         return self.stop - self.start
+
+    @property
+    def compressed(self) -> bool:
+        return compressed(self.path)
 
 
 @dataclass(frozen=True)
@@ -101,13 +176,17 @@ def _natural(path: str):
 
 def find_files(spec) -> list[str]:
     """The files named by ``spec``: a file, a directory (its files, and those of its perf/ and
-    acq/ folders), a glob, or a list of those; in natural order (quarter, then part)."""
+    acq/ folders), a glob, or a list of those; in natural order (quarter, then part). A zip
+    archive stands for its members (``ARCHIVE::MEMBER``)."""
     specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     found = []
     for item in map(os.fspath, specs):
         if os.path.isdir(item):
-            for sub in ("", "perf", "acq"):
-                found += glob.glob(os.path.join(item, sub, "*"))
+            inside = [f for sub in ("", "perf", "acq")
+                      for f in glob.glob(os.path.join(item, sub, "*")) if os.path.isfile(f)]
+            if not inside:
+                _no_files_in(item)
+            found += inside
         elif os.path.isfile(item):
             found.append(item)
         else:
@@ -116,7 +195,46 @@ def find_files(spec) -> list[str]:
     if not files:
         raise FileNotFoundError(f"no files found for {spec!r}: give a file, a directory or a "
                                 "glob of Fannie Mae files (either layout)")
-    return files
+    return [path for f in files for path in (_members(f) if _is_zip(f) else [f])]
+
+
+def _no_files_in(directory: str) -> None:
+    """Raise FileNotFoundError for a directory without files, naming its folders that hold
+    some (``generate --layout both`` writes classic/ and current/: one dataset each)."""
+    folders = sorted(entry.name for entry in os.scandir(directory)
+                     if entry.is_dir() and not entry.name.startswith(".")
+                     and any(f.is_file() for f in os.scandir(entry.path)))
+    if folders:
+        raise FileNotFoundError(
+            f"{directory} holds no files but its folders {', '.join(folders)} do: give one of "
+            f"them, e.g. {os.path.join(directory, folders[0])} (each folder of a dataset "
+            "written with --layout both holds the same loans in one layout)")
+    raise FileNotFoundError(f"{directory} holds no files: give a directory, a file or a glob "
+                            "of Fannie Mae files (either layout)")
+
+
+def _is_zip(path: str) -> bool:
+    return path.lower().endswith(".zip")
+
+
+def _members(archive: str) -> list[str]:
+    """The data files a zip archive holds, as ``ARCHIVE::MEMBER``; ValueError when it holds
+    none (naming what it holds)."""
+    try:
+        with zipfile.ZipFile(archive) as zipped:
+            names = [info.filename for info in zipped.infolist() if not info.is_dir()]
+    except zipfile.BadZipFile:
+        raise ValueError(f"{archive} is not a zip archive that can be read: unpack it, or "
+                         "give the files it should hold") from None
+    paths = [f"{archive}{MEMBER}{name}" for name in sorted(names, key=_natural)]
+    data = [path for path in paths if layout_of(path) is not None]
+    if not data:
+        held = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise ValueError(
+            f"{archive} holds no Fannie Mae file ({held or 'nothing'}): give archives of the "
+            "current layout's quarter files (108 fields a line) or of the classic "
+            "Performance_* and Acquisition_* files")
+    return data
 
 
 def layout_of(path: str, lines: int = 20) -> schema.Layout | None:
@@ -124,8 +242,14 @@ def layout_of(path: str, lines: int = 20) -> schema.Layout | None:
     one, so that a bad first line does not hide the layout); None: not a data file."""
     if os.path.basename(path) == "names.csv":
         return None
-    with open(path, "rb") as f:
-        head = f.read(1 << 16).split(b"\n")[:lines]
+    try:
+        with open_text(path) as f:
+            head = f.read(1 << 16).split(b"\n")[:lines]
+    except (OSError, EOFError, lzma.LZMAError, zipfile.BadZipFile) as exc:
+        if compressed(path):
+            raise ValueError(f"{path} cannot be decompressed ({exc}): check the file, or give "
+                             "it unpacked") from None
+        raise
     counts = Counter(line.count(b"|") + 1 for line in head if line.strip())
     by_fields = {layout.fields: layout for layout in schema.LAYOUTS}
     for fields, _ in counts.most_common():
@@ -176,8 +300,8 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
     if len(parts) > MAX_PARTITIONS:
         raise ValueError(f"partition_size={partition_size!r} cuts the data into {len(parts):,} "
                          "partitions: give a larger size")
-    total = sum(os.path.getsize(p) for p in data_files)
-    total += sum(os.path.getsize(p) for files in acquisitions.values() for p in files)
+    total = sum(text_size(p) for p in data_files)
+    total += sum(text_size(p) for files in acquisitions.values() for p in files)
     from .read import read_names
 
     return Plan(layout, parts, acquisitions, read_names(names), total)
@@ -199,7 +323,7 @@ def _acquisitions_by_quarter(acquisition: list[str], performance: list[str]) -> 
 
 def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
     """Partitions of about ``size`` bytes: a quarter's small files together, large files in
-    pieces that end at loan boundaries."""
+    pieces that end at loan boundaries; a compressed file whole."""
     by_quarter: dict[str | None, list[str]] = {}
     for path in paths:
         by_quarter.setdefault(schema.quarter_of(path), []).append(path)
@@ -207,13 +331,13 @@ def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
     for quarter, files in by_quarter.items():
         pending: list[Piece] = []
         for path in files:
-            file_size = os.path.getsize(path)
+            file_size = text_size(path)
             if file_size == 0:
                 continue
             if sum(p.nbytes for p in pending) + file_size > size and pending:
                 groups.append((quarter, pending))
                 pending = []
-            if file_size <= size:
+            if file_size <= size or compressed(path):
                 pending.append(Piece(path, 0, file_size))
                 continue
             pieces = -(-file_size // size)

@@ -15,6 +15,8 @@ rates, and a default risk that rises with low FICO, high LTV, high DTI and crisi
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import math
 import os
@@ -27,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from . import schema
+from . import output, schema
 
 # Average note rate of the loans Fannie Mae bought, by vintage year (approximate).
 NOTE_RATE = {
@@ -81,7 +83,7 @@ assert set(STATES) == set(schema.STATES)
 
 _PART_LOANS = 10_000
 _LOAN_ID_BASE = 100_000_000_000
-_QUARTER_IDS = 10_000_000  # loans per quarter at most
+_QUARTER_IDS = MAX_LOANS_PER_QUARTER = 10_000_000  # loans per quarter at most
 
 
 def _by_year(table: dict, year: int):
@@ -636,6 +638,16 @@ class Generated:
         """Where the files of ``layout`` are ("classic" or "current")."""
         return os.path.join(self.directory, layout) if self.layout == "both" else self.directory
 
+    def moved(self, old: str, new: str) -> Generated:
+        """The same dataset, its files moved from directory ``old`` to ``new``."""
+        def there(path):
+            return None if path is None else os.path.join(new, os.path.relpath(path, old))
+
+        return dataclasses.replace(
+            self, directory=there(self.directory), performance=list(map(there, self.performance)),
+            acquisition=list(map(there, self.acquisition)), current=list(map(there, self.current)),
+            names=there(self.names))
+
 
 def _roots(directory: str, layout: str) -> dict[str, str]:
     if layout not in LAYOUTS:
@@ -646,36 +658,45 @@ def _roots(directory: str, layout: str) -> dict[str, str]:
 
 
 def check_directory(directory: str, overwrite: bool = False, layout: str = "classic") -> None:
-    """Raise unless ``directory`` holds no dataset, or ``overwrite`` allows replacing it."""
-    for name, root in _roots(directory, layout).items():
-        taken = [os.path.join(root, sub) for sub in ("perf", "acq")
-                 if os.path.isdir(os.path.join(root, sub)) and os.listdir(os.path.join(root, sub))]
-        if name == "current" and os.path.isdir(root):
-            taken += [os.path.join(root, f) for f in os.listdir(root) if _is_quarter_file(f)]
-        if taken and not overwrite:
-            raise FileExistsError(
-                f"{taken[0]} holds an earlier dataset: choose an empty directory, or pass "
-                "overwrite=True (--overwrite) to replace its files")
+    """Raise ValueError unless ``directory`` is new or empty, or holds a dataset an earlier
+    run wrote and ``overwrite`` allows replacing it (nothing else is ever replaced)."""
+    _roots(directory, layout)
+    output.check(directory, what="generated dataset", overwrite=overwrite)
 
 
-def _is_quarter_file(name: str) -> bool:
-    return schema.quarter_of(name) is not None and ".csv" in name
-
-
-def _prepare(directory: str, overwrite: bool, layout: str) -> dict[str, str]:
-    check_directory(directory, overwrite, layout)
-    roots = _roots(directory, layout)
+def _prepare(staging: str, layout: str) -> dict[str, str]:
+    roots = _roots(staging, layout)
     for name, root in roots.items():
         os.makedirs(root, exist_ok=True)
         if name == "classic":
             for sub in ("perf", "acq"):
-                shutil.rmtree(os.path.join(root, sub), ignore_errors=True)
                 os.makedirs(os.path.join(root, sub))
-        else:
-            for f in os.listdir(root):
-                if _is_quarter_file(f):
-                    os.remove(os.path.join(root, f))
     return roots
+
+
+def space_needed(spec: Spec, layout: str = "classic") -> int:
+    """Bytes of disk that generating ``spec`` takes: the files of every layout, plus the
+    largest quarter twice over while its parts are joined (estimated on a sample)."""
+    layouts = ("classic", "current") if layout == "both" else (layout,)
+    total = sum(_bytes_per_loan(spec.first_year, spec.last_year, spec.end_year, spec.seed, name)
+                for name in layouts) * spec.loans_per_quarter
+    return int(total * len(spec.quarters) * 1.05 + total)
+
+
+def check_space(directory: str, spec: Spec, layout: str = "classic") -> None:
+    """Raise OSError when the disk under ``directory`` lacks the space ``spec`` needs."""
+    existing = os.path.abspath(directory)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    needed = space_needed(spec, layout)
+    if needed > free:
+        from dask.utils import format_bytes
+
+        raise OSError(
+            f"{directory}: the dataset needs about {format_bytes(needed)} of disk and "
+            f"{existing} has {format_bytes(free)} free: give a smaller --size (or fewer "
+            "--loans-per-quarter or --years), or another place")
 
 
 def generate(directory: str, spec: Spec | None = None, *, layout: str = "classic",
@@ -686,11 +707,18 @@ def generate(directory: str, spec: Spec | None = None, *, layout: str = "classic
     Runs on the current Dask client when there is one (the files are written by the workers:
     ``directory`` must be visible to them), else on local threads.
     """
-    import dask
-
     spec = spec or Spec()
     directory = os.path.abspath(directory)
-    roots = _prepare(directory, overwrite, layout)
+    _roots(directory, layout)
+    with output.Staged(directory, what="generated dataset", overwrite=overwrite) as staging:
+        made = _generate(staging, spec, layout, progress)
+    return made.moved(staging, directory)
+
+
+def _generate(directory: str, spec: Spec, layout: str, progress: bool) -> Generated:
+    import dask
+
+    roots = _prepare(directory, layout)
     started = time.perf_counter()
     parts = {(y, q): [dask.delayed(write_part, pure=False)(roots, spec, y, q, p)
                       for p in range(spec.parts_per_quarter)] for y, q in spec.quarters}
@@ -750,6 +778,15 @@ def loans_for_size(target_bytes: int, first_year: int, last_year: int,
                    end_year: int | None = None, seed: int = 0, layout: str = "classic") -> int:
     """Loans per quarter that make about ``target_bytes`` of files in ``layout`` (measured on
     a sample; with "both", of each layout's files: the larger, current one)."""
+    per_loan = _bytes_per_loan(first_year, last_year, end_year, seed,
+                               "classic" if layout == "classic" else "current")
+    return max(1, int(target_bytes / (per_loan * 4 * (last_year - first_year + 1))))
+
+
+@functools.lru_cache(maxsize=16)
+def _bytes_per_loan(first_year: int, last_year: int, end_year: int | None, seed: int,
+                    layout: str) -> float:
+    """Bytes of files a loan makes in ``layout`` ("classic" or "current"), on a sample."""
     sample = Spec(first_year, last_year, loans_per_quarter=400, seed=seed, end_year=end_year)
     per_loan = []
     for year in sorted({first_year, (first_year + last_year) // 2, last_year}):
@@ -762,4 +799,4 @@ def loans_for_size(target_bytes: int, first_year: int, last_year: int,
         else:
             _write(current_columns(attrs, rows, np.random.default_rng(0)), buffer)
         per_loan.append(buffer.tell() / attrs["loan_id"].size)
-    return max(1, int(target_bytes / (np.mean(per_loan) * len(sample.quarters))))
+    return float(np.mean(per_loan))

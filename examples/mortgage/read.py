@@ -140,15 +140,16 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
     columns = tuple(columns)
     chunks, bad = [], []
     seen: set | None = set() if unique_ids else None
-    groups = _groups(pieces, device)
-    for group in groups:
+    for group, last in _with_last(_groups(pieces, device)):
+        block = group if isinstance(group, Block) else None
         try:
-            values = _fast(group, None, layout, columns, device, names)
+            values = _fast([block.piece] if block else group, block.data if block else None, layout,
+                           columns, device, names)
             if unique_ids:
-                _check_unique(values["loan_id"], seen, last=group is groups[-1])
-        except _Unclean as unclean:  # the slow path, one piece at a time
-            for piece in group:
-                values, found = _slow_path(piece, layout, columns, device, names, seen,
+                _check_unique(values["loan_id"], seen, last=last)
+        except _Unclean as unclean:  # the slow path, one piece (or block) at a time
+            for source in [block] if block else group:
+                values, found = _slow_path(source, layout, columns, device, names, seen,
                                            str(unclean))
                 bad += found
                 if found and policy == "error":
@@ -156,7 +157,19 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
                 chunks.append(values)
             continue
         chunks.append(values)
+    if not chunks:  # an empty compressed file
+        chunks.append(empty_columns(columns, device))
     return ReadResult(_frame(chunks, columns, device), bad)
+
+
+def _with_last(items):
+    """``(item, whether it is the last)`` for each of ``items``."""
+    items = iter(items)
+    for item in items:
+        for following in items:
+            yield item, False
+            item = following
+        yield item, True
 
 
 def _frame(chunks: list[dict], columns, device: str):
@@ -193,12 +206,32 @@ def _check_unique(ids, seen: set, last: bool) -> None:
         seen.update((ids.get() if hasattr(ids, "get") else ids).tolist())
 
 
-def _groups(pieces, device: str) -> list[list[Piece]]:
-    """The pieces converted together. On GPUs, chunks of up to CHUNK bytes of text: each
-    conversion costs its calls whatever the rows, so small pieces go together, and the
-    reader needs several times its text in device memory, so a large piece is cut. On CPUs
-    one piece at a time."""
-    return files.chunks(pieces, CHUNK) if device == "gpu" else [[piece] for piece in pieces]
+@dataclass(frozen=True)
+class Block:
+    """Whole lines of a compressed piece's text, decompressed; ``first_line`` is the 0-based
+    number of the first one in the file."""
+
+    piece: Piece
+    data: bytes
+    first_line: int
+
+
+def _groups(pieces, device: str):
+    """What is converted together, in order: lists of pieces, or a compressed piece's blocks.
+    On GPUs, chunks of up to CHUNK bytes of text: each conversion costs its calls whatever the
+    rows, so small pieces go together, and the reader needs several times its text in device
+    memory, so a large piece is cut. On CPUs one piece at a time. A compressed piece is
+    decompressed as a stream, in blocks of about CHUNK bytes of whole lines."""
+    plain = []
+    for piece in [*pieces, None]:
+        if piece is not None and not piece.compressed:
+            plain.append(piece)
+            continue
+        yield from files.chunks(plain, CHUNK) if device == "gpu" else ([p] for p in plain)
+        plain = []
+        if piece is not None:
+            for data, first_line in files.text_blocks(piece.path, CHUNK):
+                yield Block(piece, data, first_line)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,16 +480,20 @@ def empty_columns(columns, device: str = "cpu") -> dict:
 # The slow path
 
 
-def _slow_path(piece, layout, columns, device, names, seen, first_problem):
-    with open(piece.path, "rb") as f:
-        f.seek(piece.start)
-        data = f.read(piece.nbytes)
+def _slow_path(source: Piece | Block, layout, columns, device, names, seen, first_problem):
+    if isinstance(source, Block):
+        piece, data, base = source.piece, source.data, source.first_line
+    else:
+        piece = source
+        with open(piece.path, "rb") as f:
+            f.seek(piece.start)
+            data = f.read(piece.nbytes)
+        base = lines_before(piece.path, piece.start)
     clean, bad_lines = _check_lines(data, layout, columns, seen)
     if not bad_lines:
         raise RuntimeError(
             f"{piece.path} (bytes {piece.start}-{piece.stop}): the reader rejected the piece "
             f"({first_problem}) but no line breaks the file format; please report this")
-    base = lines_before(piece.path, piece.start)
     bad = [BadRow(piece.path, base + index + 1, reason) for index, reason in bad_lines]
     values = (_fast([piece], clean, layout, columns, device, names) if clean
               else empty_columns(columns, device))

@@ -6,6 +6,11 @@ GPUs, pandas on CPUs); nothing but the model and the evaluation history reaches 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -61,6 +66,46 @@ def parse_params(items) -> dict:
     return params
 
 
+def is_model(path: str) -> bool:
+    """Whether ``path`` holds an XGBoost model (one an earlier run may replace)."""
+    try:
+        xgboost.Booster(model_file=path)
+    except xgboost.core.XGBoostError:
+        return False
+    return True
+
+
+def check_params(params: dict) -> None:
+    """Raise ValueError (naming the parameter and XGBoost's reason) unless XGBoost accepts
+    ``params`` over the notebook's: checked in milliseconds by one round on a tiny matrix on
+    the client, before any work, instead of failing on every worker after the ETL."""
+    import re
+    import warnings
+
+    import numpy as np
+
+    if not params:
+        return
+    rng = np.random.default_rng(0)
+    tiny = xgboost.DMatrix(rng.random((8, len(schema.FEATURES)), dtype=np.float32),
+                           label=np.arange(8) % 2, feature_names=list(schema.FEATURES))
+    given = ", ".join(f"{key}={value}" for key, value in params.items())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            booster = xgboost.Booster({**PARAMS, **params, "device": "cpu"}, [tiny])
+            booster.update(tiny, 0)
+        except xgboost.core.XGBoostError as exc:
+            reason = re.sub(r"^\[[\d:]+\] \S+: ", "", str(exc).strip().splitlines()[0])
+            raise ValueError(f"{given}: XGBoost refuses it ({reason})") from None
+    for warning in caught:
+        unused = re.search(r"Parameters: \{(.*?)\} are not used", str(warning.message))
+        if unused:
+            names = unused.group(1).replace('"', "").strip()
+            raise ValueError(f"{given}: XGBoost has no parameter {names} (see XGBoost's "
+                             "parameter list; names are spelled like max_depth)")
+
+
 @dataclass
 class TrainResult:
     booster: object
@@ -91,8 +136,7 @@ def check_holdout(quarters, holdout: str | None) -> list[str]:
 
 
 def split(frame, quarters: list[str | None], holdout: str | None = None):
-    """(train, test, description), each of train and test as (frame, the partitions of the
-    ETL's frame it comes from): test is the ``holdout`` quarter (default: the latest).
+    """(train, test, description): test is the ``holdout`` quarter (default: the latest).
 
     With a single quarter the last fifth of every partition's rows is held out instead.
     """
@@ -101,8 +145,7 @@ def split(frame, quarters: list[str | None], holdout: str | None = None):
         test_quarter = holdout or known[-1]
         test = [i for i, q in enumerate(quarters) if q == test_quarter]
         train = [i for i, q in enumerate(quarters) if q != test_quarter]
-        return ((frame.partitions[train], train), (frame.partitions[test], test),
-                f"quarter {test_quarter}")
+        return frame.partitions[train], frame.partitions[test], f"quarter {test_quarter}"
 
     def head(part, share=TEST_SHARE):
         return part.iloc[: len(part) - int(len(part) * share)]
@@ -110,8 +153,7 @@ def split(frame, quarters: list[str | None], holdout: str | None = None):
     def tail(part, share=TEST_SHARE):
         return part.iloc[len(part) - int(len(part) * share):]
 
-    every = list(range(frame.npartitions))
-    return ((frame.map_partitions(head), every), (frame.map_partitions(tail), every),
+    return (frame.map_partitions(head), frame.map_partitions(tail),
             f"the last {TEST_SHARE:.0%} of each partition (one quarter only)")
 
 
@@ -160,18 +202,25 @@ def _show_rounds(echo):
     return show
 
 
-def spread(client, part, frame, indices):
-    """``part`` (made of ``frame``'s partitions ``indices``) with a partition on every
-    worker, when some worker holds none: xgboost.dask builds each worker's matrix from the
-    partitions it holds, and one without any trains on an empty matrix (and says so)."""
-    import dask.dataframe as dd
-    from distributed import futures_of
+def ranked_workers(client) -> list[str]:
+    """The workers' addresses in the order of their XGBoost ranks: xgboost.dask ranks
+    workers by their names (``[xgboost.dask-NAME]:ADDRESS``), which stay the same from one
+    run to the next while the addresses do not."""
+    workers = client.scheduler_info()["workers"]
+    return sorted(workers, key=lambda address: f"[xgboost.dask-{workers[address]['name']}]"
+                                               f":{address}")
 
-    workers = sorted(client.scheduler_info()["workers"])
-    keys = frame.__dask_keys__()
-    who_has = client.who_has(futures_of(frame))
-    holders = {w for i in indices for w in who_has.get(keys[i], ())}
-    if len(workers) < 2 or holders >= set(workers):
+
+def spread(client, part):
+    """``part`` with its partitions in a fixed place: partition ``i`` on the worker of rank
+    ``i`` modulo the workers (at least one partition each). xgboost.dask builds each
+    worker's matrix from the partitions it holds, so this placement makes training, and its
+    AUC, the same for the same data and seed on any number of workers, however the ETL's
+    tasks were spread; a worker without partitions would train on an empty matrix."""
+    import dask.dataframe as dd
+
+    workers = ranked_workers(client)
+    if len(workers) < 2:
         return part
     if part.npartitions < len(workers):
         part = part.repartition(npartitions=len(workers))
@@ -180,6 +229,54 @@ def spread(client, part, frame, indices):
               for i, piece in enumerate(part.to_delayed())]
     return dd.from_delayed(placed, meta=part.head(0, npartitions=1, compute=False),
                            verify_meta=False)
+
+
+# What XGBoost writes for each worker: "[10:31:05] Task [xgboost.dask-0]:ADDRESS got rank 0"
+_RANK_LINE = re.compile(rb"\[[\d:]+\] Task \[xgboost\.dask-[^\]]*\]:\S+ got rank \d+")
+
+
+def _dropped(text: bytes) -> bytes:
+    """``text`` without the rank lines, nor the empty lines they leave (workers writing at
+    once may interleave a line's text and its newline)."""
+    text, count = _RANK_LINE.subn(b"", text)
+    return re.sub(rb"(?m)^\n", b"", text) if count else text
+
+
+@contextlib.contextmanager
+def without_rank_lines():
+    """Drop XGBoost's "got rank" lines from this process's standard error, and from that of
+    the worker processes started in the block (they inherit it); everything else written there
+    passes. Each worker's XGBoost writes the line from C++ when training starts, straight to
+    file descriptor 2, past Python's streams and XGBoost's verbosity."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no standard error to filter
+        yield
+        return
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def forward():
+        pending = b""
+        while chunk := os.read(read_end, 1 << 16):
+            pending = _dropped(pending + chunk)
+            cut = pending.rfind(b"\n") + 1  # hold a last line that may still be one of them
+            os.write(saved, pending[:cut])
+            pending = pending[cut:]
+        os.write(saved, _dropped(pending))
+        os.close(read_end)
+
+    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer closes: the thread ends
+        thread.join(timeout=5)
+        os.close(saved)
 
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
@@ -191,9 +288,9 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
 
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: must be at least 1")
-    (train_frame, train_parts), (test_frame, test_parts), what = split(frame, quarters, holdout)
-    train_frame = spread(client, train_frame, frame, train_parts)
-    test_frame = spread(client, test_frame, frame, test_parts)
+    train_frame, test_frame, what = split(frame, quarters, holdout)
+    train_frame = spread(client, train_frame)
+    test_frame = spread(client, test_frame)
     params = {**PARAMS, **(params or {}), "device": "cuda" if device == "gpu" else "cpu"}
     features = list(schema.FEATURES)
     label = schema.LABEL

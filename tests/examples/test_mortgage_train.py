@@ -83,20 +83,42 @@ def test_a_test_set_of_one_class_is_refused_not_scored_nan(client, data):
 
 def test_every_worker_holds_training_and_test_rows(client, data):
     """xgboost.dask trains each worker on the partitions it holds: the held-out quarter,
-    whatever worker computed it, is spread so that no worker has an empty matrix."""
+    whatever worker computed it, is spread so that no worker has an empty matrix, partition
+    i on the worker of XGBoost rank i modulo the workers."""
     from distributed import futures_of, wait
 
     result = etl.run(_plan(data))
-    (_, _), (test, parts), _ = train.split(result.frame, result.quarters)
-    assert len(parts) == 1  # the held-out quarter is one partition, on one worker
-    spread = client.persist(train.spread(client, test, result.frame, parts))
+    _, test, _ = train.split(result.frame, result.quarters)
+    assert test.npartitions == 1  # the held-out quarter is one partition, on one worker
+    spread = client.persist(train.spread(client, test))
     placed = futures_of(spread)
     wait(placed)
     who = client.who_has(placed)
-    assert {w for ws in who.values() for w in ws} == set(client.scheduler_info()["workers"])
+    ranked = train.ranked_workers(client)
+    assert [next(iter(who[f.key])) for f in sorted(placed, key=lambda f: f.key[1])] == ranked
     assert len(spread) == len(test)
     pd.testing.assert_frame_equal(spread.compute().reset_index(drop=True),
                                   test.compute().reset_index(drop=True))
+
+
+def test_workers_are_ranked_by_name_as_xgboost_ranks_them(client):
+    workers = client.scheduler_info()["workers"]
+    names = [workers[address]["name"] for address in train.ranked_workers(client)]
+    assert names == sorted(names, key=str) and len(names) == 2
+
+
+@pytest.mark.parametrize("params, named", [
+    ({"max_depth": "abc"}, "max_depth=abc: XGBoost refuses it (Invalid Parameter format for "
+                           "max_depth expect int but value='abc')"),
+    ({"nosuchparam": 1}, "nosuchparam=1: XGBoost has no parameter nosuchparam"),
+    ({"grow_policy": "sideways"}, "grow_policy=sideways: XGBoost refuses it"),
+])
+def test_bad_parameters_are_refused_before_any_work(params, named):
+    with pytest.raises(ValueError) as caught:
+        train.check_params(params)
+    assert str(caught.value).startswith(named) and "\n" not in str(caught.value)
+    train.check_params({"max_depth": 3, "grow_policy": "depthwise"})  # good ones pass
+
 
 def test_the_notebook_parameters_are_the_defaults():
     p = train.PARAMS

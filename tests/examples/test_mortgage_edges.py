@@ -1,0 +1,331 @@
+"""The mortgage commands at their edges, on CPUs: a user's files are never lost, compressed
+files read as Fannie Mae ships them, and every mistake is answered in one line before any work
+starts."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import shutil
+import time
+import zipfile
+
+import dask
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from examples.mortgage import etl, files, output, read, train
+from examples.mortgage import generate as gen
+from examples.mortgage.cli import mortgage as main
+
+from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
+from .test_mortgage_etl import to_current_layout
+
+CPU = ["--device", "cpu", "--workers", "1"]
+
+
+def _run(args, **kwargs):
+    started = time.perf_counter()
+    result = CliRunner().invoke(main, [*args], catch_exceptions=False, **kwargs)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _refused(result, *words):
+    """The command stopped before starting a cluster, with one error line holding ``words``."""
+    assert result.exit_code == 2, result.output
+    assert "cluster:" not in result.output and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    for word in words:
+        assert word in line, line
+    return line
+
+
+def _tree(directory):
+    return sorted(os.path.relpath(os.path.join(root, name), directory)
+                  for root, _, names in os.walk(directory) for name in names)
+
+
+def _user_files(directory):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "notes.txt").write_text("my notes")
+    (directory / "thesis").mkdir()
+    (directory / "thesis" / "chapter1.tex").write_text("\\chapter{One}")
+    return _tree(directory)
+
+
+def _no_leftovers(parent):
+    assert not [name for name in os.listdir(parent) if ".partial-" in name or ".old-" in name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Never lose data
+
+
+def test_overwrite_keeps_files_the_command_did_not_write(tmp_path):
+    out = tmp_path / "out"
+    before = _user_files(out)
+    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"])
+    _refused(result, str(out), "did not write", "notes.txt")
+    assert _tree(out) == before
+
+
+def test_overwrite_replaces_only_an_earlier_feature_table(tmp_path):
+    out = tmp_path / "features"
+    assert _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)]).exit_code == 0
+    first = pd.read_parquet(out)
+    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)]), "--overwrite")
+    again = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"])
+    assert again.exit_code == 0, again.output
+    pd.testing.assert_frame_equal(pd.read_parquet(out), first)
+    (out / "mine.txt").write_text("added by hand")  # now the directory is not only ours
+    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"]),
+             "mine.txt")
+    assert (out / "mine.txt").read_text() == "added by hand"
+    _no_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "around"])
+def test_the_output_is_never_the_input(tmp_path, where):
+    data = tmp_path / "data"
+    shutil.copytree(SAMPLE, data)
+    before = _tree(data)
+    out = {"same": data, "inside": data / "features", "around": tmp_path}[where]
+    result = _run(["etl", *CPU, "--data", str(data), "--out", str(out), "--overwrite"])
+    _refused(result, "the input")
+    assert _tree(data) == before
+
+
+def test_an_etl_that_fails_or_is_interrupted_leaves_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "features"
+    plan = files.plan(SAMPLE)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(etl, "run", interrupted)
+    with dask.config.set(scheduler="threads"), pytest.raises(KeyboardInterrupt):
+        etl.write(str(out), plan)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    with dask.config.set(scheduler="threads"):
+        etl.write(str(out), plan)  # a first table, then one that fails while replacing it
+    kept = _tree(out)
+    monkeypatch.setattr(etl, "run", interrupted)
+    with dask.config.set(scheduler="threads"), pytest.raises(KeyboardInterrupt):
+        etl.write(str(out), plan, overwrite=True)
+    assert _tree(out) == kept
+    _no_leftovers(tmp_path)
+
+
+def test_a_dataset_that_fails_half_way_leaves_no_files(tmp_path, monkeypatch):
+    written = []
+    real = gen.write_part
+
+    def fails_third(*args):
+        written.append(args)
+        if len(written) == 3:
+            raise OSError("disk full")
+        return real(*args)
+
+    monkeypatch.setattr(gen, "write_part", fails_third)
+    spec = gen.Spec(2007, 2007, loans_per_quarter=20, loans_per_part=5)
+    with dask.config.set(scheduler="synchronous"), pytest.raises(OSError, match="disk full"):
+        gen.generate(str(tmp_path / "data"), spec)
+    assert os.listdir(tmp_path) == []
+
+
+def test_generate_replaces_only_an_earlier_dataset(tmp_path):
+    spec = gen.Spec(2007, 2007, loans_per_quarter=5)
+    data = tmp_path / "data"
+    with dask.config.set(scheduler="synchronous"):
+        made = gen.generate(str(data), spec)
+        assert all(os.path.exists(p) for p in made.performance + made.acquisition)
+        with pytest.raises(FileExistsError, match="--overwrite"):
+            gen.generate(str(data), spec)
+        gen.generate(str(data), spec, overwrite=True)
+        (data / "perf" / "mine.txt").write_text("mine")
+        with pytest.raises(FileExistsError, match="mine.txt"):
+            gen.generate(str(data), spec, overwrite=True)
+    assert (data / "perf" / "mine.txt").read_text() == "mine"
+    mine = tmp_path / "mine"
+    before = _user_files(mine)
+    with pytest.raises(FileExistsError, match="did not write"):
+        gen.check_directory(str(mine), overwrite=True)
+    assert _tree(mine) == before
+
+
+def test_generate_checks_the_free_space_first(tmp_path, monkeypatch):
+    free = shutil.disk_usage(tmp_path).free
+    spec = gen.Spec(2007, 2007, loans_per_quarter=1000)
+    assert 0 < gen.space_needed(spec) < free
+    assert gen.space_needed(spec, "both") > gen.space_needed(spec, "current") > gen.space_needed(spec)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(gen.shutil, "disk_usage",
+                        lambda path: usage._replace(free=gen.space_needed(spec) // 2))
+    with pytest.raises(OSError, match="free"):
+        gen.check_space(str(tmp_path / "new"), spec)
+    result = _run(["generate", "--out", str(tmp_path / "big"), "--size", "200GB"])
+    _refused(result, "needs about", "free", "--size")
+    assert not (tmp_path / "big").exists()
+
+
+def test_an_unwritable_output_is_refused_before_the_work(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(blocker / "features")])
+    _refused(result, str(blocker), "is a file")
+    monkeypatch.setattr(output.os, "access", lambda path, mode: False)  # a read-only mount
+    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "features")])
+    _refused(result, "not writable")
+    assert result.seconds < 10
+
+
+def test_a_model_path_that_cannot_be_written_is_refused_before_the_work(tmp_path):
+    result = _run([*CPU, "--data", SAMPLE, "--model-out", "/nonexistent/dir/model.json"])
+    _refused(result, "/nonexistent/dir", "does not exist")
+    kept = tmp_path / "model.json"
+    kept.write_text("my own file")
+    _refused(_run([*CPU, "--data", SAMPLE, "--model-out", str(kept)]), "not an earlier model")
+    assert kept.read_text() == "my own file"
+
+
+def test_features_out_keeps_files_the_job_did_not_write(tmp_path):
+    out = tmp_path / "features"
+    before = _user_files(out)
+    _refused(_run([*CPU, "--data", SAMPLE, "--features-out", str(out)]), "notes.txt")
+    assert _tree(out) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Read the files users have: zip and gzip (and bzip2, xz), either layout
+
+
+def _compress(source, target, how):
+    if how == "zip":
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.write(source, os.path.basename(source).removesuffix("_0"))
+        return
+    opener = {"gz": gzip.open, "bz2": bz2.open, "xz": lzma.open}[how]
+    with open(source, "rb") as f, opener(target, "wb") as out:
+        shutil.copyfileobj(f, out)
+
+
+@pytest.fixture(scope="module")
+def plain_table():
+    with dask.config.set(scheduler="threads"):
+        return etl.run(files.plan(perf=SAMPLE_PERF, acq=SAMPLE_ACQ)).frame.compute()
+
+
+@pytest.mark.parametrize("layout", ["classic", "current"])
+@pytest.mark.parametrize("how", ["zip", "gz", "bz2", "xz"])
+def test_compressed_files_give_the_same_table_as_the_plain_ones(tmp_path, layout, how,
+                                                                plain_table, monkeypatch):
+    monkeypatch.setattr(read, "CHUNK", 200_000)  # several blocks a file
+    data = tmp_path / "data"
+    data.mkdir()
+    if layout == "classic":
+        sources = [SAMPLE_PERF, SAMPLE_ACQ]
+    else:
+        sources = [to_current_layout(SAMPLE_PERF, SAMPLE_ACQ, tmp_path / "2007Q3.csv")]
+    if how == "zip":  # one archive a quarter, as Fannie Mae ships them
+        with zipfile.ZipFile(data / "2007Q3.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+            for source in sources:
+                archive.write(source, os.path.basename(source).removesuffix("_0"))
+    else:
+        for source in sources:
+            _compress(source, data / f"{os.path.basename(source)}.{how}", how)
+    plan = files.plan(str(data))
+    assert plan.quarters == ["2007Q3"] and len(plan.parts) == 1
+    assert plan.input_bytes == sum(os.path.getsize(s) for s in sources) or how in ("bz2", "xz")
+    with dask.config.set(scheduler="threads"):
+        got = etl.run(plan).frame.compute()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True),
+                                  plain_table.reset_index(drop=True), check_exact=True)
+
+
+def test_bad_rows_in_a_compressed_file_are_named_by_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(read, "CHUNK", 100_000)
+    lines = open(SAMPLE_PERF).read().splitlines()
+    lines[7000] = lines[7000].replace("|", "|x", 1)  # a bad reporting period
+    with gzip.open(tmp_path / "Performance_2007Q3.txt.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    plan = files.plan(perf=str(tmp_path / "Performance_2007Q3.txt.gz"), acq=SAMPLE_ACQ)
+    with dask.config.set(scheduler="threads"), pytest.raises(read.BadRowsError) as caught:
+        etl.run(plan)
+    assert [(row.path.endswith(".gz"), row.line) for row in caught.value.rows] == [(True, 7001)]
+
+
+def test_an_archive_that_holds_something_else_is_refused_naming_it(tmp_path):
+    with zipfile.ZipFile(tmp_path / "2007Q3.zip", "w") as archive:
+        archive.writestr("glossary.pdf", b"%PDF-1.4")
+        archive.writestr("readme.txt", "hello")
+    result = _run(["etl", *CPU, "--data", str(tmp_path / "2007Q3.zip"),
+                   "--out", str(tmp_path / "out")])
+    _refused(result, "2007Q3.zip", "glossary.pdf", "readme.txt")
+    (tmp_path / "broken.csv.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(ValueError, match="cannot be decompressed"):
+        files.plan(str(tmp_path / "broken.csv.gz"))
+
+
+def test_a_dataset_of_both_layouts_says_which_folder_to_give(tmp_path):
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(tmp_path / "both"), gen.Spec(2007, 2007, loans_per_quarter=5),
+                     layout="both")
+    result = _run(["etl", *CPU, "--data", str(tmp_path / "both"), "--out",
+                   str(tmp_path / "out")])
+    _refused(result, "classic, current", os.path.join(str(tmp_path / "both"), "classic"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes answered in one line, before the work
+
+
+@pytest.mark.parametrize("param, words", [
+    ("max_depth=abc", ["--xgb-param", "max_depth=abc", "expect int"]),
+    ("nosuchparam=1", ["--xgb-param", "no parameter nosuchparam"]),
+])
+def test_bad_xgboost_parameters_are_refused_before_the_etl(param, words):
+    _refused(_run([*CPU, "--data", SAMPLE, "--xgb-param", param]), *words)
+
+
+def test_an_unquoted_glob_is_read_or_explained(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(SAMPLE, data)
+    paths = sorted(str(p) for p in data.iterdir())
+    result = _run([*CPU, "--data", *paths])
+    _refused(result, "quote the glob")
+    result = _run(["etl", *CPU, "--out", str(tmp_path / "out"), "--data", *paths])
+    assert result.exit_code == 0, result.output
+    assert "10,000 rows" in result.output
+
+
+def test_a_size_too_large_names_the_size():
+    line = _refused(_run(["generate", "--out", "/tmp/never", "--size", "1TB"]), "--size")
+    assert "loans_per_quarter" not in line and "--years" in line
+
+
+def test_two_runs_with_the_same_seed_on_four_workers_give_the_same_auc(tmp_path):
+    args = ["--device", "cpu", "--workers", "4", "--years", "2007", "--loans-per-quarter",
+            "300", "--rounds", "20", "--holdout", "2007Q4"]
+    aucs = []
+    for _ in range(2):
+        result = _run(args)
+        assert result.exit_code == 0, result.output
+        aucs += [line for line in result.output.splitlines() if line.startswith("test AUC")]
+    assert len(aucs) == 2 and aucs[0] == aucs[1]
+
+
+def test_xgboost_rank_lines_are_dropped_from_the_output(capfd):
+    import subprocess
+
+    with train.without_rank_lines():
+        os.write(2, b"[10:31:05] Task [xgboost.dask-0]:tcp://127.0.0.1:4000 got rank 0"
+                    b"[10:31:05] Task [xgboost.dask-1]:tcp://127.0.0.1:4001 got rank 1\n\n")
+        os.write(2, b"a warning the user should see\n")
+        subprocess.run(["sh", "-c", "echo '[10:31:06] Task [xgboost.dask-2]:tcp://h:1 got rank 2'"
+                        " >&2; echo 'from a worker process' >&2"], check=True)
+    assert capfd.readouterr().err == "a warning the user should see\nfrom a worker process\n"
