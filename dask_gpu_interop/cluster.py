@@ -17,6 +17,7 @@ import os
 from distributed import Client, LocalCluster
 
 from . import device as device_mod
+from .memory.config import PRELOAD_PREFIX
 from .memory.plugin import GPUMemoryPlugin
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
@@ -97,8 +98,6 @@ def local_cluster(
     if device == "gpu":
         from dask_cuda import LocalCUDACluster
 
-        from .preload import argv_for
-
         return LocalCUDACluster(
             n_workers=n_workers,
             threads_per_worker=threads_per_worker or 1,
@@ -106,7 +105,7 @@ def local_cluster(
             dashboard_address=dashboard_address,
             security=security,
             preload=["dask_gpu_interop.preload"],
-            preload_argv=argv_for(plugin.config),
+            preload_argv=plugin.config.argv(PRELOAD_PREFIX),
         )
     workers = n_workers or max(1, min(4, os.cpu_count() or 1))
     return LocalCluster(

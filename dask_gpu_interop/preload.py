@@ -18,12 +18,13 @@ import logging
 import click
 
 from .compat import add_pending_worker_plugin
+from .memory.config import PRELOAD_PREFIX
 from .memory.plugin import GPUMemoryPlugin
 from .options import as_flags, given_memory, memory_click_options, with_options
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
-PREFIX = "gpu-"
+PREFIX = PRELOAD_PREFIX  # --gpu-pool-size
 # dask-cuda passes these to every preload; they are dask_cuda.initialize's own.
 DASK_CUDA_FLAGS = ("--create-cuda-context", "--no-create-cuda-context")
 
@@ -54,20 +55,6 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     # After every preload (dask-cuda's creates the CUDA context on the worker's device),
     # before the worker takes any task; a refusal stops the worker.
     add_pending_worker_plugin(worker, plugin)
-
-
-def argv_for(config) -> list[str]:
-    """This preload's flags for a validated ``MemoryConfig`` (for clusters we start)."""
-    argv = []
-    for option, value in config.options().items():
-        flag = f"--{PREFIX}{option.replace('_', '-')}"
-        if isinstance(value, bool):
-            argv.append(flag if value else flag.replace("--", "--no-", 1))
-        elif isinstance(value, list):
-            argv += [flag, ",".join(value)]
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
 
 
 def _keep_dask_cuda_preload_to_its_flags(worker) -> None:

@@ -14,7 +14,7 @@ from distributed import Client
 from dask_gpu_interop import GPUMemoryPlugin
 from dask_gpu_interop.memory.config import OPTIONS
 from dask_gpu_interop.options import given_memory
-from dask_gpu_interop.preload import argv_for, dask_setup
+from dask_gpu_interop.preload import PREFIX, dask_setup
 
 DASK = [sys.executable, "-m", "dask"]
 
@@ -96,7 +96,7 @@ def test_argv_round_trip_gives_the_same_configuration():
         pool_size="0.5", maximum_pool_size="64GB", managed=True, frameworks=["cupy"],
         statistics=False, spill=True, log_directory="/tmp/rmm-logs", jax_memory_fraction=0.3,
     )
-    argv = argv_for(plugin.config)
+    argv = plugin.config.argv(PREFIX)
     ctx = dask_setup.make_context("dask_setup", argv, allow_extra_args=False)
     params = dict(ctx.params)
     again = GPUMemoryPlugin(force=params.pop("gpu_force"), **given_memory(params))

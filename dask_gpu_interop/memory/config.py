@@ -34,6 +34,7 @@ class _Unset:
 
 UNSET = _Unset()
 CONFIG_PREFIX = "gpu-interop.memory"
+PRELOAD_PREFIX = "gpu-"  # the worker preload's flags: --gpu-pool-size
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,20 @@ class MemoryConfig:
         """The options as plain values (sizes as given), for logs, reports and the CLI."""
         return {spec.name: spec.kind.plain(getattr(self, spec.name)) for spec in OPTIONS}
 
+    def argv(self, prefix: str = "") -> list[str]:
+        """The command-line flags that give this configuration back (``--{prefix}pool-size
+        0.8 ...``); the worker preload's with ``PRELOAD_PREFIX``."""
+        argv = []
+        for spec in OPTIONS:
+            value = spec.kind.plain(getattr(self, spec.name))
+            if isinstance(value, bool):
+                argv.append(spec.flag(prefix) if value else f"--no-{prefix}{spec.key}")
+            elif isinstance(value, list):
+                argv += [spec.flag(prefix), ",".join(value)]
+            elif value is not None:
+                argv += [spec.flag(prefix), str(value)]
+        return argv
+
     def digest(self) -> str:
         """A short stable hash of the configuration: equal configs give equal plugin names."""
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
@@ -225,6 +240,9 @@ class OptionSpec:
     @property
     def plain_default(self):
         return self.kind.plain(self.default)
+
+    def flag(self, prefix: str = "") -> str:
+        return f"--{prefix}{self.key}"
 
 
 OPTIONS: tuple[OptionSpec, ...] = tuple(
