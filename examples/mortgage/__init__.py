@@ -12,16 +12,26 @@ One code for both stacks: cuDF on GPU workers, pandas on CPU workers.
 - ``job``: all of it on a cluster, with timings and memory
 """
 
-from .etl import EtlResult
-from .etl import run as run_etl
-from .etl import write as write_features
-from .files import plan
-from .generate import Spec, loans_for_size
-from .generate import generate as generate_dataset
-from .read import BadRow, BadRowsError
-from .schema import FEATURES, LABEL
-from .train import PARAMS
-from .train import train as train_model
+import importlib
+
+# The public names, each imported from its module when first used: ``python -m
+# examples.mortgage --help`` then imports no dataframe or XGBoost library.
+_WHERE = {
+    "BadRow": ("read", "BadRow"), "BadRowsError": ("read", "BadRowsError"),
+    "EtlResult": ("etl", "EtlResult"), "FEATURES": ("schema", "FEATURES"),
+    "LABEL": ("schema", "LABEL"), "PARAMS": ("train", "PARAMS"), "Spec": ("generate", "Spec"),
+    "generate_dataset": ("generate", "generate"), "loans_for_size": ("generate", "loans_for_size"),
+    "plan": ("files", "plan"), "run_etl": ("etl", "run"), "train_model": ("train", "train"),
+    "write_features": ("etl", "write"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _WHERE[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+
 
 __all__ = [
     "BadRow",

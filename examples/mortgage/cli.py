@@ -19,14 +19,15 @@ from dask.utils import format_bytes, parse_bytes
 from dask_gpu_interop import cluster_client, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import etl as etl_mod
-from . import files, gpu_workers, output, read, train, warm
-from . import generate as gen
+from . import files, gpu_workers, output, read, schema, train, warm
+
+# The ETL (dask.dataframe) and the generator (pandas, pyarrow) are imported where a command
+# runs, so that --help answers at once.
 
 
 def _years(ctx, param, value):
     try:
-        return gen.parse_years(value)
+        return schema.parse_years(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
@@ -53,7 +54,9 @@ def _partition_size(ctx, param, value):
     return value
 
 
-def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout) -> gen.Spec:
+def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout):
+    from . import generate as gen
+
     if size is not None:
         loans_per_quarter = gen.loans_for_size(size, *years, end_year=end_year, seed=seed,
                                                layout=layout)
@@ -71,7 +74,9 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
         raise click.UsageError(str(exc)) from None
 
 
-def _check_space(directory: str, spec: gen.Spec, layout: str) -> None:
+def _check_space(directory: str, spec, layout: str) -> None:
+    from . import generate as gen
+
     try:
         gen.check_space(directory, spec, layout)
     except OSError as exc:
@@ -97,7 +102,7 @@ class _Group(click.Group):
         return super().resolve_command(ctx, args)
 
 
-def _generated_lines(result: gen.Generated) -> list[str]:
+def _generated_lines(result) -> list[str]:
     where = result.directory
     return [f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
             f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
@@ -118,7 +123,7 @@ scale_options = [
                  show_default=True, help="Loans per file part the generator writes at once."),
 ]
 layout_option = click.option(
-    "--layout", type=click.Choice(gen.LAYOUTS[:2]), default="classic", show_default=True,
+    "--layout", type=click.Choice(schema.DATASET_LAYOUTS), default="classic", show_default=True,
     help="classic: Performance_*/Acquisition_* files; current: one 108-column file a quarter.")
 etl_options = [
     click.option("--partition-size", default=None, callback=_partition_size,
@@ -196,6 +201,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     """
     if ctx.invoked_subcommand is not None:
         return
+    from . import generate as gen
     from . import job
 
     expected = _check_device(cluster)
@@ -219,8 +225,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
-        _usage(etl_mod.check_output, features_out, overwrite=True,
-               inputs=inputs + (etl_mod.inputs(the_plan) if the_plan else []))
+        _usage(output.check, features_out, what="feature table", overwrite=True,
+               inputs=inputs + (the_plan.inputs() if the_plan else []))
     if model_out:
         _usage(output.check_file, model_out, what="model", accept=train.is_model)
     if cluster.get("scheduler") and not (data or workdir):
@@ -280,7 +286,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True,
               help="Directory for the files (classic: perf/, acq/ and names.csv).")
 @with_options(scale_options)
-@click.option("--layout", type=click.Choice(gen.LAYOUTS), default="classic", show_default=True,
+@click.option("--layout", type=click.Choice([*schema.DATASET_LAYOUTS, "both"]), default="classic",
+              show_default=True,
               help="classic, current (one 108-column file a quarter), or both from the same "
                    "loans (into OUT/classic and OUT/current).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of an earlier dataset there.")
@@ -291,6 +298,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
 def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part, layout,
              overwrite, scheduler, workers):
     """Write a synthetic dataset in either real layout, one task per file part, in parallel."""
+    from . import generate as gen
+
     spec = _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part,
                  "current" if layout == "current" else "classic")
     _usage(gen.check_directory, out, overwrite, layout)
@@ -333,7 +342,8 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     cluster = gpu_workers.threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
-    _usage(etl_mod.check_output, out, overwrite, inputs=given + etl_mod.inputs(the_plan))
+    _usage(output.check, out, what="feature table", overwrite=overwrite,
+           inputs=given + the_plan.inputs())
     if expected == "gpu":
         warm.import_in_background("cudf")  # while the cluster starts
     with contextlib.ExitStack() as stack:
@@ -345,6 +355,8 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
         try:
+            from . import etl as etl_mod
+
             result = etl_mod.write(out, the_plan, device=device, bad_rows=bad_rows,
                                    overwrite=overwrite, progress=True, data=given)
         except (read.BadRowsError, ValueError) as exc:

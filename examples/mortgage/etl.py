@@ -152,16 +152,9 @@ def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
                      time.perf_counter() - started, len(plan.parts))
 
 
-def inputs(plan: files.Plan) -> list[str]:
-    """The files ``plan`` reads (a zip member as its archive), and names.csv."""
-    paths = [piece.path for part in plan.parts for piece in part.pieces]
-    paths += [path for group in plan.acquisitions.values() for path in group]
-    return sorted({path.split(files.MEMBER, 1)[0] for path in paths})
-
-
 def check_output(out: str, overwrite: bool = False, inputs=()) -> str:
     """The absolute path of ``out``, after checking that the feature table may be written
-    there (see :mod:`.output`): ValueError with what to do."""
+    there (see :mod:`.output`): FileExistsError or ValueError, with what to do."""
     return output.check(out, what="feature table", overwrite=overwrite, inputs=inputs)
 
 
@@ -175,7 +168,7 @@ def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "e
     paths given for the input) and the plan's files may not be, hold or contain ``out``."""
     given = [data] if isinstance(data, (str, os.PathLike)) else list(data or ())
     with output.Staged(out, what="feature table", overwrite=overwrite,
-                       inputs=[*given, *inputs(plan)]) as staging:
+                       inputs=[*given, *plan.inputs()]) as staging:
         result = run(plan, device=device, bad_rows=bad_rows, progress=progress)
         started = time.perf_counter()
         result.frame.to_parquet(staging, write_index=False)

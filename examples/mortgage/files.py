@@ -164,6 +164,12 @@ class Plan:
         """The quarter of every partition."""
         return [part.quarter for part in self.parts]
 
+    def inputs(self) -> list[str]:
+        """The files the plan reads (a zip member as its archive)."""
+        paths = [piece.path for part in self.parts for piece in part.pieces]
+        paths += [path for group in self.acquisitions.values() for path in group]
+        return sorted({path.split(MEMBER, 1)[0] for path in paths})
+
     def acquisition_files(self, quarter: str | None) -> tuple[str, ...]:
         if quarter in self.acquisitions:
             return self.acquisitions[quarter]

@@ -143,15 +143,6 @@ class Spec:
         return first, min(self.loans_per_quarter, first + self.loans_per_part)
 
 
-def parse_years(text: str) -> tuple[int, int]:
-    """``"2007"`` or ``"2000-2016"`` -> (first, last)."""
-    try:
-        first, _, last = text.partition("-")
-        return int(first), int(last or first)
-    except ValueError:
-        raise ValueError(f"years={text!r}: write a year (2007) or a range (2000-2016)") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # Loans at acquisition
 
@@ -617,7 +608,7 @@ def write_names(directory: str) -> str:
     return path
 
 
-LAYOUTS = ("classic", "current", "both")
+LAYOUTS = (*schema.DATASET_LAYOUTS, "both")
 
 
 @dataclass

@@ -196,6 +196,15 @@ def category_code(column: str, value: str | None, names: dict[str, str] | None =
     return vocab.index(value) if value in vocab else len(vocab)
 
 
+def parse_years(text: str) -> tuple[int, int]:
+    """Vintages: ``"2007"`` or ``"2000-2016"`` -> (first, last)."""
+    try:
+        first, _, last = text.partition("-")
+        return int(first), int(last or first)
+    except ValueError:
+        raise ValueError(f"years={text!r}: write a year (2007) or a range (2000-2016)") from None
+
+
 def quarter_of(path: str) -> str | None:
     """``"2007Q3"`` for ``.../Performance_2007Q3.txt_0``, ``.../Acquisition_2007Q3.txt`` or
     ``.../2007Q3.csv``."""
@@ -305,3 +314,5 @@ CLASSIC_ACQUISITION = Layout("classic-acquisition", tuple(ACQUISITION.names),
                              {c: c for c in ACQUISITION.names})
 CURRENT = Layout("current", CURRENT_COLUMNS, dict(CURRENT_NAME))
 LAYOUTS = (CLASSIC_PERFORMANCE, CLASSIC_ACQUISITION, CURRENT)
+# A dataset's layout by name: the classic split files, or the current 108-column ones.
+DATASET_LAYOUTS = ("classic", "current")

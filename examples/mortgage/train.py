@@ -14,8 +14,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import xgboost
-
 from dask_gpu_interop import xgboost_config
 
 from . import schema
@@ -68,6 +66,8 @@ def parse_params(items) -> dict:
 
 def is_model(path: str) -> bool:
     """Whether ``path`` holds an XGBoost model (one an earlier run may replace)."""
+    import xgboost
+
     try:
         xgboost.Booster(model_file=path)
     except xgboost.core.XGBoostError:
@@ -79,10 +79,10 @@ def check_params(params: dict) -> None:
     """Raise ValueError (naming the parameter and XGBoost's reason) unless XGBoost accepts
     ``params`` over the notebook's: checked in milliseconds by one round on a tiny matrix on
     the client, before any work, instead of failing on every worker after the ETL."""
-    import re
     import warnings
 
     import numpy as np
+    import xgboost
 
     if not params:
         return
@@ -172,19 +172,21 @@ def _check_classes(name: str, rows: int, positives: int, what: str) -> None:
 TOPIC = "mortgage-training"
 
 
-class RoundProgress(xgboost.callback.TrainingCallback):
-    """Each finished round, reported by the first worker to the client through distributed's
-    events (``log_event`` here, ``subscribe_topic`` on the client)."""
+def round_progress(rounds: int):
+    """An XGBoost callback that reports each finished round, from the first worker to the
+    client, through distributed's events (``log_event`` here, ``subscribe_topic`` on the
+    client)."""
+    import xgboost
 
-    def __init__(self, rounds: int):
-        self.rounds = rounds
+    class RoundProgress(xgboost.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            from distributed import get_worker
 
-    def after_iteration(self, model, epoch, evals_log):
-        from distributed import get_worker
+            if xgboost.collective.get_rank() == 0:
+                get_worker().log_event(TOPIC, {"round": epoch + 1, "rounds": rounds})
+            return False
 
-        if xgboost.collective.get_rank() == 0:
-            get_worker().log_event(TOPIC, {"round": epoch + 1, "rounds": self.rounds})
-        return False
+    return RoundProgress()
 
 
 def _show_rounds(echo):
@@ -284,6 +286,7 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
           echo=print) -> TrainResult:
     """Train on the ETL result ``frame`` (persisted), test on a held-out quarter (AUC)."""
     import dask
+    import xgboost
     import xgboost.dask as dxgb
 
     if rounds < 1:
@@ -299,7 +302,7 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     train_rows, train_positives, test_rows, test_positives = (int(c) for c in counts)
     _check_classes("training", train_rows, train_positives, "the data not held out")
     _check_classes("test", test_rows, test_positives, what)
-    callbacks = [RoundProgress(rounds)] if progress else []
+    callbacks = [round_progress(rounds)] if progress else []
     if progress:
         client.subscribe_topic(TOPIC, _show_rounds(echo))
     try:

@@ -199,10 +199,10 @@ def test_spec_errors_say_what_is_wrong(kwargs, message):
 
 
 def test_parse_years():
-    assert gen.parse_years("2007") == (2007, 2007)
-    assert gen.parse_years("2000-2016") == (2000, 2016)
+    assert schema.parse_years("2007") == (2007, 2007)
+    assert schema.parse_years("2000-2016") == (2000, 2016)
     with pytest.raises(ValueError, match="a range"):
-        gen.parse_years("two thousand")
+        schema.parse_years("two thousand")
 
 
 @pytest.fixture(scope="module")
