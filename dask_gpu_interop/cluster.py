@@ -17,16 +17,19 @@ import os
 from distributed import Client, LocalCluster
 
 from . import device as device_mod
-from .memory.config import PRELOAD_PREFIX
+from .memory.config import PRELOAD_PREFIX, Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 CONNECT_TIMEOUT = "10s"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(Worded, RuntimeError):
     """The cluster asked for cannot be had: no GPU, no scheduler at the address, a protocol
-    the device cannot use. The message says what to change."""
+    the device cannot use. The message says what to change: ``str(err)`` names the options as
+    keyword arguments (``device='gpu'``), ``err.message(flags="")`` as flags (``--device``)."""
+
+
 DEVICES = ("auto", "gpu", "cpu")
 GPU_STACK = ("cudf", "cupy", "dask_cuda")
 
@@ -50,14 +53,12 @@ def resolve_device(device: str = "auto") -> str:
         return "gpu" if have_gpu and not missing else "cpu"
     if not have_gpu:
         raise ClusterError(
-            "device='gpu' but no CUDA GPU is visible here (check nvidia-smi and "
-            "CUDA_VISIBLE_DEVICES), or use device='cpu'"
-        )
+            "{device:=} but no CUDA GPU is visible here (check nvidia-smi and "
+            "CUDA_VISIBLE_DEVICES), or use {device:'cpu'}", Setting("device", device))
     if missing:
         raise ClusterError(
-            f"device='gpu' needs {', '.join(missing)}: pip install 'dask-gpu-interop[cuda13]' "
-            "(or [cuda12]), or use device='cpu'"
-        )
+            f"{{device:=}} needs {', '.join(missing)}: pip install 'dask-gpu-interop[cuda13]' "
+            "(or [cuda12]), or use {device:'cpu'}", Setting("device", device))
     return "gpu"
 
 
@@ -65,8 +66,8 @@ def _check_protocol(protocol: str, device: str) -> None:
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol={protocol!r}: choose one of {', '.join(PROTOCOLS)}")
     if protocol == "ucx" and device != "gpu":
-        raise ClusterError("protocol='ucx' is for GPU clusters (distributed-ucxx): use "
-                           "protocol='tcp' on CPUs")
+        raise ClusterError("{protocol:=} is for GPU clusters (distributed-ucxx): use "
+                           "{protocol:'tcp'} on CPUs", Setting("protocol", protocol))
 
 
 def check_local(device: str = "auto", protocol: str = "tcp") -> str:
@@ -126,9 +127,9 @@ def workers_device(client, device: str = "auto") -> str:
     have = "gpu" if found == {"gpu"} else "cpu"
     if device == "gpu" and have != "gpu":
         raise ClusterError(
-            "device='gpu' but not every worker of the cluster has a GPU and the GPU stack "
-            "(cuDF, CuPy, dask-cuda); start GPU workers, or use device='cpu'"
-        )
+            "{device:=} but not every worker of the cluster has a GPU and the GPU stack "
+            "(cuDF, CuPy, dask-cuda); start GPU workers, or use {device:'cpu'}",
+            Setting("device", device))
     return device if device != "auto" else have
 
 

@@ -11,37 +11,18 @@ same way::
 
 The memory flags are made from ``MemoryConfig``'s fields (``--pool-size``, ``--managed``,
 ...; the worker preload's are the same with ``--gpu-``), so they cannot drift from the plugin's
-keyword arguments. A bad value is refused by click before anything starts, in one line that
-names the flag.
+keyword arguments. A bad value is refused before anything starts, in one line that names the
+flag (or the dask config key or environment variable, when the value came from there).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 
 import click
 
 from .cluster import DEVICES, PROTOCOLS, ClusterError, check_local
-from .memory.config import OPTIONS, MemoryConfig, OptionSpec
-
-
-def _flag_name(spec: OptionSpec, prefix: str) -> str:
-    return f"--{prefix}{spec.key}"
-
-
-def as_flags(message: str, prefix: str = "", others: tuple[str, ...] = ()) -> str:
-    """A plugin error ("pool_size=...") in the command line's words ("--pool-size ..."); the
-    names in ``others`` (a command's own options, e.g. "device") are translated as well."""
-    names = [(spec.name, _flag_name(spec, prefix)) for spec in OPTIONS]
-    names += [(name, f"--{prefix}{name.replace('_', '-')}") for name in ("force", *others)]
-    for name, flag in names:
-        no_flag = "--no-" + flag[2:]
-        message = re.sub(rf"\b{name}=True\b", flag, message)
-        message = re.sub(rf"\b{name}=False\b", no_flag, message)
-        message = re.sub(rf"\b{name}=", f"{flag} ", message)
-        message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
-    return message
+from .memory.config import OPTIONS, MemoryConfig, OptionError
 
 
 def with_options(options: list):
@@ -56,32 +37,16 @@ def with_options(options: list):
     return decorate
 
 
-def _checked(spec: OptionSpec, prefix: str):
-    def callback(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            spec.kind.parse(value, spec.name)
-        except (TypeError, ValueError) as err:
-            raise click.BadParameter(as_flags(str(err), prefix)) from None
-        return value
-
-    return callback
-
-
 def memory_click_options(prefix: str = "") -> list:
     """One click option per memory option (``--{prefix}pool-size`` ...), unset by default."""
     options = []
     for spec in OPTIONS:
-        name = _flag_name(spec, prefix)
         if spec.kind.flag:
-            declaration = f"{name}/--no-{prefix}{spec.key}"
+            declaration = f"{spec.flag(prefix)}/--no-{prefix}{spec.key}"
             options.append(click.option(declaration, spec.name, default=None, help=spec.help))
         else:
             options.append(click.option(
-                name, spec.name, type=spec.kind.text, default=None, help=spec.help,
-                callback=_checked(spec, prefix),
-            ))
+                spec.flag(prefix), spec.name, type=spec.kind.text, default=None, help=spec.help))
     return options
 
 
@@ -108,11 +73,13 @@ def memory_options(prefix: str = ""):
 
 
 def check_memory(memory: dict, prefix: str = "") -> MemoryConfig:
-    """``MemoryConfig.from_options(**memory)``, its errors as a click usage error."""
+    """``MemoryConfig.from_options(**memory)`` for options given as ``--{prefix}*`` flags; a
+    bad one is a click usage error naming the flag (or the config key or environment variable
+    that set it)."""
     try:
         return MemoryConfig.from_options(**memory)
-    except (TypeError, ValueError) as err:
-        raise click.UsageError(as_flags(str(err), prefix)) from None
+    except OptionError as err:
+        raise click.UsageError(err.message(flags=prefix)) from None
 
 
 def cluster_options(command):
@@ -143,7 +110,7 @@ def cluster_options(command):
             try:
                 check_local(device, protocol)
             except ClusterError as err:
-                raise click.UsageError(as_flags(str(err), others=("device", "protocol"))) from None
+                raise click.UsageError(err.message(flags="")) from None
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
             threads_per_worker=threads_per_worker, memory=memory or None,
@@ -152,6 +119,6 @@ def cluster_options(command):
         try:
             return command(*args, cluster=cluster, **kwargs)
         except ClusterError as err:
-            raise click.ClickException(str(err)) from None
+            raise click.ClickException(err.message(flags="")) from None
 
     return wrapper

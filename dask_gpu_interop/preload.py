@@ -18,9 +18,9 @@ import logging
 import click
 
 from .compat import add_pending_worker_plugin
-from .memory.config import PRELOAD_PREFIX
+from .memory.config import PRELOAD_PREFIX, OptionError
 from .memory.plugin import GPUMemoryPlugin
-from .options import as_flags, given_memory, memory_click_options, with_options
+from .options import given_memory, memory_click_options, with_options
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
@@ -49,8 +49,10 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
         _stop(f"unknown option(s) {mistyped}; see `python -m dask_gpu_interop.preload --help`")
     try:
         plugin = GPUMemoryPlugin(force=gpu_force, **given_memory(options))
+    except OptionError as err:
+        _stop(f"bad option: {err.message(flags=PREFIX)}")
     except (TypeError, ValueError) as err:
-        _stop(f"bad option: {as_flags(str(err), PREFIX)}")
+        _stop(f"bad option: {err}")
     _keep_dask_cuda_preload_to_its_flags(worker)
     # After every preload (dask-cuda's creates the CUDA context on the worker's device),
     # before the worker takes any task; a refusal stops the worker.
@@ -67,7 +69,7 @@ def _keep_dask_cuda_preload_to_its_flags(worker) -> None:
 def _stop(message: str):
     """Stop the worker: distributed logs and skips a preload's ordinary exceptions."""
     logger.error("dask_gpu_interop.preload: %s", message)
-    raise SystemExit(f"dask_gpu_interop.preload: {message}")
+    raise SystemExit(f"dask_gpu_interop.preload: {message}") from None
 
 
 if __name__ == "__main__":  # `python -m dask_gpu_interop.preload --help`

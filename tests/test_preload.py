@@ -78,9 +78,13 @@ def test_worker_starts_with_options_and_dask_cudas_flag(scheduler):
     "argv, words",
     [
         (["--gpu-pool-size", "-5"], "--gpu-pool-size '-5': a size must be more than zero"),
-        (["--gpu-managed", "--gpu-async-alloc"], "cannot be combined"),
-        (["--gpu-frameworks", "tensorflow"], "unknown framework 'tensorflow'"),
-        (["--gpu-release-threshold", "1GB"], "async_alloc=True"),
+        (["--gpu-pool-size", "banana"], "bad option: --gpu-pool-size 'banana': not a size"),
+        (["--gpu-managed", "--gpu-async-alloc"],
+         "--gpu-managed and --gpu-async-alloc cannot be combined"),
+        (["--gpu-frameworks", "tensorflow"],
+         "--gpu-frameworks 'tensorflow': unknown framework 'tensorflow'"),
+        (["--gpu-release-threshold", "1GB"],
+         "--gpu-release-threshold applies only to the CUDA async pool: pass --gpu-async-alloc"),
         (["--gpu-pool-szie", "5"], "No such option '--gpu-pool-szie'"),
     ],
 )
@@ -89,6 +93,8 @@ def test_bad_option_stops_the_worker_with_the_reason(scheduler, argv, words):
     out, _ = worker.communicate(timeout=90)
     assert worker.returncode != 0
     assert words in out
+    # in the flags' words only: not also as the plugin's keyword arguments
+    assert "pool_size" not in out and "async_alloc" not in out and "release_threshold" not in out
 
 
 def test_argv_round_trip_gives_the_same_configuration():
@@ -158,4 +164,5 @@ def test_a_bad_option_in_the_environment_stops_the_worker_with_its_name(schedule
              "DASK_GPU_INTEROP__MEMORY__POOL_SIZE": "banana"})
     out, _ = worker.communicate(timeout=90)
     assert worker.returncode != 0
-    assert "--gpu-pool-size 'banana' is not a size" in out
+    assert "bad option: DASK_GPU_INTEROP__MEMORY__POOL_SIZE=banana: not a size" in out
+    assert "--gpu-pool-size" not in out and "pool_size" not in out

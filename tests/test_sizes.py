@@ -24,14 +24,14 @@ from dask_gpu_interop.memory.sizes import ALIGNMENT, Size, parse_size
     ],
 )
 def test_accepted_forms(value, expected):
-    assert parse_size(value, "pool_size") == expected
+    assert parse_size(value) == expected
 
 
 @pytest.mark.parametrize(
     "value, words",
     [
-        ("lots", "is not a size"),
-        ("8 potatoes", "is not a size"),
+        ("lots", "not a size"),
+        ("8 potatoes", "not a size"),
         (-5, "more than zero"),
         ("-5GB", "more than zero"),
         ("-0.5", "more than zero"),
@@ -45,28 +45,28 @@ def test_accepted_forms(value, expected):
         (float("inf"), "(0, 1]"),
     ],
 )
-def test_rejected_values_name_the_option_and_the_fix(value, words):
+def test_rejected_values_say_why_and_the_fix(value, words):
+    """The reason only: the caller names the option, in the words it was set with."""
     with pytest.raises(ValueError) as info:
-        parse_size(value, "maximum_pool_size")
-    message = str(info.value)
-    assert message.startswith("maximum_pool_size=")
-    assert words in message
+        parse_size(value)
+    assert words in str(info.value)
+    assert "=" not in str(info.value)  # no option named
 
 
 @pytest.mark.parametrize("value", [True, [1], {"a": 1}, b"8GB", object()])
 def test_wrong_types(value):
-    with pytest.raises(TypeError, match="pool_size="):
-        parse_size(value, "pool_size")
+    with pytest.raises(TypeError, match="^expected"):
+        parse_size(value)
 
 
 def test_zero_allowed_where_it_means_something():
-    assert parse_size(0, "release_threshold", allow_zero=True) == Size(0, False)
-    assert parse_size("0", "release_threshold", allow_zero=True) == Size(0.0, True)
+    assert parse_size(0, allow_zero=True) == Size(0, False)
+    assert parse_size("0", allow_zero=True) == Size(0.0, True)
 
 
 @given(st.integers(min_value=1, max_value=1 << 50))
 def test_any_positive_int_is_bytes(n):
-    size = parse_size(n, "pool_size")
+    size = parse_size(n)
     assert not size.is_fraction
     resolved = size.resolve(device_total=1 << 40)
     assert resolved % ALIGNMENT == 0 and n - ALIGNMENT < resolved <= n
@@ -77,8 +77,8 @@ def test_any_positive_int_is_bytes(n):
     st.integers(min_value=1 << 20, max_value=1 << 38),
 )
 def test_fractions_resolve_to_aligned_share_of_the_device(fraction, total):
-    size = parse_size(fraction, "pool_size")
+    size = parse_size(fraction)
     got = size.resolve(total)
     assert got % ALIGNMENT == 0
     assert got <= fraction * total < got + ALIGNMENT + 1
-    assert math.isclose(parse_size(str(fraction), "pool_size").value, fraction)
+    assert math.isclose(parse_size(str(fraction)).value, fraction)

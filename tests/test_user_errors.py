@@ -47,7 +47,7 @@ def files(tmp_path_factory):
 CASES = [
     # (id, argv, exit code, words the output must hold, seconds at most)
     ("pool size not a size", [*DEMO, "--pool-size", "banana"], 2,
-     "--pool-size 'banana' is not a size", 20),
+     "--pool-size 'banana': not a size", 20),
     ("pool size 2.5", [*DEMO, "--pool-size", "2.5"], 2,
      "a number above 1 is read as bytes and must be whole", 20),
     ("pool size -1", [*DEMO, "--pool-size", "-1"], 2, "a size must be more than zero", 20),

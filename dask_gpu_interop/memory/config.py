@@ -6,6 +6,10 @@ arguments, the dask config defaults (``gpu-interop.memory.<name with dashes>``),
 preload's ``--gpu-*`` flags and the commands' ``--*`` flags (see :mod:`dask_gpu_interop.options`).
 Adding an option is one new field.
 
+A value the plugin cannot use raises :class:`OptionError`, which knows where each value came
+from (the caller, dask config or an environment variable), so that every caller says it in
+the words the user set it with: ``pool_size=`` for keywords, ``--pool-size`` for flags.
+
 Every check here runs before a worker is touched; what can only be known on a worker (the
 device's size, which libraries are installed there) is checked in ``stack.plan``.
 """
@@ -36,46 +40,167 @@ UNSET = _Unset()
 CONFIG_PREFIX = "gpu-interop.memory"
 PRELOAD_PREFIX = "gpu-"  # the worker preload's flags: --gpu-pool-size
 
+# Where a value came from.
+GIVEN = "given"  # passed by the caller: a keyword argument, or a command's flag
+DEFAULT = "default"  # nobody set it (said in the caller's words, where it would be set)
+CONFIG = "config"  # a dask config key: a YAML file, dask.config.set
+ENVIRONMENT = "environment"  # a DASK_* environment variable
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One option as its user set it: the name, the value, and where the value came from."""
+
+    option: str  # pool_size
+    value: object
+    source: str = GIVEN
+    variable: str = ""  # ENVIRONMENT: the variable's name
+
+    def spell(self, flags: str | None, value: str = "") -> str:
+        """The option in the words of where it was set, with ``value`` (a value as Python
+        spells it, or "=" for the value it has) or without one.
+
+        ``flags`` is how the caller spells what it was given: None for keyword arguments
+        (``pool_size='8GB'``), else the flags' prefix ("": ``--pool-size '8GB'``)."""
+        key = self.option.replace("_", "-")
+        if value == "=":
+            value = repr(self.value)
+            if self.source == ENVIRONMENT:  # as the user typed it
+                value = os.environ.get(self.variable, value)
+        if self.source == ENVIRONMENT:
+            name = self.variable
+        elif self.source == CONFIG:
+            name = f"dask config {CONFIG_PREFIX}.{key}"
+        elif flags is None:
+            name = self.option
+        elif value in ("True", "False"):
+            return f"--{flags}{key}" if value == "True" else f"--no-{flags}{key}"
+        else:
+            return f"--{flags}{key} {value}" if value else f"--{flags}{key}"
+        return f"{name}={value}" if value else name
+
+
+class _Spelled:
+    """A ``{name}`` field of a reason: ``format`` spells the option (see ``Setting.spell``)."""
+
+    def __init__(self, setting: Setting, flags: str | None):
+        self.setting, self.flags = setting, flags
+
+    def __format__(self, value: str) -> str:
+        return self.setting.spell(self.flags, value)
+
+
+class Worded(Exception):
+    """An error about options a user set, said in the user's words.
+
+    ``reason`` names each option as ``{name}``, ``{name:=}`` (with the value it has) or
+    ``{name:VALUE}`` (with VALUE, as Python spells it); ``settings`` says, for each, its value
+    and where it came from. ``str(err)`` speaks of what the caller gave as keyword arguments
+    (``pool_size='8GB'``); ``err.message(flags="")`` as command-line flags (``--pool-size
+    '8GB'``), ``flags="gpu-"`` as the preload's (``--gpu-pool-size``). Options from dask config
+    or the environment are named as they were set there, whoever asks.
+    """
+
+    def __init__(self, reason: str, *settings: Setting):
+        super().__init__(reason, *settings)
+        self.reason = reason
+        self.settings = settings
+
+    def message(self, flags: str | None = None) -> str:
+        if not self.settings:
+            return self.reason
+        return self.reason.format_map({s.option: _Spelled(s, flags) for s in self.settings})
+
+    def __str__(self) -> str:
+        return self.message()
+
+
+class OptionError(Worded, ValueError):
+    """A memory option's value the plugin cannot use, or options that cannot go together.
+
+    ``option``, ``value`` and ``source`` are those of the first option named (the one with
+    the bad value); ``settings`` holds every option the reason names.
+    """
+
+    @property
+    def option(self) -> str:
+        return self.settings[0].option
+
+    @property
+    def value(self):
+        return self.settings[0].value
+
+    @property
+    def source(self) -> str:
+        return self.settings[0].source
+
+
+class OptionTypeError(OptionError, TypeError):
+    """An option's value of the wrong type (a ``TypeError`` too, as Python's own are)."""
+
+
+def literal(text: str) -> str:
+    """``text`` inside a reason, as it is: braces that are not option fields."""
+    return text.replace("{", "{{").replace("}", "}}")
+
 
 @dataclass(frozen=True)
 class Kind:
     """How one kind of option is read from users and written back as plain data."""
 
-    parse: Callable[[object, str], object]  # (user value, option name) -> field value
+    parse: Callable[[object], object]  # user value -> field value; TypeError/ValueError: why not
     plain: Callable[[object], object]  # field value -> int/float/str/bool/list/None
     flag: bool = False  # on the command line: --name/--no-name rather than --name VALUE
     text: type = str  # the command line's type for a value
 
 
-def _check_bool(value, option: str) -> bool:
+def _parsed(kind: Kind, setting: Setting):
+    """``setting``'s value parsed as ``kind``; OptionError naming it as it was set."""
+    try:
+        return kind.parse(setting.value)
+    except (TypeError, ValueError) as err:
+        error = OptionTypeError if isinstance(err, TypeError) else OptionError
+        raise error(f"{{{setting.option}:=}}: {literal(str(err))}", setting) from None
+
+
+def _bool(value) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{option}={value!r}: expected True or False")
+        raise TypeError("expected True or False")
     return value
 
 
-def _check_optional_bool(value, option: str) -> bool | None:
-    return None if value is None else _check_bool(value, option)
+def _optional_bool(value) -> bool | None:
+    return None if value is None else _bool(value)
 
 
-def _check_directory(value, option: str) -> str | None:
+def _directory(value) -> str | None:
     if value is None:
         return None
     if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{option}={value!r}: expected a path (str), not {type(value).__name__}")
+        raise TypeError(f"expected a path (str), not {type(value).__name__}")
     text = os.fspath(value)
     if not text:
-        raise ValueError(f"{option}='': give a directory path, or None for no logs")
+        raise ValueError("give a directory path, or leave it out for no logs")
     return text
 
 
-def _check_fraction(value, option: str) -> float | None:
+def _fraction(value) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{option}={value!r}: expected a number in (0, 1] or None")
+        raise TypeError("expected a number in (0, 1] or None")
     if not 0 < value <= 1:
-        raise ValueError(f"{option}={value!r}: must be in (0, 1] (the share of the device)")
+        raise ValueError("must be in (0, 1] (the share of the device)")
     return float(value)
+
+
+def _names(value) -> tuple[str, ...] | None:
+    try:
+        return normalize_names(value)
+    except (TypeError, ValueError) as err:
+        # normalize_names starts its reasons with the keyword; the option is named by the caller
+        reason = str(err).removeprefix(f"frameworks={value!r}: ").removeprefix("frameworks: ")
+        raise type(err)(reason) from None
 
 
 def _plain_size(size: Size | None):
@@ -88,13 +213,19 @@ def _same(value):
     return list(value) if isinstance(value, tuple) else value
 
 
-SIZE = Kind(lambda v, o: parse_size(v, o), _plain_size)
-SIZE_OR_ZERO = Kind(lambda v, o: parse_size(v, o, allow_zero=True), _plain_size)
-BOOL = Kind(_check_bool, _same, flag=True)
-OPTIONAL_BOOL = Kind(_check_optional_bool, _same, flag=True)
-NAMES = Kind(lambda v, o: normalize_names(v), _same)
-PATH = Kind(_check_directory, _same)
-FRACTION = Kind(_check_fraction, _same, text=float)
+SIZE = Kind(parse_size, _plain_size)
+SIZE_OR_ZERO = Kind(lambda v: parse_size(v, allow_zero=True), _plain_size)
+BOOL = Kind(_bool, _same, flag=True)
+OPTIONAL_BOOL = Kind(_optional_bool, _same, flag=True)
+NAMES = Kind(_names, _same)
+PATH = Kind(_directory, _same)
+FRACTION = Kind(_fraction, _same, text=float)
+
+
+def _check_bool(value, option: str) -> bool:
+    """``value`` of a keyword argument ``option`` outside MemoryConfig (the plugin's
+    ``force``), checked as True or False."""
+    return _parsed(BOOL, Setting(option, value))
 
 
 def _option(default, kind: Kind, help: str):
@@ -149,51 +280,46 @@ class MemoryConfig:
 
     @classmethod
     def from_options(cls, **options) -> MemoryConfig:
-        """Validate user options; those left out or ``UNSET`` come from dask config."""
+        """Validate user options; those left out or ``UNSET`` come from dask config.
+
+        Raises :class:`OptionError` naming each option where it was set (see ``Worded``)."""
         known = option_names()
         unknown = set(options) - set(known)
         if unknown:
             raise TypeError(f"unknown option(s) {sorted(unknown)}; known options: {list(known)}")
-        values = {}
-        for spec in OPTIONS:
-            value = options.get(spec.name, UNSET)
-            if value is UNSET:
-                value = dask.config.get(spec.config_key)
-            values[spec.name] = spec.kind.parse(value, spec.name)
-        config = cls(**values)
-        config._check_combinations()
+        settings = {spec.name: spec.setting(options.get(spec.name, UNSET)) for spec in OPTIONS}
+        config = cls(**{spec.name: _parsed(spec.kind, settings[spec.name]) for spec in OPTIONS})
+        config._check_combinations(settings)
         return config
 
-    def _check_combinations(self) -> None:
+    def _check_combinations(self, settings: dict[str, Setting]) -> None:
+        def refuse(reason: str, *names: str):
+            raise OptionError(reason, *(settings[name] for name in names))
+
         if not self.pool:
             given = [name for name in ("pool_size", "maximum_pool_size", "managed", "async_alloc")
                      if getattr(self, name)]
             if given:
-                raise ValueError(
-                    f"pool=False (cudaMalloc for every buffer) cannot be combined with "
-                    f"{', '.join(given)}: drop pool=False, or drop {given[0]}.")
+                refuse("{pool:=} (cudaMalloc for every buffer) cannot be combined with "
+                       + ", ".join(f"{{{name}}}" for name in given)
+                       + f": drop {{pool:=}}, or drop {{{given[0]}}}.", "pool", *given)
         if self.managed and self.async_alloc:
-            raise ValueError(
-                "managed=True and async_alloc=True cannot be combined: CUDA's async pool does "
-                "not hand out managed memory. Choose managed=True (oversubscription) or "
-                "async_alloc=True (the CUDA async pool)."
-            )
+            refuse("{managed:=} and {async_alloc:=} cannot be combined: CUDA's async pool does "
+                   "not hand out managed memory. Choose {managed:=} (oversubscription) or "
+                   "{async_alloc:=} (the CUDA async pool).", "managed", "async_alloc")
         if self.release_threshold is not None and not self.async_alloc:
-            raise ValueError(
-                "release_threshold applies only to the CUDA async pool: pass async_alloc=True "
-                "with it, or drop release_threshold."
-            )
+            refuse("{release_threshold} applies only to the CUDA async pool: pass "
+                   "{async_alloc:True} with it, or drop {release_threshold}.",
+                   "release_threshold", "async_alloc")
         if self.maximum_pool_size is not None and self.managed and self.pool_size is None:
-            raise ValueError(
-                "maximum_pool_size needs a pool: managed memory is pooled only when pool_size "
-                "is given. Add pool_size=..., or drop maximum_pool_size."
-            )
+            refuse("{maximum_pool_size} needs a pool: managed memory is pooled only when "
+                   "{pool_size} is given. Add {pool_size:...}, or drop {maximum_pool_size}.",
+                   "maximum_pool_size", "pool_size")
         small, large = self.pool_size, self.maximum_pool_size
         if small and large and small.is_fraction == large.is_fraction and large.value < small.value:
-            raise ValueError(
-                f"maximum_pool_size ({large}) is smaller than pool_size ({small}): the maximum "
-                "must be at least the initial size."
-            )
+            refuse(f"{{maximum_pool_size}} ({large}) is smaller than {{pool_size}} ({small}): "
+                   "the maximum must be at least the initial size.",
+                   "maximum_pool_size", "pool_size")
 
     def options(self) -> dict:
         """The options as plain values (sizes as given), for logs, reports and the CLI."""
@@ -243,6 +369,34 @@ class OptionSpec:
 
     def flag(self, prefix: str = "") -> str:
         return f"--{prefix}{self.key}"
+
+    def setting(self, value) -> Setting:
+        """The option given ``value`` by the caller, or, when ``UNSET``, its dask config value
+        and where that came from: an environment variable, a config key, or nobody."""
+        if value is not UNSET:
+            return Setting(self.name, value)
+        value = dask.config.get(self.config_key)
+        variable = _environment_variable(self.config_key, value)
+        if variable:
+            return Setting(self.name, value, ENVIRONMENT, variable)
+        default = self.plain_default
+        if type(value) is type(default) and value == default:
+            return Setting(self.name, value, DEFAULT)
+        return Setting(self.name, value, CONFIG)
+
+
+def _environment_variable(key: str, value) -> str | None:
+    """The ``DASK_*`` variable that gave dask config ``key`` its ``value``, if one did: dask
+    reads ``DASK_GPU_INTEROP__MEMORY__POOL_SIZE`` as ``gpu-interop.memory.pool-size``."""
+    wanted = key.replace("_", "-")
+    for name, text in os.environ.items():
+        if not name.startswith("DASK_"):
+            continue
+        if name[5:].lower().replace("__", ".").replace("_", "-") != wanted:
+            continue
+        if dask.config.get(key, None, config=dask.config.collect_env({name: text})) == value:
+            return name
+    return None
 
 
 OPTIONS: tuple[OptionSpec, ...] = tuple(

@@ -32,8 +32,9 @@ class Size:
         return format_bytes(int(self.value))
 
 
-def parse_size(value, option: str, *, allow_zero: bool = False) -> Size | None:
-    """Parse a user's size for ``option``; raise ``ValueError``/``TypeError`` naming it.
+def parse_size(value, *, allow_zero: bool = False) -> Size | None:
+    """Parse a user's size; raise ``ValueError``/``TypeError`` saying why it is not one (the
+    caller names the option, in the words the user set it with).
 
     Accepted: ``None``; an int (bytes); a float in (0, 1] (fraction of the device);
     a string with a unit ("8GB", "512 MiB"); a string holding a number: a fraction when it is
@@ -43,18 +44,18 @@ def parse_size(value, option: str, *, allow_zero: bool = False) -> Size | None:
         return None
     if isinstance(value, bool):
         raise TypeError(
-            f"{option}={value!r}: expected a size (bytes as an int, a string such as '8GB', "
-            "or a fraction of the device such as 0.8), not a bool"
+            "expected a size (bytes as an int, a string such as '8GB', or a fraction of the "
+            "device such as 0.8), not a bool"
         )
     if isinstance(value, int):
-        return _checked_bytes(value, option, allow_zero, given=repr(value))
+        return _checked_bytes(value, allow_zero)
     if isinstance(value, float):
         if value < 0 or (value == 0 and not allow_zero):
-            return _checked_bytes(-1 if value < 0 else 0, option, allow_zero, given=repr(value))
-        return _checked_fraction(value, option, allow_zero, given=repr(value))
+            return _checked_bytes(-1 if value < 0 else 0, allow_zero)
+        return _checked_fraction(value, allow_zero)
     if not isinstance(value, str):
         raise TypeError(
-            f"{option}={value!r}: expected an int, a float fraction or a string such as '8GB', "
+            f"expected an int, a float fraction or a string such as '8GB', "
             f"not {type(value).__name__}"
         )
     text = value.strip()
@@ -64,38 +65,38 @@ def parse_size(value, option: str, *, allow_zero: bool = False) -> Size | None:
         number = None
     if number is not None:
         if number < 0 or (number == 0 and not allow_zero):
-            return _checked_bytes(-1 if number < 0 else 0, option, allow_zero, given=repr(value))
+            return _checked_bytes(-1 if number < 0 else 0, allow_zero)
         if math.isfinite(number) and number > 1:
             if number != int(number):
                 raise ValueError(
-                    f"{option}={value!r}: a number above 1 is read as bytes and must be whole; "
-                    "for a fraction of the device use a value in (0, 1], e.g. '0.8'"
+                    "a number above 1 is read as bytes and must be whole; for a fraction of "
+                    "the device use a value in (0, 1], e.g. '0.8'"
                 )
-            return _checked_bytes(int(number), option, allow_zero, given=repr(value))
-        return _checked_fraction(number, option, allow_zero, given=repr(value))
+            return _checked_bytes(int(number), allow_zero)
+        return _checked_fraction(number, allow_zero)
     try:
         parsed = parse_bytes(text)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError):
         raise ValueError(
-            f"{option}={value!r} is not a size: use bytes (1073741824), a unit ('8GB', "
-            f"'512MiB') or a fraction of the device ('0.8') ({err})"
+            "not a size; use bytes (1073741824), a unit ('8GB', '512MiB') or a fraction of "
+            "the device ('0.8')"
         ) from None
-    return _checked_bytes(parsed, option, allow_zero, given=repr(value))
+    return _checked_bytes(parsed, allow_zero)
 
 
-def _checked_bytes(n: int, option: str, allow_zero: bool, given: str | None = None) -> Size:
+def _checked_bytes(n: int, allow_zero: bool) -> Size:
     if n < 0 or (n == 0 and not allow_zero):
         need = "zero or more" if allow_zero else "more than zero"
-        raise ValueError(f"{option}={given or n}: a size must be {need}")
+        raise ValueError(f"a size must be {need}")
     return Size(int(n), is_fraction=False)
 
 
-def _checked_fraction(x: float, option: str, allow_zero: bool, given: str) -> Size:
+def _checked_fraction(x: float, allow_zero: bool) -> Size:
     low_ok = x >= 0 if allow_zero else x > 0
     if not (math.isfinite(x) and low_ok and x <= 1):
         interval = "[0, 1]" if allow_zero else "(0, 1]"
         raise ValueError(
-            f"{option}={given}: a fraction of the device's memory must be in {interval}; "
-            "for an absolute size give bytes or a unit, e.g. '8GB'"
+            f"a fraction of the device's memory must be in {interval}; for an absolute size "
+            "give bytes or a unit, e.g. '8GB'"
         )
     return Size(float(x), is_fraction=True)
