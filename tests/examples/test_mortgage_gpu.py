@@ -262,3 +262,31 @@ def test_the_etl_command_on_gpus_gives_the_cpus_table(dataset, tmp_path):
 def test_the_sample_directory_on_gpus():
     gpu = etl.run(files.plan(SAMPLE), device="gpu")
     assert gpu.rows == 10_000
+
+
+@pytest.mark.parametrize("how", ["zip", "gz"])
+def test_compressed_files_on_gpus_give_the_plain_files_table(tmp_path, monkeypatch, how):
+    """A zip archive (as Fannie Mae ships a quarter) or gzip'd files, both layouts, read in
+    several decompressed blocks: the same table as the plain files on the CPUs."""
+    import gzip
+    import shutil
+    import zipfile
+
+    monkeypatch.setattr(read, "CHUNK", 300_000)
+    cpu = etl.run(files.plan(perf=SAMPLE_PERF, acq=SAMPLE_ACQ), device="cpu")
+    current = to_current_layout(SAMPLE_PERF, SAMPLE_ACQ, tmp_path / "2007Q3.csv")
+    for layout, sources in (("classic", [SAMPLE_PERF, SAMPLE_ACQ]), ("current", [current])):
+        data = tmp_path / layout
+        data.mkdir()
+        if how == "zip":
+            with zipfile.ZipFile(data / "2007Q3.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+                for source in sources:
+                    archive.write(source, os.path.basename(source))
+        else:
+            for source in sources:
+                with open(source, "rb") as f, gzip.open(data / f"{os.path.basename(source)}.gz",
+                                                         "wb") as out:
+                    shutil.copyfileobj(f, out)
+        plan = files.plan(str(data))
+        assert all(piece.compressed for part in plan.parts for piece in part.pieces)
+        _same_table(cpu, etl.run(plan, device="gpu"))
