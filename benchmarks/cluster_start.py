@@ -14,7 +14,9 @@ Variants, rounds interleaved:
   imports of cuDF (the client's while the cluster starts, then the workers');
 - ``cuDF imported after the start``: both imports started once the cluster is up.
 The last two also time when cuDF is imported on the client and the worker ("cuDF ready"): the
-ETL's first task can start no earlier.
+ETL's first task can start no earlier. The harness (benchmarks/common.py) rotates the variants'
+order round by round, records the machine and the commit and writes
+``--out``/cluster-start-MACHINE.md (and .json).
 """
 
 from __future__ import annotations
@@ -22,14 +24,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 
-from benchmarks.common import command_line, machine, machine_name, say, write_results  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    median_range,
+    output_options,
+    say,
+    write_results,
+)
 
 PRELUDE = "import importlib, time; t0 = time.perf_counter(); cudf_ready = None\n"
 VARIANTS = {
@@ -85,45 +98,51 @@ EPILOGUE = ('print("RESULT", json.dumps({"start": ready - t0, "stop": closed - r
 def one(name: str) -> dict:
     code = "import json\n" + PRELUDE + textwrap.dedent(VARIANTS[name]) + EPILOGUE
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         timeout=300, cwd=os.path.dirname(HERE))
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     raise RuntimeError(f"{name}: no result\n{(out.stdout + out.stderr)[-2000:]}")
 
 
-def markdown(runs: dict, argv, info: dict) -> str:
-    lines = ["# A GPU cluster's start, taken apart (one worker, fresh processes)", "",
-             f"Machine: {', '.join(info['gpus'])}; {info['cpu']}.",
-             f"Command: `{command_line(__file__, argv)}`; median (min-max) of the rounds.", "",
+def markdown(runs: dict, argv, info: dict, commit: str | None = None) -> str:
+    lines = [*header("A GPU cluster's start, taken apart (one worker, fresh processes)",
+                     command_line(__file__, argv), info, commit, used=1, versions=False),
+             "", "Median (min-max) of the rounds.", "",
              "| variant | start | cuDF ready | stop |", "| --- | --- | --- | --- |"]
     for name, values in runs.items():
         cells = []
         for key in ("start", "cudf", "stop"):
             series = [v[key] for v in values if v.get(key) is not None]
-            cells.append(f"{statistics.median(series):.2f} ({min(series):.2f}-{max(series):.2f}) s"
-                         if series else "-")
+            cells.append(f"{median_range(series)} s" if series else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results")
-    args = parser.parse_args(argv)
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    return parser().parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
     runs = {name: [] for name in VARIANTS}
-    names = list(VARIANTS)
-    for round_ in range(args.rounds):
-        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-            result = one(name)
-            runs[name].append(result)
-            say(f"{name}: {result}")
+    for _, name in alternate(VARIANTS, args.rounds, rotate=True):
+        result = one(name)
+        runs[name].append(result)
+        say(f"{name}: {result}")
     info = machine()
     text = markdown(runs, argv if argv is not None else sys.argv[1:], info)
     print(text)
-    write_results(os.path.join(args.out, f"cluster-start-{machine_name(info)}"), text,
-                  {"runs": runs, "machine": info})
+    write_results(os.path.join(args.out, f"cluster-start-{args.machine or machine_name(info, 1)}"),
+                  text, {"command": command_line(__file__, argv), "runs": runs, "machine": info})
 
 
 if __name__ == "__main__":

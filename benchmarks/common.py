@@ -1,4 +1,23 @@
-"""What the benchmarks share: logging, the command line, results files, the machine."""
+"""The benchmarks' harness: what every script in benchmarks/ records its runs through.
+
+- The command line: :func:`command_line` (how a run was started, for its results file),
+  :func:`choices` (comma-separated items checked against the allowed ones),
+  :func:`output_options` (``--out`` and ``--machine``, the same in every script). Every script
+  has ``parse(argv)``: its arguments parsed and checked, nothing run (the tests parse every
+  recorded command with it).
+- The machine: :func:`machine` (GPUs, CPU, memory, versions), :func:`machine_label` (the one
+  spelling of a machine in every results file: "1x NVIDIA H100 80GB HBM3, 16 cores"),
+  :func:`machine_name` (the same for file names: "1xH100"), :func:`commit`.
+- Repeats and spread: :func:`summary`, :func:`spread`, :func:`median_range`, :func:`timed`.
+- Alternation of variants: :func:`alternate` (round by round, each variant once a round,
+  optionally in a rotated order) and :func:`interleave` (the same with a count per variant), so
+  that drift in the machine hits every variant alike.
+- The results file: :func:`header` (title, command, machine, commit, date, versions) and
+  :func:`write_results` (NAME.md, and NAME.json with every figure).
+
+Only the standard library and dask at import time: scripts import GPU libraries inside the
+functions that run on GPUs, so that ``--help`` and ``parse`` work on any machine.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +25,37 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shlex
 import socket
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 
 from dask.utils import format_bytes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
 
 
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# The command line
+
+
 def command_line(script: str, argv=None) -> str:
-    """How a benchmark was run (``argv``, or this process's own), for its results file."""
-    args = sys.argv[1:] if argv is None else argv
-    return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(script), *args])
+    """How a benchmark was run (``argv``, or this process's own), for its results file:
+    ``python benchmarks/NAME.py ARGS``, whatever the interpreter's path and the current
+    directory."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    path = os.path.relpath(os.path.abspath(script), ROOT)
+    return "python " + " ".join(shlex.quote(a) for a in [path, *args])
 
 
 def choices(parser, flag: str, text: str, allowed) -> list[str]:
@@ -34,13 +67,18 @@ def choices(parser, flag: str, text: str, allowed) -> list[str]:
     return items
 
 
-def write_results(stem: str, text: str, payload: dict) -> None:
-    """``stem``.md (the markdown ``text``) and ``stem``.json (``payload``)."""
-    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    with open(stem + ".json", "w") as f:
-        json.dump(payload, f, indent=1, default=str)
+def output_options(parser, out: str | None = None) -> None:
+    """``--out`` (the results folder) and ``--machine`` (the name in the results file's name;
+    default: :func:`machine_name` of the GPUs the run uses)."""
+    parser.add_argument("--out", default=out or RESULTS,
+                        help="folder for the results files (default: %(default)s)")
+    parser.add_argument("--machine", default=None,
+                        help="the machine's name in the results file's name (default: from "
+                             "the GPUs, e.g. 1xH100)")
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,11 +94,11 @@ def _run(command: list[str]) -> str:
 
 def commit() -> str:
     """The checkout's commit, short ("" outside a git checkout)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return _run(["git", "-C", root, "rev-parse", "--short", "HEAD"])
+    return _run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
 
 
 def machine() -> dict:
+    """What runs the benchmark: its GPUs (nvidia-smi), CPU, cores, memory and versions."""
     import psutil
 
     cpu = platform.processor()
@@ -80,16 +118,156 @@ def machine() -> dict:
     return {
         "host": socket.gethostname(),
         "cpu": f"{cpu} ({os.cpu_count()} cores visible)",
+        "cpu_model": cpu,
+        "cores": os.cpu_count(),
         "memory": format_bytes(psutil.virtual_memory().total),
         "gpus": [f"{g[0]} ({g[1]}, driver {g[2]})" if len(g) == 3 else ", ".join(g) for g in gpus],
+        "gpu_names": [g[0] for g in gpus],
         "gpu_count": len(gpus),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "python": platform.python_version(),
         "versions": versions,
     }
 
 
-def machine_name(info: dict) -> str:
-    if info["gpus"]:
-        name = info["gpus"][0].split(" (")[0].lower().replace("nvidia", "").strip()
-        return "-".join(name.split()) or "gpu"
-    return info["host"].split(".")[0]
+def _gpu_names(info: dict) -> list[str]:
+    return list(info.get("gpu_names") or [g.split(" (")[0] for g in info.get("gpus", [])])
+
+
+def machine_label(info: dict, used: int | None = None) -> str:
+    """The machine as every results file spells it: "1x NVIDIA H100 80GB HBM3, 16 cores"
+    ("2x NVIDIA H200, 32 cores (1 GPU used)" when ``used`` says fewer GPUs ran)."""
+    names = _gpu_names(info)
+    if names:
+        kinds = list(dict.fromkeys(names))
+        text = " + ".join(f"{names.count(k)}x {k}" for k in kinds)
+    else:
+        text = "no GPU"
+    cores = info.get("cores")
+    if cores:
+        text += f", {cores} cores"
+    if used is not None and names and used < len(names):
+        text += f" ({used} GPU{'s' if used > 1 else ''} used)"
+    return text
+
+
+def machine_name(info: dict, used: int | None = None) -> str:
+    """The machine in a results file's name: "1xH100" (GPUs used x model), "cpu16" without
+    a GPU."""
+    names = _gpu_names(info)
+    if not names:
+        return f"cpu{info.get('cores') or os.cpu_count()}"
+    model = names[0].replace("NVIDIA", "").replace("Tesla", "").strip()
+    short = re.findall(r"[A-Z]+\d+[A-Za-z]*", model)
+    short = short[0] if short else re.sub(r"[^A-Za-z0-9]+", "-", model).strip("-") or "gpu"
+    return f"{used or len(names)}x{short}"
+
+
+def machine_lines(info: dict, used: int | None = None) -> list[str]:
+    """The results file's machine lines: the label, then what it is made of."""
+    parts = [f"CPU: {info.get('cpu_model') or info.get('cpu', '?')}"]
+    if info.get("memory"):
+        parts.append(f"memory {info['memory']}")
+    if info.get("gpus"):
+        parts.append(f"GPUs: {'; '.join(info['gpus'])}")
+    if info.get("cuda_visible_devices"):
+        parts.append(f"CUDA_VISIBLE_DEVICES={info['cuda_visible_devices']}")
+    return [f"- machine: {machine_label(info, used)} ({', '.join(parts)})"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Repeats and spread
+
+
+def summary(values: Iterable[float]) -> dict:
+    """Median, min, max and the runs themselves."""
+    values = list(values)
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "runs": values}
+
+
+def spread(values, unit: str = "s", digits: int = 2) -> str:
+    """"2.16 s (1.92-2.33, 3 runs)": the median, the range and the count (a summary or the
+    values)."""
+    s = values if isinstance(values, dict) else summary(values)
+    if len(s["runs"]) == 1:
+        return f"{s['median']:.{digits}f} {unit} (1 run)"
+    return (f"{s['median']:.{digits}f} {unit} ({s['min']:.{digits}f}-{s['max']:.{digits}f}, "
+            f"{len(s['runs'])} runs)")
+
+
+def median_range(values: Iterable[float], fmt: str = "{:.2f}") -> str:
+    """"7.00 (6.00-8.00)": the median and the range, in ``fmt``."""
+    s = summary(values)
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}-{fmt.format(s['max'])})"
+
+
+def timed(function: Callable[[], object], repeats: int, warmup: int = 1,
+          sync: Callable[[], object] | None = None) -> list[float]:
+    """Seconds of ``repeats`` calls of ``function`` after ``warmup`` untimed ones; ``sync``
+    (a device synchronization) runs before the clock starts and before it stops."""
+    for _ in range(warmup):
+        function()
+    times = []
+    for _ in range(repeats):
+        if sync:
+            sync()
+        started = time.perf_counter()
+        function()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+# Alternation of variants
+
+
+def alternate(variants: Iterable[str], rounds: int, rotate: bool = False
+              ) -> Iterator[tuple[int, str]]:
+    """(round, variant) pairs: every variant once a round, ``rounds`` rounds; with ``rotate``
+    each round starts one variant later, so no variant always runs first."""
+    names = list(variants)
+    for round_ in range(rounds):
+        shift = round_ % len(names) if rotate and names else 0
+        for name in names[shift:] + names[:shift]:
+            yield round_, name
+
+
+def interleave(counts: dict[str, int]) -> Iterator[tuple[int, str]]:
+    """(round, variant) pairs for variants with their own number of runs: round by round,
+    each variant while it has runs left."""
+    for round_ in range(max(counts.values(), default=0)):
+        for name, count in counts.items():
+            if round_ < count:
+                yield round_, name
+
+
+# ---------------------------------------------------------------------------------------------
+# The results file
+
+
+def header(title: str, command: str, info: dict, commit_: str | None = None,
+           date: str | None = None, used: int | None = None,
+           versions: bool = True) -> list[str]:
+    """The first lines of every results file: the title, the command, the machine (one
+    spelling), the commit and date, the versions."""
+    lines = [f"# {title}", "", f"- command: `{command}`", *machine_lines(info, used),
+             f"- commit: {commit_ if commit_ is not None else commit()}, "
+             f"date: {date or now()}"]
+    if versions and info.get("versions"):
+        lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    return lines
+
+
+def write_results(stem: str, text: str, payload: dict | None = None) -> str:
+    """``stem``.md (the markdown ``text``) and, with a ``payload``, ``stem``.json; returns the
+    markdown file's path."""
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".md", "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    if payload is not None:
+        with open(stem + ".json", "w") as f:
+            json.dump(payload, f, indent=1, default=str)
+    return stem + ".md"

@@ -4,8 +4,9 @@
 
 A harness that explains benchmarks/vs_dask_cuda.py's CuPy row: the same RMM pool under RMM's
 own ``rmm_cupy_allocator`` (what dask-cuda installs), under the plugin's allocator, and with
-zero to three statistics adaptors in between. Variants are interleaved round by round, so the
-spread shows next to each median.
+zero to three statistics adaptors in between. Variants are interleaved round by round (the
+harness, benchmarks/common.py, which also records the machine and the commit and writes
+``--out``/cupy-allocators-MACHINE.md and .json), so the spread shows next to each median.
 """
 
 from __future__ import annotations
@@ -16,9 +17,20 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
 
-from benchmarks.common import command_line, machine, machine_name, write_results  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    median_range,
+    output_options,
+    write_results,
+)
 
 MiB = 1 << 20
 
@@ -86,12 +98,21 @@ def buffer_only(rmm, resources: dict, count: int) -> dict:
     return out
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--count", type=int, default=20000)
-    args = parser.parse_args(argv)
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    return parser().parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
 
     import cupy
     import rmm
@@ -103,12 +124,12 @@ def main(argv=None) -> None:
             rmm.mr.set_current_device_resource(mr)
         cupy.cuda.set_allocator(alloc)
         time_one(cupy, 1000)
-    for _ in range(args.rounds):
-        for name, (alloc, mr) in table.items():
-            if mr is not None:
-                rmm.mr.set_current_device_resource(mr)
-            cupy.cuda.set_allocator(alloc)
-            runs[name].append(time_one(cupy, args.count))
+    for _, name in alternate(table, args.rounds):
+        alloc, mr = table[name]
+        if mr is not None:
+            rmm.mr.set_current_device_resource(mr)
+        cupy.cuda.set_allocator(alloc)
+        runs[name].append(time_one(cupy, args.count))
     pool = table["plugin, pool"][1]
     adaptors = {"pool": pool}
     mr = pool
@@ -123,28 +144,26 @@ def main(argv=None) -> None:
     base = statistics.median(runs["rmm_cupy_allocator, pool"])
     info = machine()
     lines = [
-        "# CuPy 1 MiB alloc+free by allocator (one process, interleaved rounds)",
+        *header("CuPy 1 MiB alloc+free by allocator (one process, interleaved rounds)",
+                command_line(__file__, argv), info, used=1),
         "",
-        f"Machine: {info['gpus']}, {info['versions']}. Command: `{command_line(__file__, argv)}`.",
         f"{args.rounds} rounds of {args.count} alloc+free each; median (min-max) us.",
         "",
         "| allocator, resource | us | vs rmm_cupy_allocator on the pool |",
         "| --- | --- | --- |",
     ]
     for name, values in runs.items():
-        med = statistics.median(values)
-        lines.append(
-            f"| {name} | {med:.2f} ({min(values):.2f}-{max(values):.2f}) | {med / base:.2f} |"
-        )
+        lines.append(f"| {name} | {median_range(values)} | "
+                     f"{statistics.median(values) / base:.2f} |")
     lines += ["", "DeviceBuffer(size=1 MiB, mr=...) alone:", "", "| resource | us |", "| --- | --- |"]
     for name, values in buffers.items():
-        med = statistics.median(values)
-        lines.append(f"| {name} | {med:.2f} ({min(values):.2f}-{max(values):.2f}) |")
+        lines.append(f"| {name} | {median_range(values)} |")
     text = "\n".join(lines) + "\n"
     print(text)
     write_results(
-        os.path.join(args.out, f"cupy-allocators-{machine_name(info)}"),
-        text, {"cupy": runs, "device_buffer": buffers, "argv": argv or sys.argv[1:]},
+        os.path.join(args.out, f"cupy-allocators-{args.machine or machine_name(info, 1)}"),
+        text, {"command": command_line(__file__, argv), "machine": info, "cupy": runs,
+               "device_buffer": buffers},
     )
 
 

@@ -8,25 +8,36 @@ figure the "reading + segmentation + embedding of 20 h under 1 s on a GPU" goal 
 on a local cluster (one dask-cuda worker for the GPU with the memory plugin; CPU workers over
 all cores). Every timed run follows an untimed warm-up on 10 minutes of ECG in the same
 process or cluster, so kernel compilation, cuFFT plans and library imports are not counted.
-The synthetic CSV is generated once and kept (``--data``, outside the checkout). Results go to
-``benchmarks/results/ecg-<machine>.md``.
+The synthetic CSV is generated once and kept (``--data``, outside the checkout). With
+``--repeats N`` the four runs alternate N times and the tables give medians (the range of
+read + segment + embed beside them). The harness (benchmarks/common.py) records the machine and
+the commit and writes ``--out``/ecg-MACHINE.md (and .json).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
-import re
-import shlex
-import subprocess
+import statistics
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # the checkout's root: examples/
+
+from common import (  # noqa: E402
+    alternate,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    median_range,
+    output_options,
+    write_results,
+)
+
 STAGES = ("read", "convolve", "detect", "embed", "train", "score")
 SEGMENTATION = ("read", "convolve", "detect", "embed")
 
@@ -45,23 +56,35 @@ def main(argv=None):
     warm_csv, _, _ = dataset(data, 10 / 60, args.rate, args.seed + 1)
     print(f"data: {csv} ({csv.stat().st_size / 1e6:.0f} MB, {truth.summary()}){gen}", flush=True)
 
-    columns = {}
-    for device in devices:
-        for mode in ("in-process", "cluster"):
-            label = f"{device.upper()} {mode}"
-            print(f"running: {label} ...", flush=True)
-            columns[label] = measure(csv, warm_csv, truth, args, device, mode)
-            print(f"  {fmt_times(columns[label]['times'])}", flush=True)
+    runs = {f"{device.upper()} {mode}": (device, mode)
+            for device in devices for mode in ("in-process", "cluster")}
+    measured = {label: [] for label in runs}
+    for round_, label in alternate(runs, args.repeats):
+        print(f"running: {label} (round {round_ + 1}) ...", flush=True)
+        measured[label].append(measure(csv, warm_csv, truth, args, *runs[label]))
+        print(f"  {fmt_times(measured[label][-1]['times'])}", flush=True)
+    columns = {label: combine(values) for label, values in measured.items()}
 
-    machine = args.machine or machine_slug(devices)
-    out = Path(args.out) / f"ecg-{machine}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report(columns, args, truth, csv, argv))
-    print(out.read_text())
-    print(f"written: {out}")
+    info = machine()
+    name = args.machine or machine_name(info, 1 if "gpu" in devices else None)
+    text = report(columns, args, truth, csv, argv, info, used=1 if "gpu" in devices else None)
+    path = write_results(str(Path(args.out) / f"ecg-{name}"), text,
+                         {"command": command_line(__file__, argv), "machine": info,
+                          "runs": measured})
+    print(text)
+    print(f"written: {path}")
 
 
-def parse(argv):
+def combine(runs: list[dict]) -> dict:
+    """One column from a run's repeats: each stage's median time (the first run's counts and
+    scores), and every repeat's read + segment + embed for the range."""
+    times = {stage: statistics.median(r["times"][stage] for r in runs)
+             for stage in runs[0]["times"]}
+    return {**runs[0], "times": times, "segmentation": [stage_value(r, "read+segment+embed")
+                                                        for r in runs]}
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--hours", type=float, default=20.0)
     p.add_argument("--rate", type=float, default=250.0)
@@ -74,10 +97,21 @@ def parse(argv):
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     p.add_argument("--data", default=str(cache / "dask-gpu-interop" / "ecg"),
                    help="where the CSVs are kept (default: %(default)s)")
-    p.add_argument("--out", default=str(HERE / "results"))
-    p.add_argument("--machine", default=None, help="name in the results file (default: "
-                   "from the GPU model, e.g. 1xH200, or cpu16)")
-    return p.parse_args(argv)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of each device and mode, alternating")
+    output_options(p)
+    return p
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.devices not in ("auto", "cpu", "gpu", "gpu,cpu", "cpu,gpu"):
+        p.error(f"--devices {args.devices!r}: gpu,cpu | cpu | gpu | auto")
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
+    return args
 
 
 def dataset(folder: Path, hours: float, rate: float, seed: int):
@@ -149,19 +183,20 @@ def fmt_times(times: dict) -> str:
     return ", ".join(f"{k} {v:.3f} s" for k, v in times.items())
 
 
-def report(columns: dict, args, truth, csv, argv) -> str:
+def report(columns: dict, args, truth, csv, argv, info: dict, used: int | None = None,
+           commit: str | None = None) -> str:
     labels = list(columns)
+    repeats = max(len(c.get("segmentation", [0])) for c in columns.values())
     lines = [
-        f"# ECG pipeline, {truth.seconds / 3600:g} h at {truth.rate:g} Hz "
-        f"({len(truth.signal):,} samples, {len(truth.peaks):,} beats)",
-        "",
-        f"- command: `{command(argv)}`",
-        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- machine: {machine_description()}",
+        *header(f"ECG pipeline, {truth.seconds / 3600:g} h at {truth.rate:g} Hz "
+                f"({len(truth.signal):,} samples, {len(truth.peaks):,} beats)",
+                command_line(__file__, argv), info, commit, used=used, versions=False),
         f"- versions: {versions()}",
         f"- data: `{csv.name}`, {csv.stat().st_size / 1e6:.0f} MB of CSV",
         "",
-        "Seconds per stage (wall clock, after a warm-up run in the same process or cluster).",
+        "Seconds per stage (wall clock, after a warm-up run in the same process or cluster"
+        + (f"; the median of {repeats} runs, the runs alternating" if repeats > 1 else "")
+        + ").",
         "",
         "| stage | " + " | ".join(labels) + " |" + "".join(
             f" {s} |" for s in speedup_labels(labels)),
@@ -182,6 +217,10 @@ def report(columns: dict, args, truth, csv, argv) -> str:
         c = columns[label]
         lines.append(f"| {label} | {c['where']} | {c['chunks']} | {c['beats']:,} | "
                      f"{c['f1']:.4f} | {c['auc']:.4f} | {c['steps']} |")
+    if repeats > 1:
+        lines += ["", "read+segment+embed, median (min-max) of the runs: " + "; ".join(
+            f"{label} {median_range(columns[label]['segmentation'], '{:.3f}')} s"
+            for label in labels)]
     gpu = columns.get("GPU in-process")
     if gpu is not None:
         seg = stage_value(gpu, "read+segment+embed")
@@ -221,56 +260,6 @@ def speedups(columns, labels, row):
             gv, cv = stage_value(columns[g], row), stage_value(columns[c], row)
             out.append(f"{cv / gv:.1f}x" if gv > 0 else "-")
     return out
-
-
-def command(argv) -> str:
-    args = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(shlex.quote(a) for a in ["python", "benchmarks/ecg.py", *args])
-
-
-def gpu_names() -> list[str]:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_description() -> str:
-    gpus = gpu_names()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpu = f"{len(gpus)} GPU(s): {gpus[0]}" if gpus else "no GPU"
-    if visible is not None:
-        gpu += f" (CUDA_VISIBLE_DEVICES={visible})"
-    mem = ""
-    try:
-        mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM"
-    except (ValueError, OSError, AttributeError):
-        pass
-    return f"{platform.node()}: {os.cpu_count()} CPU cores ({cpu_name()}){mem}; {gpu}"
-
-
-def machine_slug(devices) -> str:
-    gpus = gpu_names()
-    if "gpu" in devices and gpus:
-        model = gpus[0].split(",")[0]
-        short = re.findall(r"[A-Z]+\d+[A-Za-z]*", model.replace("NVIDIA", ""))
-        return f"1x{short[0] if short else re.sub(r'[^A-Za-z0-9]+', '-', model)}"
-    return f"cpu{os.cpu_count()}"
 
 
 def versions() -> str:

@@ -1,17 +1,19 @@
 """Benchmarks of the GPUMemoryPlugin, side by side in one run (GPU machine).
 
-    python benchmarks/memory.py [--out DIR] [--sections alloc,torch,peak,setup]
+    python benchmarks/memory.py [--out DIR] [--sections alloc,torch,peak,setup] [--repeats 1]
 
 - alloc: 1 MiB alloc+free through CuPy: plain cudaMalloc vs the plugin's stack (and CuPy's own
-  pool for reference). Anchor (DESIGN.md, H200): cudaMalloc 80.9 us, RMM pool 12.2 us.
+  pool for reference).
 - torch: a small conv-net training step on the plugin's pool vs PyTorch's caching allocator.
   Goal: within 10%.
 - peak: peak device memory of a mixed cuDF -> CuPy -> PyTorch -> XGBoost workload with one
   shared pool vs each framework's own default. Goal: lower.
 - setup: plugin setup time per worker (register_plugin on a LocalCUDACluster). Goal: < 1 s.
 
-Each variant runs in its own process: allocators cannot be swapped back inside one. Results go
-to DIR (default benchmarks/results) as memory-<gpu>.md and memory-<gpu>.json.
+Each variant runs in its own process: allocators cannot be swapped back inside one; with
+``--repeats N`` each variant's process runs N times, the variants alternating (the harness,
+benchmarks/common.py, which also records the machine and the commit). Results go to DIR
+(default benchmarks/results) as memory-MACHINE.md and memory-MACHINE.json.
 """
 
 from __future__ import annotations
@@ -19,12 +21,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
+
+from common import (  # noqa: E402
+    alternate,
+    choices,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    output_options,
+    summary,
+    write_results,
+)
 
 MiB = 1 << 20
 
@@ -265,16 +282,24 @@ SECTIONS = {
 }
 
 
-def gpu_name() -> str:
-    from cuda.bindings import runtime
+def combine(runs: list[dict], key: str, spread_key: str) -> dict:
+    """One variant's figure over its processes: the median of their figures, the spread
+    between them (one process: its own figure and spread)."""
+    ok = [r for r in runs if key in r]
+    if not ok:
+        return runs[-1]
+    if len(ok) == 1:
+        return ok[0]
+    s = summary(r[key] for r in ok)
+    return {**ok[0], key: s["median"], spread_key: s["max"] - s["min"], "runs": ok}
 
-    _, props = runtime.cudaGetDeviceProperties(0)
-    name = props.name.decode() if isinstance(props.name, bytes) else str(props.name)
-    return name.rstrip("\x00")
+
+FIGURES = {"alloc": ("us_per_alloc_free", "spread_us"), "torch": ("ms_per_step", "spread_ms"),
+           "peak": ("peak_bytes", "spread_bytes")}
 
 
-def markdown(results: dict, command: str, machine: str) -> str:
-    lines = [f"# GPUMemoryPlugin benchmarks: {machine}", "", f"Command: `{command}`", ""]
+def markdown(results: dict, command: str, info: dict, commit: str | None = None) -> str:
+    lines = [*header("GPUMemoryPlugin benchmarks", command, info, commit, used=1), ""]
     if "alloc" in results:
         r = results["alloc"]
         base = r["cudaMalloc"].get("us_per_alloc_free")
@@ -309,33 +334,49 @@ def markdown(results: dict, command: str, machine: str) -> str:
     return "\n".join(lines)
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("SECTION", "VARIANT"), help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
     parser.add_argument("--sections", default="alloc,torch,peak,setup")
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="processes per variant, the variants alternating")
+    output_options(parser, out=os.environ.get("OUT") or None)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    args.section_list = choices(parser_, "--sections", args.sections, [*SECTIONS, "setup"])
+    if args.repeats < 1:
+        parser_.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
     if args.child:
         section, variant = args.child
         print(json.dumps({"alloc": child_alloc, "torch": child_torch, "peak": child_peak}[section](variant)))
         return
     results = {}
-    for section in args.sections.split(","):
+    for section in args.section_list:
         print(f"== {section}", flush=True)
         if section == "setup":
             results["setup"] = setup_times()
         else:
-            results[section] = {v: run_child(section, v) for v in SECTIONS[section]}
+            runs = {v: [] for v in SECTIONS[section]}
+            for _, variant in alternate(SECTIONS[section], args.repeats):
+                runs[variant].append(run_child(section, variant))
+            results[section] = {v: combine(r, *FIGURES[section]) for v, r in runs.items()}
         print(json.dumps(results[section], indent=1), flush=True)
-    machine = f"{gpu_name()}, {platform.node()}"
-    command = "python benchmarks/memory.py --sections " + args.sections
-    os.makedirs(args.out, exist_ok=True)
-    slug = gpu_name().replace(" ", "-")
-    text = markdown(results, command, machine)
-    with open(os.path.join(args.out, f"memory-{slug}.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, f"memory-{slug}.json"), "w") as f:
-        json.dump(results, f, indent=1, default=str)
+    info = machine()
+    command = command_line(__file__, argv)
+    text = markdown(results, command, info)
+    name = args.machine or machine_name(info, 1)
+    write_results(os.path.join(args.out, f"memory-{name}"), text,
+                  {"command": command, "machine": info, **results})
     print(text)
 
 

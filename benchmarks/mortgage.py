@@ -16,7 +16,9 @@ Every figure is a command's own output, as a user sees it:
    example's default, CUDA's async pool; ``--no-async-alloc``: the plugin's RMM pool;
    ``--no-pool``: cudaMalloc).
 
-Medians, with the spread (min-max) of the runs. The markdown and JSON go to ``--out``.
+Medians, with the spread (min-max) of the runs. The harness (benchmarks/common.py) records
+the machine and the commit, alternates the runs and writes the results file,
+``--out``/mortgage-MACHINE-user-path.md (and .json).
 """
 
 from __future__ import annotations
@@ -35,7 +37,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from common import command_line, commit, machine, say, write_results  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    command_line,
+    commit,
+    header,
+    interleave,
+    machine,
+    machine_name,
+    output_options,
+    say,
+    spread,
+    summary,
+    write_results,
+)
 
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
 ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text in "
@@ -85,17 +100,6 @@ def parse_job(text: str) -> dict:
             "etl": parse_etl(text)}
 
 
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "runs": list(values)}
-
-
-def spread(s: dict, unit: str = "s") -> str:
-    if len(s["runs"]) == 1:
-        return f"{s['median']:.2f} {unit} (1 run)"
-    return f"{s['median']:.2f} {unit} ({s['min']:.2f}-{s['max']:.2f}, {len(s['runs'])} runs)"
-
-
 def ratio(cpu: dict, gpu: dict) -> str:
     """CPU over GPU: the medians' ratio, and the range from the worst pair to the best."""
     mid = cpu["median"] / gpu["median"]
@@ -138,45 +142,38 @@ def etl_runs(directory: str, devices: dict[str, int], out: str, extra: list[str]
     (N GPU workers) or "gpu [NAME=VALUE ...] FLAGS" (the GPU with these environment variables
     and flags) to its run count."""
     results = {device: [] for device in devices}
-    for round_ in range(max(devices.values())):
-        for device, runs in devices.items():
-            if round_ >= runs:
-                continue
-            workers = ["--workers", device[3:]] if device[3:].isdigit() else []
-            env, flags = variant(device[4:]) if device.startswith("gpu ") else ({}, [])
-            command = [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
-                       "--device", device[:3], *workers, *flags, *extra]
-            text, wall = run(command, env=env)
-            found = parse_etl(text)
-            found["wall"] = wall
-            results[device].append(found)
-            say(f"ETL {device} {os.path.basename(directory)}: {found['seconds']:.2f} s "
-                f"({found['partitions']} partitions), written in "
-                f"{found.get('write_seconds', 0):.2f} s")
+    for _, device in interleave(devices):
+        workers = ["--workers", device[3:]] if device[3:].isdigit() else []
+        env, flags = variant(device[4:]) if device.startswith("gpu ") else ({}, [])
+        command = [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
+                   "--device", device[:3], *workers, *flags, *extra]
+        text, wall = run(command, env=env)
+        found = parse_etl(text)
+        found["wall"] = wall
+        results[device].append(found)
+        say(f"ETL {device} {os.path.basename(directory)}: {found['seconds']:.2f} s "
+            f"({found['partitions']} partitions), written in "
+            f"{found.get('write_seconds', 0):.2f} s")
     return results
 
 
 def job_runs(directory: str, configs: dict[str, list[str]], runs: int) -> dict:
     """The whole job, default options, per configuration ("gpu", "cpu", "gpu --no-pool")."""
     results = {name: [] for name in configs}
-    for _ in range(runs):
-        for name, args in configs.items():
-            text, wall = run([*EXAMPLE, "--data", directory, *args])
-            found = parse_job(text)
-            found["wall"] = wall
-            results[name].append(found)
-            say(f"job {name}: ETL {found['stages'].get('ETL', 0):.2f} s, training "
-                f"{found['stages'].get('training', 0):.2f} s, AUC {found['auc']}")
+    for _, name in alternate(configs, runs):
+        text, wall = run([*EXAMPLE, "--data", directory, *configs[name]])
+        found = parse_job(text)
+        found["wall"] = wall
+        results[name].append(found)
+        say(f"job {name}: ETL {found['stages'].get('ETL', 0):.2f} s, training "
+            f"{found['stages'].get('training', 0):.2f} s, AUC {found['auc']}")
     return results
 
 
 def markdown(payload: dict) -> str:
-    lines = [f"# Mortgage example on the user's path ({payload['machine_name']})", "",
-             f"- command: `{payload['command']}`",
-             f"- commit: {payload['commit']}, date: {payload['date']}",
-             f"- machine: {payload['machine']['cpu']}; {', '.join(payload['machine']['gpus'])}",
-             f"- versions: {', '.join(f'{k} {v}' for k, v in payload['machine']['versions'].items())}",
-             ""]
+    lines = [*header(f"Mortgage example on the user's path ({payload['machine_name']})",
+                     payload["command"], payload["machine"], payload["commit"],
+                     payload["date"]), ""]
     lines += ["## ETL: `python -m examples.mortgage etl --data DIR --out OUT --device gpu|cpu`",
               "", "| layout | data | partitions (gpu / cpu) | GPU | CPU | CPU / GPU | GB/s per GPU | write (gpu / cpu) |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -196,7 +193,7 @@ def markdown(payload: dict) -> str:
             f"{writes[0]:.2f} / {writes[1]:.2f} s |")
     scaling = [(layout, name, summary([r["seconds"] for r in runs]))
                for layout, entry in payload["etl"].items() for name, runs in entry.items()
-               if name[:3] == "gpu" and name[3:].isdigit() and "gpu" in entry]
+               if name[:3] == "gpu" and name[3:].isdigit() and runs and entry.get("gpu")]
     if scaling:
         lines += ["", "## ETL on several GPUs", "", "| layout | GPUs | ETL | vs 1 GPU |",
                   "| --- | --- | --- | --- |"]
@@ -206,7 +203,7 @@ def markdown(payload: dict) -> str:
                          f"{one['median'] / s['median']:.2f}x |")
     variants = [(layout, name, summary([r["seconds"] for r in runs]))
                 for layout, entry in payload["etl"].items() for name, runs in entry.items()
-                if name.startswith("gpu ") and "gpu" in entry]
+                if name.startswith("gpu ") and runs and entry.get("gpu")]
     if variants:
         lines += ["", "## The GPU's ETL with other flags (runs alternating with the above)", "",
                   "| layout | flags | ETL | its time / the default's |",
@@ -234,7 +231,7 @@ def markdown(payload: dict) -> str:
 def goals(payload: dict) -> list[tuple[str, str]]:
     out = []
     for layout, entry in payload["etl"].items():
-        if "cpu" not in entry or "gpu" not in entry:
+        if not entry.get("cpu") or not entry.get("gpu"):
             continue
         g = summary([r["seconds"] for r in entry["gpu"]])
         c = summary([r["seconds"] for r in entry["cpu"]])
@@ -253,7 +250,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
     return out
 
 
-def main(argv=None) -> dict:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
     parser.add_argument("--size", default="10GB", help="The ETL's dataset per layout.")
@@ -271,30 +268,45 @@ def main(argv=None) -> dict:
     parser.add_argument("--memory-modes", default="pool,cudamalloc",
                         help="GPU memory setups beside the default (async): pool, cudamalloc ('': none).")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
-    parser.add_argument("--machine", default="1xH200")
     parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    args = parser.parse_args(argv)
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    if not all(n.strip().isdigit() and int(n) > 0 for n in args.gpu_workers.split(",")):
+        parser_.error(f"--gpu-workers {args.gpu_workers!r}: GPU counts such as 1,2,4")
     for flag, value in (("--size", args.size), ("--e2e-size", args.e2e_size)):
         if value and value != "none":
             try:
                 parse_bytes(value)
             except ValueError:
-                parser.error(f"{flag} {value!r} is not a size such as 10GB")
+                parser_.error(f"{flag} {value!r} is not a size such as 10GB")
     layouts = [x for x in args.layouts.split(",") if x]
     if not set(layouts) <= {"classic", "current"}:
-        parser.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
+        parser_.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
+    args.layouts = layouts
+    return args
 
+
+def main(argv=None) -> dict:
+    args = parse(argv)
+    info = machine()
+    name = args.machine or machine_name(info, max(int(n) for n in args.gpu_workers.split(",")
+                                                   if n.strip()))
     payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
-               "machine_name": args.machine, "datasets": {}, "etl": {}, "jobs": {}}
-    stem = os.path.join(args.out, f"mortgage-{args.machine}-user-path")
+               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
+               "machine_name": name, "datasets": {}, "etl": {}, "jobs": {}}
+    stem = os.path.join(args.out, f"mortgage-{name}-user-path")
 
     def save():
         write_results(stem, markdown(payload), payload)
 
     scratch = os.path.join(args.data, "features.parquet")
-    for layout in layouts:
+    for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         payload["datasets"][layout] = generate(directory, args.size, layout, args.workers)
         runs = {("gpu" if n == "1" else f"gpu{n}"): args.runs

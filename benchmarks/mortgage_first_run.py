@@ -11,20 +11,33 @@ what a fresh cluster pays once (imports and first calls on the workers). Per run
 seconds, when the first task started computing, the seconds the workers spent computing by
 task prefix (count, sum, median), the seconds no task was computing, and the functions the
 workers' sampling profiler saw most. This explains the ETL's time; the figure that counts is
-benchmarks/mortgage.py.
+benchmarks/mortgage.py. With ``--out``, the harness (benchmarks/common.py) writes
+``--out``/mortgage-first-run-DEVICE-tTHREADS-MEMORY-MACHINE.md (and .json) with the machine and
+the commit.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
+
+from common import (  # noqa: E402
+    command_line,
+    commit,
+    header,
+    machine,
+    machine_name,
+    median_range,
+    write_results,
+)
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -96,7 +109,28 @@ def hot_functions(profile: dict, top: int = 25) -> list[dict]:
     return [{"function": n, "on_stack": total[n], "own": own[n]} for n in names[:top]]
 
 
-def main(argv=None) -> None:
+def markdown(payload: dict) -> str:
+    """The runs' table: the first run against the later ones, with the spread of those."""
+    lines = [*header("The ETL run several times on one cluster (what a fresh cluster pays once)",
+                     payload["command"], payload["machine"], payload["commit"], payload["date"],
+                     versions=False),
+             f"- {payload['partitions']} partitions, {payload['bytes'] / 2**30:.2f} GiB of text; "
+             f"cluster ready in {payload['cluster_ready_s']:.2f} s", "",
+             "| run | ETL | GB/s | first task computing after | no task computing | "
+             "tasks by compute time (count, sum) |", "| --- | --- | --- | --- | --- | --- |"]
+    for row in payload["runs"]:
+        tasks = "; ".join(f"{prefix} {t['count']}, {t['sum_s']:.2f} s"
+                          for prefix, t in list(row["tasks"].items())[:3])
+        lines.append(f"| {row['run']} | {row['etl_s']:.2f} s | {row['gb_per_s']:.2f} | "
+                     f"{row['first_compute_after_s'] or 0:.2f} s | {row['idle_s']:.2f} s | "
+                     f"{tasks} |")
+    later = [row["etl_s"] for row in payload["runs"][1:]]
+    if later:
+        lines += ["", f"Later runs' ETL: {median_range(later)} s, median (min-max)."]
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--device", default="gpu", choices=("gpu", "cpu"))
@@ -106,8 +140,21 @@ def main(argv=None) -> None:
                         help="GPU memory: the plugin's RMM pool (the etl command's default) or "
                              "CUDA's async pool (the whole job's).")
     parser.add_argument("--partition-size", default=None)
-    parser.add_argument("--out", default=None, help="Write the figures as JSON here.")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default=None,
+                        help="Write the results file (markdown and JSON) into this folder.")
+    parser.add_argument("--machine", default=None,
+                        help="the machine's name in the results file's name (default: from "
+                             "the GPUs, e.g. 1xH100)")
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    return parser().parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
 
     from distributed import get_task_stream
 
@@ -144,11 +191,14 @@ def main(argv=None) -> None:
             for hot in summary["hot"][:15]:
                 print(f"    {hot['on_stack']:5d} {hot['own']:5d}  {hot['function']}", flush=True)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        name = f"mortgage-first-run-{args.device}-t{args.threads_per_worker or 0}-{args.memory}"
-        with open(os.path.join(args.out, name + ".json"), "w") as f:
-            json.dump({"cluster_ready_s": ready, "runs": results, "argv": argv or sys.argv[1:],
-                       "partitions": len(plan.parts), "bytes": plan.input_bytes}, f, indent=1)
+        info = machine()
+        payload = {"command": command_line(__file__, argv), "commit": commit(),
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
+                   "cluster_ready_s": ready, "runs": results, "partitions": len(plan.parts),
+                   "bytes": plan.input_bytes}
+        name = (f"mortgage-first-run-{args.device}-t{args.threads_per_worker or 0}-"
+                f"{args.memory}-{args.machine or machine_name(info)}")
+        write_results(os.path.join(args.out, name), markdown(payload), payload)
 
 
 if __name__ == "__main__":

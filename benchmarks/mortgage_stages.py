@@ -13,7 +13,9 @@ threads, as a local GPU worker does (the throughput, GB/s of text). ``--streams`
 ``--io-threads`` set what the example gives its local GPU workers (per-thread CUDA streams,
 kvikio's threads), before cuDF and CuPy load. The first repeat includes what the first call
 of each kernel costs; the table gives the median of the others. This explains the ETL's time;
-the figure that counts is benchmarks/mortgage.py.
+the figure that counts is benchmarks/mortgage.py. The harness (benchmarks/common.py) records
+the machine and the commit and writes the results file,
+``--out``/mortgage-stages-DEVICE-LAYOUT[-TAG]-MACHINE.md (and .json).
 """
 
 from __future__ import annotations
@@ -30,7 +32,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 
-from common import command_line, machine, write_results  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    median_range,
+    output_options,
+    write_results,
+)
 
 
 def _sync(device: str) -> None:
@@ -122,7 +133,8 @@ def profile(directory: str, device: str, repeats: int, chunks=()) -> dict:
         perf = clock("features: per loan and the label", features.performance_features, perf)
         clock("feature table: join and last mile", features.feature_table, perf, acq)
         del perf, result
-        for size in (chunk, *(c for c in chunks if c != chunk)):  # the example's first
+        sizes = [chunk, *(c for c in chunks if c != chunk)]  # the example's first
+        for _, size in alternate(sizes, 1):
             read.CHUNK = size
             name = (f"whole partition (process_part), chunks of {size / 2**20:.0f} MiB"
                     + ("" if size == chunk else " (not taken)"))
@@ -235,19 +247,22 @@ def _gpu_steps(clock, part, plan, columns):
     clock("texts: stacked, encoded in one call, decoded by one lookup", stacked_texts)
 
 
-def markdown(info: dict, result: dict, command: str) -> str:
+def markdown(info: dict, result: dict, command: str, commit: str | None = None,
+             date: str | None = None) -> str:
     part = result["part"]
     size = part["bytes"]
-    lines = [f"# One partition's ETL, step by step ({result['device']}, {result['layout']})", "",
-             f"- command: `{command}`", f"- machine: {info['cpu']}; {', '.join(info['gpus'])}",
+    lines = [*header(f"One partition's ETL, step by step ({result['device']}, "
+                     f"{result['layout']})", command, info, commit, date,
+                     used=1 if result["device"] == "gpu" else None, versions=False),
              f"- partition: {size / 2**20:.0f} MiB in {part['pieces']} piece(s), quarter "
              f"{part['quarter']}", f"- worker settings: {result.get('environment') or 'none'}",
-             "", "| step | first run | median of the rest | GB/s of text |",
+             "", "| step | first run | median of the rest (min-max) | GB/s of text |",
              "| --- | --- | --- | --- |"]
     for name, times in result["times"].items():
         rest = times[1:] or times
         median = statistics.median(rest)
-        lines.append(f"| {name} | {times[0] * 1e3:.1f} ms | {median * 1e3:.1f} ms | "
+        lines.append(f"| {name} | {times[0] * 1e3:.1f} ms | "
+                     f"{median_range([t * 1e3 for t in rest], '{:.1f}')} ms | "
                      f"{size / median / 1e9:.2f} |")
     for name, peaks in result["peaks"].items():
         peaks = [p for p in peaks if p]
@@ -269,12 +284,11 @@ def markdown(info: dict, result: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="A dataset directory (either layout).")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--machine", default="1xH200")
     parser.add_argument("--chunks", default="", help="Also run the whole partition with "
                         "these conversion chunks on GPUs, e.g. 128MiB,1GiB (comma-separated).")
     parser.add_argument("--partitions", type=int, default=0,
@@ -284,12 +298,24 @@ def main(argv=None):
     parser.add_argument("--io-threads", type=int, default=None,
                         help="kvikio's threads for a file's bytes (KVIKIO_NTHREADS).")
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    args = parser.parse_args(argv)
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     try:
-        chunks = [parse_bytes(c) for c in args.chunks.split(",") if c]
+        args.chunk_sizes = [parse_bytes(c) for c in args.chunks.split(",") if c]
     except ValueError as exc:
-        parser.error(f"--chunks {args.chunks!r}: {exc}")
+        parser_.error(f"--chunks {args.chunks!r}: {exc}")
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    chunks = args.chunk_sizes
     environment = _environment(args.streams, args.io_threads) if args.device == "gpu" else {}
     if args.device == "gpu":
         _setup_gpu()
@@ -301,8 +327,9 @@ def main(argv=None):
     text = markdown(info, result, command_line(__file__, argv))
     layout = result["layout"].split("-")[0]
     tag = f"-{args.tag}" if args.tag else ""
-    write_results(os.path.join(args.out, f"mortgage-stages-{args.device}-{layout}{tag}-"
-                                         f"{args.machine}"), text, {**result, "machine": info})
+    name = args.machine or machine_name(info, 1 if args.device == "gpu" else None)
+    write_results(os.path.join(args.out, f"mortgage-stages-{args.device}-{layout}{tag}-{name}"),
+                  text, {**result, "machine": info})
     print(text)
 
 

@@ -10,7 +10,9 @@ classic layout's acquisition tasks apart), how busy the worker threads are, the 
 idle threads and what follows the last task. ``--warm`` runs the ETL a second time on the same
 cluster, before the feature table is written, so that the first run's one-time costs (the
 first call of each kernel, libraries loading) show as the difference. This explains the ETL's
-figure; the figure that counts is benchmarks/mortgage.py's.
+figure; the figure that counts is benchmarks/mortgage.py's. The harness (benchmarks/common.py)
+records the machine and the commit and writes ``--out``/mortgage-timeline-MACHINE[-TAG].md (and
+.json).
 """
 
 from __future__ import annotations
@@ -26,7 +28,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 
-from common import command_line, commit, machine, say, write_results  # noqa: E402
+from common import (  # noqa: E402
+    command_line,
+    commit,
+    header,
+    machine,
+    machine_name,
+    output_options,
+    say,
+    write_results,
+)
 
 
 def timeline(records: list[dict], started: float, finished: float) -> dict:
@@ -108,11 +119,9 @@ def _s(value) -> str:
 
 
 def markdown(payload: dict) -> str:
-    lines = ["# Where the mortgage `etl` command's ETL time goes (task timeline)", "",
-             f"- command: `{payload['command']}`",
-             f"- commit: {payload['commit']}, date: {payload['date']}",
-             f"- machine: {payload['machine']['cpu']}; "
-             f"{', '.join(payload['machine']['gpus']) or 'no GPU'}", "",
+    lines = [*header("Where the mortgage `etl` command's ETL time goes (task timeline)",
+                     payload["command"], payload["machine"], payload["commit"], payload["date"],
+                     versions=False), "",
              "Seconds from the start of the ETL (its line's figure). busy: the worker threads' "
              "task time over threads x ETL time. idle at end: from the first thread's last "
              "task end to the last's.", "",
@@ -140,23 +149,35 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> dict:
-    argv = sys.argv[1:] if argv is None else argv
-    ours, flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
-        else (argv, [])
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", action="append", required=True,
                         help="A dataset (either layout); may be given more than once.")
     parser.add_argument("--warm", action="store_true",
                         help="Also time a second ETL on the same cluster.")
-    parser.add_argument("--machine", default="1xH200")
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    args = parser.parse_args(ours)
-    if "--device" not in flags:
-        flags = ["--device", "gpu", *flags]
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked (those after ``--`` are the etl command's, in ``flags``);
+    nothing runs."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
+        else (argv, [])
+    args = parser().parse_args(ours)
+    args.flags = flags if "--device" in flags else ["--device", "gpu", *flags]
+    return args
+
+
+def main(argv=None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    flags = args.flags
+    info = machine()
     payload = {"command": command_line(__file__, argv), "commit": commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "runs": {}}
+               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info, "runs": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for data in args.data:
             out = os.path.join(scratch, "features.parquet")
@@ -167,7 +188,8 @@ def main(argv=None) -> dict:
                     f"{_s(run['first_start'])}, busy {run['busy']:.0%}, idle at end "
                     f"{_s(run['idle_at_end'])}")
     tag = f"-{args.tag}" if args.tag else ""
-    write_results(os.path.join(args.out, f"mortgage-timeline-{args.machine}{tag}"),
+    name = args.machine or machine_name(info)
+    write_results(os.path.join(args.out, f"mortgage-timeline-{name}{tag}"),
                   markdown(payload), payload)
     print(markdown(payload))
     return payload

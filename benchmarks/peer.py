@@ -1,12 +1,13 @@
 """Raw GPU-to-GPU copies (PyTorch): the ceiling that worker-to-worker transfers are held to.
 
-    python benchmarks/peer.py [--size 1GiB] [--repeats 5] [--pairs all|first] [--concurrent]
+    python benchmarks/peer.py [--sizes 1073741824] [--repeats 5] [--pairs all|first] [--concurrent]
 
 Times ``dst.copy_(src)`` from each GPU to each other one, one pair at a time (each link on its
 own), and with ``--concurrent`` every GPU sending to every other at once (what an all-to-all
 shuffle asks of the machine: on an NVSwitch the links share each GPU's NVLink ports, so the
 concurrent figure, not the sum of the pairs, is the real ceiling). Prints JSON; the other
-benchmarks run it in a child process so that its memory goes with it.
+benchmarks run it in a child process so that its memory goes with it, and their results files
+carry its figures. Repeats are timed by the harness (benchmarks/common.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import timed  # noqa: E402
 
 GiB = 1 << 30
 
@@ -31,17 +35,13 @@ def ordered_pairs(gpus: int, which: str = "all") -> list[tuple[int, int]]:
 
 def _copy_times(torch, src, dst, repeats: int) -> list[float]:
     devices = (src.device, dst.device)
-    dst.copy_(src)  # warm-up: peer mappings, the first launch
-    for d in devices:
-        torch.cuda.synchronize(d)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dst.copy_(src)
+
+    def sync():
         for d in devices:
             torch.cuda.synchronize(d)
-        times.append(time.perf_counter() - start)
-    return times
+
+    # one warm-up copy: peer mappings, the first launch
+    return timed(lambda: dst.copy_(src), repeats, warmup=1, sync=sync)
 
 
 def pairwise(sizes: list[int], repeats: int, pairs: list[tuple[int, int]]) -> dict:
@@ -73,19 +73,16 @@ def concurrent(size: int, repeats: int, gpus: int) -> dict:
     dsts = {(i, j): torch.empty(size, dtype=torch.uint8, device=f"cuda:{j}") for i, j in pairs}
     streams = {(i, j): torch.cuda.Stream(device=f"cuda:{i}") for i, j in pairs}
 
-    def round_trip() -> float:
+    def sync():
         for d in range(gpus):
             torch.cuda.synchronize(d)
-        start = time.perf_counter()
+
+    def launch():
         for pair in pairs:
             with torch.cuda.stream(streams[pair]):
                 dsts[pair].copy_(srcs[pair[0]], non_blocking=True)
-        for d in range(gpus):
-            torch.cuda.synchronize(d)
-        return time.perf_counter() - start
 
-    round_trip()  # warm-up
-    runs = [round_trip() for _ in range(repeats)]
+    runs = timed(launch, repeats, warmup=1, sync=sync)
     return {"bytes": size * len(pairs), "pairs": len(pairs), "runs": runs}
 
 
@@ -123,18 +120,33 @@ def measure(sizes: list[int], repeats: int, which: str = "all", with_concurrent:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=str(GiB), help="bytes per copy, comma-separated")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--pairs", choices=("all", "first"), default="all")
     parser.add_argument("--concurrent", action="store_true",
                         help="also every GPU to every other at once (the largest size)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    try:
+        args.size_list = [int(s) for s in args.sizes.split(",") if s]
+    except ValueError:
+        parser_.error(f"--sizes {args.sizes!r}: bytes, comma-separated")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
     import torch
 
     gpus = torch.cuda.device_count()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    sizes = args.size_list
     result = {"gpus": gpus, "pairs": pairwise(sizes, args.repeats, ordered_pairs(gpus, args.pairs))}
     if args.concurrent:
         result["concurrent"] = concurrent(max(sizes), args.repeats, gpus)

@@ -11,33 +11,44 @@ workers; the aggregate bandwidth is that volume over the shuffle's time, held ag
 the peer-copy bandwidth of every link measured alone and against every GPU copying to every
 other at once (benchmarks/peer.py). The bytes the workers logged as received during the shuffle
 are reported too (tasks method only: P2P moves data outside that log; a multi-stage task
-shuffle moves data more than once). After the first timed run the result is checked: no row
-lost, and no key in two partitions.
+shuffle moves data more than once). An untimed first run of each method is checked: no row
+lost, and no key in two partitions; the timed runs of the methods then alternate.
 
 ``--device cpu`` runs the same with pandas on a LocalCluster over TCP (what CI can run).
-Results: DIR/shuffle-<machine>.md and .json.
+Results, through the harness (benchmarks/common.py: the machine, the commit, the alternation):
+DIR/shuffle-MACHINE.md and .json.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import itertools
-import json
 import os
-import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from dask.utils import format_bytes, parse_bytes
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
 import peer  # noqa: E402
-from common import choices, say  # noqa: E402
-from transfer import PROTOCOLS, machine_name  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    choices,
+    command_line,
+    commit,
+    header,
+    machine,
+    machine_name,
+    now,
+    output_options,
+    say,
+    write_results,
+)
+from transfer import PROTOCOLS  # noqa: E402
 
 ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
@@ -151,8 +162,10 @@ def run(args) -> dict:
     if workers < 2:
         raise SystemExit("shuffle.py needs at least 2 workers (2 GPUs with --device gpu)")
     results = {
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(__file__, args.argv),
+        "commit": commit(),
+        "machine_info": machine(),
+        "date": now(),
         "workers": workers,
         "device": args.device,
         "per_worker": args.per_worker,
@@ -172,22 +185,24 @@ def run(args) -> dict:
                 results["rows"] = rows
                 results["frame_bytes"] = rows * ROW_BYTES
                 names = itertools.count()  # every shuffle gets inputs of its own name
-                for method in args.methods:
-                    entry = results["runs"].setdefault(f"{protocol}:{method}", {})
+                entries = {m: results["runs"].setdefault(f"{protocol}:{m}", {})
+                           for m in args.methods}
+                for round_, method in alternate(args.methods, args.repeats + 1):
+                    entry = entries[method]
+                    if "error" in entry:
+                        continue
                     try:
-                        out, _, _ = shuffle_once(client, frame(next(names)), method)  # warm-up
-                        entry["check"] = check(out, rows)
-                        del out
-                        entry["seconds"], entry["received"] = [], []
-                        for r in range(args.repeats):
-                            out, seconds, received = shuffle_once(
-                                client, frame(next(names)), method
-                            )
+                        out, seconds, received = shuffle_once(client, frame(next(names)), method)
+                        if round_ == 0:  # the warm-up, checked
+                            entry["check"] = check(out, rows)
+                            entry["seconds"], entry["received"] = [], []
                             del out
-                            entry["seconds"].append(seconds)
-                            entry["received"].append(received)
-                            say(f"{protocol} {method} run {r + 1}: {seconds:.2f} s, "
-                                f"{format_bytes(received)} received")  # fmt: skip
+                            continue
+                        del out
+                        entry["seconds"].append(seconds)
+                        entry["received"].append(received)
+                        say(f"{protocol} {method} run {round_}: {seconds:.2f} s, "
+                            f"{format_bytes(received)} received")  # fmt: skip
                     except Exception as err:  # one failure must not lose the other rows
                         entry["error"] = f"{type(err).__name__}: {err}"
                         say(f"{protocol} {method} failed: {entry['error']}")
@@ -211,10 +226,9 @@ def report(results: dict, machine: str) -> str:
     moved = crossing_bytes(frame_bytes, workers)
     ceiling = peer.summary(results.get("peer") or {})
     lines = [
-        f"# All-to-all shuffle, {machine}",
-        "",
-        f"- command: `{results['command']}`",
-        f"- {results['date']}; {workers} workers ({results['device']}), "
+        *header(f"All-to-all shuffle, {machine}", results["command"],
+                results.get("machine_info") or {}, results.get("commit"), results.get("date")),
+        f"- {workers} workers ({results['device']}), "
         f"{format_bytes(frame_bytes)} frame ({results.get('rows', 0):,} rows of int64 key + 3 "
         f"float64) in {results['partitions']} partitions, shuffled on the key into as many; "
         f"{format_bytes(int(moved))} cross between workers ((W-1)/W of the frame)",
@@ -262,7 +276,7 @@ def report(results: dict, machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -276,24 +290,36 @@ def main(argv=None) -> None:
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--pool-size", default="0.6", help="the plugin's RMM pool per worker")
     parser.add_argument("--peer-size", default="1GiB", help="bytes per raw peer copy")
-    parser.add_argument("--machine", default=None, help="name for the results file")
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
-    args = parser.parse_args(argv)
-    args.per_worker = parse_bytes(args.per_worker)
-    args.peer_size = parse_bytes(args.peer_size)
-    args.protocols = choices(parser, "--protocols", args.protocols, PROTOCOLS)
-    args.methods = choices(parser, "--methods", args.methods, METHODS)
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args.per_worker = parse_bytes(args.per_worker)
+        args.peer_size = parse_bytes(args.peer_size)
+    except ValueError as err:
+        parser_.error(f"--per-worker / --peer-size: {err}")
+    args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
+    args.methods = choices(parser_, "--methods", args.methods, METHODS)
     if "ucx" in args.protocols and args.device == "cpu":
-        parser.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
+        parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
     if args.partitions_per_worker < 1:
-        parser.error("--partitions-per-worker must be at least 1")
+        parser_.error("--partitions-per-worker must be at least 1")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
     results = run(args)
-    machine = args.machine or (machine_name() if args.device == "gpu" else "cpu")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    machine = args.machine or (machine_name(results["machine_info"], results["workers"])
+                               if args.device == "gpu" else "cpu")
     text = report(results, machine)
-    (out / f"shuffle-{machine}.md").write_text(text)
-    (out / f"shuffle-{machine}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    write_results(os.path.join(args.out, f"shuffle-{machine}"), text, results)
     print(text)
 
 

@@ -8,45 +8,54 @@
 Moves CuPy arrays, torch tensors and cuDF frames from the worker on GPU 0 to the worker on
 GPU 1 of a LocalCUDACluster with the GPUMemoryPlugin (``--pairs all``: between every ordered
 pair of GPUs, one worker per GPU), over UCX and over TCP, and measures a raw peer copy of the
-same pairs (torch, benchmarks/peer.py) as the ceiling. Anchors (DESIGN.md, 2xH200, dask-cuda
-26.10): UCX 19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP 1.1 GB/s; peer copy
-396 GB/s.
-Goals (issue 3): torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at
-64 MiB.
+same pairs (torch, benchmarks/peer.py) as the ceiling. The "anchor" column holds the figures
+the goals were set against (dask-cuda 26.10 without this library, 2xH200, as given then; not
+measured by this script): UCX 19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP
+1.1 GB/s; peer copy 396 GB/s.
+Goals: torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at 64 MiB.
 
 How each transfer is timed: the data is made on worker 0 by a task pinned there (outside the
 timing); a task pinned on worker 1 then reads its last element and synchronizes the device,
 so the transfer, the receiver's allocation and deserialization are all inside the time. Each
-repeat moves a new key (no replica is reused) and releases it after. The median of the
-repeats is reported with the empty-task round trip (a no-op task on worker 1) subtracted;
+repeat moves a new key (no replica is reused) and releases it after; the kinds of data
+alternate repeat by repeat (the harness, benchmarks/common.py). The median of the repeats is reported with the empty-task round trip (a no-op task on worker 1) subtracted;
 that round trip is reported on its own, and so is the worker's own measure of the incoming
 transfer (distributed's transfer log on worker 1).
 
 NVLink multicast is never switched on: no NCCL_NVLS_* (or other NCCL/UCX) variable is set
 here; the machine's environment is recorded as found. Knobs worth measuring are listed in
 benchmarks/transfer_notes.md. Without distributed-ucxx, the UCX rows say so and TCP still runs.
-Results: DIR/transfer-<machine>.md and .json (DIR defaults to benchmarks/results).
+Results, through the harness (the machine, the commit): DIR/transfer-MACHINE.md and .json (DIR
+defaults to benchmarks/results).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import importlib.util
-import json
 import os
 import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
 import peer  # noqa: E402  (benchmarks/peer.py: the raw copies)
-from common import choices  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    choices,
+    command_line,
+    commit,
+    header,
+    machine,
+    machine_name,
+    now,
+    output_options,
+    write_results,
+)
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -151,19 +160,6 @@ def last_incoming(dask_worker=None) -> dict | None:
 # ------------------------------------------------------------------ the client side
 
 
-def machine_name() -> str:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout.split("\n")  # fmt: skip
-        names = [n.strip() for n in out if n.strip()]
-    except (OSError, subprocess.SubprocessError):
-        return platform.node() or "unknown"
-    short = names[0].replace("NVIDIA ", "").split()[0] if names else "gpu"
-    return f"{len(names)}x{short}"
-
-
 @contextlib.contextmanager
 def cluster(protocol: str, pool_size: str, setup: str, workers: int = 2):
     if setup == "preload":
@@ -198,26 +194,42 @@ def workers_by_gpu(client) -> dict[int, str]:
     return {gpu: address for address, gpu in client.run(gpu_of_worker).items()}
 
 
-def measure(client, kind: str, nbytes: int, repeats: int, w0: str, w1: str) -> dict:
-    """``kind`` data made on worker ``w0``, used on worker ``w1``."""
+def transfer_once(client, kind: str, nbytes: int, seed: int, w0: str, w1: str):
+    """``kind`` data made on worker ``w0``, used on worker ``w1``: (seconds, the worker's
+    log of the incoming transfer, what arrived)."""
     from distributed import wait
 
-    times, worker_times, arrived = [], [], None
-    for r in range(repeats + 1):  # the first run warms up (allocations, IPC handles)
-        x = client.submit(make, kind, nbytes, r, workers=[w0], pure=False)
-        wait(x)
-        t0 = time.perf_counter()
-        y = client.submit(touch, x, workers=[w1], pure=False)
-        arrived = y.result()
-        elapsed = time.perf_counter() - t0
-        incoming = client.run(last_incoming, workers=[w1])[w1]
-        del x, y
-        if r == 0:
+    x = client.submit(make, kind, nbytes, seed, workers=[w0], pure=False)
+    wait(x)
+    t0 = time.perf_counter()
+    y = client.submit(touch, x, workers=[w1], pure=False)
+    arrived = y.result()
+    elapsed = time.perf_counter() - t0
+    incoming = client.run(last_incoming, workers=[w1])[w1]
+    del x, y
+    return elapsed, incoming, arrived
+
+
+def measure(client, kinds: list[str], nbytes: int, repeats: int, w0: str, w1: str) -> dict:
+    """Each of ``kinds`` moved from worker ``w0`` to ``w1`` ``repeats`` times, the kinds
+    alternating round by round after a warm-up round (allocations, IPC handles):
+    ``{kind: {"times", "worker_times", "arrived"} or {"error"}}``."""
+    rows = {kind: {"times": [], "worker_times": [], "arrived": None} for kind in kinds}
+    for round_, kind in alternate(kinds, repeats + 1):
+        if "error" in rows[kind]:
             continue
-        times.append(elapsed)
+        try:
+            elapsed, incoming, arrived = transfer_once(client, kind, nbytes, round_, w0, w1)
+        except Exception as err:  # one failure must not lose the others
+            rows[kind] = {"error": f"{type(err).__name__}: {err}"}
+            continue
+        rows[kind]["arrived"] = arrived
+        if round_ == 0:
+            continue
+        rows[kind]["times"].append(elapsed)
         if incoming and incoming.get("duration"):
-            worker_times.append(incoming["duration"])
-    return {"times": times, "worker_times": worker_times, "arrived": arrived}
+            rows[kind]["worker_times"].append(incoming["duration"])
+    return rows
 
 
 def empty_round_trip(client, repeats: int, w1: str) -> list[float]:
@@ -235,10 +247,13 @@ def run(args) -> dict:
 
     if gpu_count() < 2:
         raise SystemExit("transfer.py needs 2 GPUs (worker 0 and worker 1 on different GPUs)")
+    info = machine()
     results = {
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-        "machine": args.machine or machine_name(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(__file__, args.argv),
+        "machine": args.machine or machine_name(info),
+        "machine_info": info,
+        "commit": commit(),
+        "date": now(),
         "env": {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV)},
         "versions": versions(),
         "peer": peer.measure(args.sizes, args.repeats, args.pairs,
@@ -266,15 +281,12 @@ def run(args) -> dict:
                 entry["empty"] = entry["empty_at"]["1"]
                 for i, j in pairs:
                     rows = entry["pairs"].setdefault(f"{i}->{j}", {})
-                    for kind in args.kinds:
-                        for nbytes in args.sizes:
-                            print(f"{protocol} {i}->{j} {kind} {human(nbytes)} ...", flush=True)
-                            try:
-                                rows[f"{kind}:{nbytes}"] = measure(
-                                    client, kind, nbytes, repeats, on[i], on[j]
-                                )
-                            except Exception as err:  # one failure must not lose the others
-                                rows[f"{kind}:{nbytes}"] = {"error": f"{type(err).__name__}: {err}"}
+                    for nbytes in args.sizes:
+                        print(f"{protocol} {i}->{j} {', '.join(args.kinds)} {human(nbytes)} ...",
+                              flush=True)
+                        for kind, row in measure(client, args.kinds, nbytes, repeats, on[i],
+                                                 on[j]).items():
+                            rows[f"{kind}:{nbytes}"] = row
                 entry["rows"] = entry["pairs"].get("0->1", {})
         except Exception as err:
             entry["error"] = f"{type(err).__name__}: {err}"
@@ -298,10 +310,9 @@ def versions() -> dict:
 
 def report(results: dict, args) -> str:
     lines = [
-        f"# Worker-to-worker transfer, {results['machine']}",
-        "",
-        f"- command: `{results['command']}`",
-        f"- machine: {results['machine']} ({platform.node()}), {results['date']}",
+        *header(f"Worker-to-worker transfer, {results['machine']}", results["command"],
+                results.get("machine_info") or {}, results.get("commit"), results.get("date"),
+                versions=False),
         f"- versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items() if v)}",
         f"- UCX/NCCL environment as found: {results['env'] or 'none set'}",
         f"- setup: {args.setup}, pool size {args.pool_size}, median of {args.repeats} (UCX) / "
@@ -370,7 +381,7 @@ def report(results: dict, args) -> str:
     if args.pairs == "all":
         lines += pair_matrices(results, args)
     lines += [
-        "## Goals (issue 3)",
+        "## Goals",
         "",
         "- torch/CuPy >= 0.95 at every size; >= 250 GB/s at 4 GiB over UCX; <= 5 ms at 64 MiB",
         "  (the 'minus empty' column).",
@@ -428,7 +439,7 @@ def pair_matrices(results: dict, args) -> list[str]:
     return lines
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="64MiB,1GiB,4GiB")
     parser.add_argument("--protocols", default="ucx,tcp")
@@ -443,21 +454,31 @@ def main(argv=None) -> None:
                         help="first: GPU 0 -> GPU 1 on a 2-worker cluster; all: every ordered "
                         "pair, one worker per GPU (use fewer --kinds/--sizes: pairs x kinds x "
                         "sizes transfers)")  # fmt: skip
-    parser.add_argument("--machine", default=None, help="name for the results file")
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
-    args = parser.parse_args(argv)
-    args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
-    args.protocols = choices(parser, "--protocols", args.protocols, PROTOCOLS)
-    args.kinds = choices(parser, "--kinds", args.kinds, KINDS)
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    except ValueError:
+        parser_.error(f"--sizes {args.sizes!r}: sizes such as 64MiB,1GiB")
+    args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
+    args.kinds = choices(parser_, "--kinds", args.kinds, KINDS)
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
     results = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"transfer-{results['machine']}"
     text = report(results, args)
-    (out / f"{stem}.md").write_text(text + "\n")
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    path = write_results(os.path.join(args.out, f"transfer-{results['machine']}"), text, results)
     print(text)
-    print(f"\nwritten: {out / (stem + '.md')}")
+    print(f"\nwritten: {path}")
 
 
 if __name__ == "__main__":

@@ -17,24 +17,37 @@ worker's own threads can only add to them). Rows: worker setup (cluster start to
 alloc+free, a conv-net training step, and a mixed cuDF -> CuPy -> PyTorch -> XGBoost workload's
 time and peak device memory (NVML, the whole device, above what was used before the cluster).
 
-Goals (issue: the plugin against dask-cuda): the plugin no slower than the best dask-cuda
-configuration on any row, within the spread; its train step within 5% of PyTorch's own
-allocator.
+Goals: the plugin no slower than the best dask-cuda configuration on any row, within the
+spread; its train step within 5% of PyTorch's own allocator.
+
+The harness (benchmarks/common.py) rotates the order, records the machine and the commit and
+writes ``--out``/vs-dask-cuda-MACHINE[-TAG].md (and .json).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
 
-from benchmarks.common import command_line, machine, machine_name, say, write_results  # noqa: E402
-from benchmarks.memory import (  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    output_options,
+    say,
+    summary,
+    write_results,
+)
+from memory import (  # noqa: E402
     PeakSampler,
     conv_net_step,
     cupy_alloc_free_us,
@@ -201,7 +214,8 @@ def summarize(runs: dict) -> dict:
         for name, values in runs.items():
             series = [v[key] for v in values if key in v]
             if series:
-                out[key][name] = (statistics.median(series), min(series), max(series))
+                s = summary(series)
+                out[key][name] = (s["median"], s["min"], s["max"])
     return out
 
 
@@ -217,14 +231,14 @@ def verdict(row: dict) -> str:
     return f"{ratio:.2f}" + ("" if ratio <= 1.0 else (" (within spread)" if within else " (slower)"))
 
 
-def markdown(summary: dict, argv, repeats: int, info: dict, errors: list) -> str:
+def markdown(summary: dict, argv, repeats: int, info: dict, errors: list,
+             commit: str | None = None) -> str:
     names = list(next(iter(summary.values())).keys()) if summary else []
     lines = [
-        "# The plugin vs dask-cuda's RMM options, one GPU worker, side by side",
+        *header("The plugin vs dask-cuda's RMM options, one GPU worker, side by side",
+                command_line(__file__, argv), info, commit, used=1),
         "",
-        f"Machine: {', '.join(info['gpus'])}; {info['cpu']}; versions {info['versions']}.",
-        f"Command: `{command_line(__file__, argv)}`. {repeats} rounds, configurations "
-        "interleaved in rotated order; median (min-max).",
+        f"{repeats} rounds, configurations interleaved in rotated order; median (min-max).",
         "",
         "| row | " + " | ".join(names) + " | plugin best / dask-cuda best |",
         "| --- |" + " --- |" * (len(names) + 1),
@@ -249,9 +263,8 @@ def markdown(summary: dict, argv, repeats: int, info: dict, errors: list) -> str
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pool-size", default="2GiB",
                         help="Initial pool of both pool configurations (they grow from there).")
@@ -259,36 +272,49 @@ def main(argv=None) -> None:
                         help="Configurations to run, separated by ';' (names hold commas).")
     parser.add_argument("--tag", default="",
                         help="Added to the results' file name, to keep runs of subsets apart.")
-    args = parser.parse_args(argv)
+    output_options(parser)
+    return parser
 
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked (``args.configurations``: what runs); nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     configs = configurations(args.pool_size)
     if args.configs:
         known = {**configs, **variants(args.pool_size)}
         unknown = [n for n in args.configs.split(";") if n not in known]
         if unknown:
-            parser.error(f"--configs: unknown {unknown}; choose from {list(known)}")
+            parser_.error(f"--configs: unknown {unknown}; choose from {list(known)}")
         configs = {name: known[name] for name in args.configs.split(";")}
-    names = list(configs)
-    runs = {name: [] for name in names}
+    args.configurations = configs
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    configs = args.configurations
+    runs = {name: [] for name in configs}
     errors = []
-    for round_ in range(args.repeats):
-        order = names[round_ % len(names):] + names[:round_ % len(names)]
-        for name in order:
-            say(f"round {round_ + 1}: {name}")
-            try:
-                result = one_run(name, *configs[name])
-            except Exception as err:
-                errors.append(f"round {round_ + 1}, {name}: {type(err).__name__}: {err}")
-                say(errors[-1])
-                continue
-            runs[name].append(result)
-            say(f"  {result}")
+    for round_, name in alternate(configs, args.repeats, rotate=True):
+        say(f"round {round_ + 1}: {name}")
+        try:
+            result = one_run(name, *configs[name])
+        except Exception as err:
+            errors.append(f"round {round_ + 1}, {name}: {type(err).__name__}: {err}")
+            say(errors[-1])
+            continue
+        runs[name].append(result)
+        say(f"  {result}")
     summary = summarize(runs)
     info = machine()
     text = markdown(summary, argv if argv is not None else sys.argv[1:], args.repeats, info, errors)
     print(text)
-    write_results(os.path.join(args.out, f"vs-dask-cuda-{machine_name(info)}{'-' + args.tag if args.tag else ''}"), text,
-                  {"runs": runs, "summary": summary, "errors": errors, "machine": info})
+    name = args.machine or machine_name(info, 1)
+    tag = f"-{args.tag}" if args.tag else ""
+    write_results(os.path.join(args.out, f"vs-dask-cuda-{name}{tag}"), text,
+                  {"command": command_line(__file__, argv), "runs": runs, "summary": summary,
+                   "errors": errors, "machine": info})
 
 
 if __name__ == "__main__":

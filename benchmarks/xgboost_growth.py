@@ -7,8 +7,9 @@ Lossguide (the mortgage notebook's grow_policy, 256 leaves) grows one node at a 
 several workers every node is a collective operation; depthwise grows a whole level at a time.
 Each configuration trains on the same synthetic frame (45 float32 features, made on the GPUs
 with CuPy, persisted before the clock starts) on a fresh LocalCUDACluster of N workers, after
-an untimed 2-round warm-up. The table, with the command and the machine, goes to
-``--out``/xgboost-growth-<machine>.md.
+an untimed 2-round warm-up; with ``--repeats N`` the configurations alternate N times and the
+table gives medians with their range. The harness (benchmarks/common.py) records the machine
+and the commit and writes ``--out``/xgboost-growth-MACHINE.md (and .json).
 """
 
 from __future__ import annotations
@@ -21,7 +22,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-from common import choices, command_line, machine, machine_name, say, write_results  # noqa: E402
+from common import (  # noqa: E402
+    alternate,
+    choices,
+    command_line,
+    header,
+    machine,
+    machine_name,
+    median_range,
+    output_options,
+    say,
+    summary,
+    write_results,
+)
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
 FEATURES = 45
@@ -68,27 +81,42 @@ def run(workers: int, policy: str, args) -> dict:
     return {"workers": workers, "policy": policy, "seconds": seconds, "train_auc": auc}
 
 
-def markdown(info: dict, results: list[dict], command: str, args) -> str:
+def combined(results: list[dict]) -> list[dict]:
+    """One row per (policy, workers), in the order first run: the median seconds over its
+    runs, the range and the last AUC."""
+    rows: dict = {}
+    for r in results:
+        rows.setdefault((r["policy"], r["workers"]), []).append(r)
+    return [{"policy": policy, "workers": workers,
+             "seconds": summary(r["seconds"] for r in runs)["median"],
+             "runs": [r["seconds"] for r in runs], "train_auc": runs[-1]["train_auc"]}
+            for (policy, workers), runs in rows.items()]
+
+
+def markdown(info: dict, results: list[dict], command: str, args,
+             commit: str | None = None) -> str:
+    results = combined(results)
     base = {r["policy"]: r["seconds"] for r in results if r["workers"] == min(
         x["workers"] for x in results)}
+    repeats = max(len(r["runs"]) for r in results)
     lines = [
-        f"# xgboost.dask: lossguide vs depthwise trees on {machine_name(info)}", "",
-        "```", command, "```", "",
-        f"- machine: {info['cpu']}; GPUs: {'; '.join(info['gpus']) or 'none'}",
-        f"- versions: {', '.join(f'{k} {v}' for k, v in info['versions'].items())}",
+        *header(f"xgboost.dask: lossguide vs depthwise trees on {machine_name(info)}", command,
+                info, commit),
         f"- {args.rows:,} rows x {FEATURES} float32 features in {args.partitions} partitions, "
         f"{args.rounds} rounds after a 2-round warm-up; the mortgage notebook's parameters "
-        "(max_depth 8, max_leaves 256, ...), grow_policy as named", "",
+        "(max_depth 8, max_leaves 256, ...), grow_policy as named"
+        + (f"; {repeats} runs each, alternating: median (min-max)" if repeats > 1 else ""), "",
         "| grow_policy | workers | train s | vs the fewest workers | train AUC |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
-        lines.append(f"| {r['policy']} | {r['workers']} | {r['seconds']:.2f} | "
+        seconds = median_range(r["runs"]) if len(r["runs"]) > 1 else f"{r['seconds']:.2f}"
+        lines.append(f"| {r['policy']} | {r['workers']} | {seconds} | "
                      f"{base[r['policy']] / r['seconds']:.2f}x | {r['train_auc']:.4f} |")
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=50_000_000)
     parser.add_argument("--partitions", type=int, default=16)
@@ -97,19 +125,36 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", default="lossguide,depthwise")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--machine", default=None)
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
-    args = parser.parse_args(argv)
-    workers = [int(w) for w in args.workers.split(",")]
-    policies = choices(parser, "--policies", args.policies, POLICIES)
-    if min(workers) < 1:
-        parser.error("--workers: each count must be at least 1")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each configuration, the configurations alternating")
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    try:
+        args.worker_counts = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        parser_.error(f"--workers {args.workers!r}: comma-separated worker counts")
+    args.policy_list = choices(parser_, "--policies", args.policies, POLICIES)
+    if min(args.worker_counts) < 1:
+        parser_.error("--workers: each count must be at least 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
     info = machine()
-    results = [run(n, policy, args) for policy in policies for n in workers]
+    configs = {(policy, n): None for policy in args.policy_list for n in args.worker_counts}
+    results = [run(n, policy, args) for _, (policy, n) in alternate(configs, args.repeats)]
     command = command_line(__file__, argv)
     text = markdown(info, results, command, args)
     print(text)
-    stem = os.path.join(args.out, f"xgboost-growth-{args.machine or machine_name(info)}")
+    name = args.machine or machine_name(info, max(args.worker_counts))
+    stem = os.path.join(args.out, f"xgboost-growth-{name}")
     write_results(stem, text, {"command": command, "machine": info, "results": results})
     return 0
 

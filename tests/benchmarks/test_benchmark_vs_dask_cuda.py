@@ -55,7 +55,7 @@ def test_variants_explain_rows_but_never_stand_in_for_the_plugins_modes():
     row = {"dask-cuda async": (10.0, 9.0, 11.0), "plugin async": (12.0, 11.5, 12.5),
            "plugin async, release 0": (5.0, 5.0, 5.0)}
     assert bench.verdict(row) == "1.20 (slower)"
-    for name, (cluster, plugin, env) in bench.variants("2GiB").items():
+    for name, (cluster, plugin, _env) in bench.variants("2GiB").items():
         assert name.startswith("plugin") and plugin and not cluster, name
 
 
