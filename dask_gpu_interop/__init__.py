@@ -24,6 +24,7 @@ from .memory import (  # noqa: E402
     GPUOutOfMemoryError,
     MemoryConfig,
     MemoryReport,
+    OptionError,
     memory_report,
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
@@ -40,6 +41,7 @@ __all__ = [
     "MemoryConfig",
     "MemoryReport",
     "MemoryTimeline",
+    "OptionError",
     "cluster_client",
     "local_cluster",
     "memory_report",
