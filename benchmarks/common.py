@@ -51,8 +51,8 @@ def say(text: str) -> None:
 
 def command_line(script: str, argv=None) -> str:
     """How a benchmark was run (``argv``, or this process's own), for its results file:
-    ``python benchmarks/NAME.py ARGS``, whatever the interpreter's path and the current
-    directory."""
+    ``python benchmarks/<name>.py <arguments>``, whatever the interpreter's path and the
+    current directory."""
     args = sys.argv[1:] if argv is None else list(argv)
     path = os.path.relpath(os.path.abspath(script), ROOT)
     return "python " + " ".join(shlex.quote(a) for a in [path, *args])

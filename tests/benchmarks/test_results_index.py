@@ -1,0 +1,227 @@
+"""benchmarks/README.md indexes benchmarks/results/, and no recorded command goes stale.
+
+- Every file in benchmarks/results/ is listed in the index, and every listed file exists.
+- Every command recorded in the index, in the results files and in scripts/gpu-check.sh (and
+  the arguments scripts/scaling.sh hands it) parses with the script's current options: the
+  script's own ``parse(argv)``, which checks the arguments and runs nothing. A flag a script
+  no longer has (``benchmarks/mortgage.py ... --configs``) fails here.
+- The READMEs, the docs and the code cite only results files that exist (a removed one is
+  cited as ``git show COMMIT:benchmarks/results/NAME``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = BENCHMARKS / "results"
+INDEX = BENCHMARKS / "README.md"
+sys.path.insert(0, str(BENCHMARKS))
+
+# ``python benchmarks/<name>.py <arguments>`` (any interpreter path)
+COMMAND = re.compile(r"(?:^|[\s`(\"'])(?:\S*/)?python3?\s+(benchmarks/\w+\.py)\b(.*)", re.S)
+STOP = {";", "&&", "||", "|", ">", ">>", "2>&1", "&", "#", "do", "done"}
+RESULT_NAME = re.compile(
+    r"(?<![\w/:.-])((?:vs-dask-cuda|memory|cupy-allocators|cluster-start|transfer|shuffle|ecg|"
+    r"mortgage|xgboost-growth)-[A-Za-z0-9._-]*?\.(?:md|json))\b")
+REMOVED = re.compile(r"git show \w+:benchmarks/results/[\w.-]+")
+
+
+def indexed() -> list[str]:
+    """The result files the index's table lists, as links to results/NAME."""
+    return re.findall(r"\]\(results/([^)]+)\)", INDEX.read_text())
+
+
+def test_every_result_file_is_indexed_and_every_indexed_file_exists():
+    listed = indexed()
+    present = sorted(p.name for p in RESULTS.iterdir() if not p.name.startswith("."))
+    assert sorted(set(listed)) == sorted(listed), "a file is listed twice"
+    assert not sorted(set(present) - set(listed)), "in benchmarks/results/ but not indexed"
+    assert not sorted(set(listed) - set(present)), "indexed but not in benchmarks/results/"
+
+
+def commands_in(text: str) -> list[str]:
+    """Every ``python benchmarks/<name>.py ...`` in markdown ``text``: in inline code spans
+    (which may wrap) and in fenced blocks (a line each, with ``\\`` continuations)."""
+    spans = []
+    fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+    for block in fenced.findall(text):
+        spans += block.replace("\\\n", " ").splitlines()
+    spans += [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", fenced.sub("", text))]
+    found = []
+    for span in spans:
+        for match in COMMAND.finditer(span):
+            found.append(" ".join(f"python {match[1]}{match[2]}".split()))
+    return found
+
+
+def split(command: str) -> tuple[str, list[str]]:
+    """(script name, its arguments) of ``python benchmarks/<name>.py <arguments>``, to the
+    first shell operator or comment."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = list(lexer)
+    args = []
+    for word in words[2:]:
+        if word in STOP or word.startswith("#"):
+            break
+        args.append(word)
+    return Path(words[1]).stem, args
+
+
+def check(command: str) -> None:
+    """``command`` parses with its script's current options (nothing runs)."""
+    name, args = split(command)
+    assert (BENCHMARKS / f"{name}.py").exists(), f"{command}: no benchmarks/{name}.py"
+    module = importlib.import_module(name)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            module.parse(args)
+    except SystemExit as exit_:
+        if exit_.code:
+            pytest.fail(f"{command}\n  does not parse: {err.getvalue().strip()}")
+
+
+def recorded() -> list[tuple[str, str]]:
+    """(where, command) for the index and every results file."""
+    out = [("benchmarks/README.md", c) for c in commands_in(INDEX.read_text())]
+    for path in sorted(RESULTS.iterdir()):
+        text = path.read_text()
+        if path.suffix == ".json":
+            data = json.loads(text)
+            commands = [data["command"]] if isinstance(data, dict) and "command" in data else []
+            commands = [c for c in commands if "benchmarks/" in c]
+        else:
+            commands = commands_in(text)
+        out += [(f"results/{path.name}", c) for c in commands]
+    return out
+
+
+RECORDED = recorded()
+
+
+def test_every_result_file_records_how_it_was_made():
+    """A benchmark's command, or the example's own command where it was timed by hand."""
+    with_command = {where for where, _ in RECORDED}
+    for path in RESULTS.glob("*.md"):
+        if f"results/{path.name}" not in with_command:
+            assert "python -m examples." in path.read_text(), f"{path.name}: no command"
+
+
+@pytest.mark.parametrize("where, command", RECORDED, ids=[f"{w}:{c[:60]}" for w, c in RECORDED])
+def test_every_recorded_command_parses(where, command):
+    check(command)
+
+
+def test_the_index_records_a_command_for_every_script_but_the_helper():
+    scripts = {split(c)[0] for w, c in RECORDED if w == "benchmarks/README.md"}
+    helpers = {"peer"}  # run by transfer.py and shuffle.py, never on its own for a claim
+    assert scripts | helpers == {p.stem for p in BENCHMARKS.glob("*.py")} - {"common"}
+
+
+@pytest.mark.parametrize("command", [
+    "python benchmarks/mortgage.py --data /tmp/m --configs gpu1-pool,gpu2-pool --rounds 0",
+    "python benchmarks/mortgage.py --data /tmp/m --gb 10",
+    "python benchmarks/mortgage_stages.py --device cpu --data /tmp/ms --all-chunks --name x",
+    "python benchmarks/memory.py --sections alloc,nothing",
+    "python benchmarks/nothing.py --help",
+])
+def test_a_stale_command_fails(command):
+    with pytest.raises((pytest.fail.Exception, AssertionError)):
+        check(command)
+
+
+def test_commands_are_found_in_code_spans_and_blocks():
+    text = ("Run `python\nbenchmarks/mortgage.py --data d\n--runs 1`, then:\n\n```\nfor x in 1; "
+            "do python benchmarks/ecg.py --max-steps 3; done\n/opt/v/bin/python3 "
+            "benchmarks/shuffle.py \\\n  --protocols tcp --device cpu\n```\n")
+    assert commands_in(text) == ["python benchmarks/ecg.py --max-steps 3; done",
+                                 "python benchmarks/shuffle.py --protocols tcp --device cpu",
+                                 "python benchmarks/mortgage.py --data d --runs 1"]
+    assert split("python benchmarks/ecg.py --max-steps 3; done") == ("ecg", ["--max-steps", "3"])
+
+
+def gpu_check_commands() -> list[str]:
+    """The benchmark commands scripts/gpu-check.sh runs, its variables filled in as it would:
+    the extra-argument variables empty, or as scripts/scaling.sh sets them."""
+    text = (ROOT / "scripts" / "gpu-check.sh").read_text()
+    env = {**os.environ, "SCALING_GPUS": "4", "SCALING_DRY_RUN": "1"}
+    dry = subprocess.run(["bash", str(ROOT / "scripts" / "scaling.sh")], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    scaling = dict(line.split("=", 1) for line in dry.splitlines() if "=" in line)
+    out = []
+    for line in text.splitlines():
+        match = re.search(r"python3 (benchmarks/\w+\.py.*?)(?:\|\||$)", line)
+        if not match:
+            continue
+        command = match[1].strip()
+        command = re.sub(r'"?\$OUT/results"?', "/tmp/out", command)
+        command = re.sub(r'"\$data/\$layout-\$size"', "/tmp/mb/classic-10GB", command)
+        command = command.replace('"${args[@]}"', "--data /tmp/mb/classic-10GB")
+        command = command.replace('"${vs_args[@]}"', "")
+        command = re.sub(r'"\$\{MEMORY_BENCH_SECTIONS:-([^}]*)\}"', r"\1", command)
+        command = re.sub(r'"\$\{MORTGAGE_DATA:-([^}]*)\}"', r"\1", command)
+        plain = re.sub(r"\$\{\w+:-\}", "", command)
+        assert "$" not in plain, f"gpu-check.sh: unfilled variable in {command!r}"
+        out.append("python " + plain)
+        for variable in ("TRANSFER_ARGS", "SHUFFLE_ARGS", "MORTGAGE_ARGS"):
+            if f"${{{variable}:-}}" in command:
+                out.append("python " + command.replace(f"${{{variable}:-}}", scaling[variable]))
+    return out
+
+
+def test_gpu_check_is_valid_shell_and_its_commands_parse():
+    subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-check.sh")], check=True)
+    commands = gpu_check_commands()
+    scripts = {split(c)[0] for c in commands}
+    assert {"memory", "cupy_allocators", "vs_dask_cuda", "cluster_start", "mortgage_stages",
+            "mortgage_timeline", "transfer", "shuffle", "mortgage", "ecg"} <= scripts
+    for command in commands:
+        check(command)
+    text = (ROOT / "scripts" / "gpu-check.sh").read_text()
+    for path in re.findall(r"\b(benchmarks/\w+\.py|tests/[\w/]+\.py)\b", text):
+        assert (ROOT / path).exists(), f"gpu-check.sh names {path}, which does not exist"
+
+
+def citing_files() -> list[Path]:
+    files = [ROOT / "README.md", INDEX, BENCHMARKS / "transfer_notes.md",
+             *sorted((ROOT / "examples").glob("*/README.md")),
+             *sorted((ROOT / "docs").glob("**/*.md")), *sorted((ROOT / "scripts").glob("*.sh")),
+             *sorted(RESULTS.glob("*.md"))]
+    for package in ("dask_gpu_interop", "examples", "benchmarks"):
+        files += sorted((ROOT / package).glob("**/*.py"))
+    return [f for f in files if f.exists()]
+
+
+def test_readmes_docs_and_code_cite_only_results_that_exist():
+    present = {p.name for p in RESULTS.iterdir()}
+    missing = []
+    for path in citing_files():
+        text = REMOVED.sub("", path.read_text())
+        if path == INDEX:
+            text = text.split("## What left the tree")[0]
+        for name in RESULT_NAME.findall(text):
+            if re.search(r"[A-Z]{3,}", name) or name == "mortgage-README.md":
+                continue  # a pattern such as mortgage-MACHINE-user-path.md
+            if name not in present:
+                missing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not missing, "cited but not in benchmarks/results/:\n" + "\n".join(missing)
+
+
+def test_the_scripts_named_by_the_readmes_exist():
+    for path in citing_files():
+        for script in re.findall(r"(?<![\w/])benchmarks/(\w+)\.py\b", path.read_text()):
+            assert (BENCHMARKS / f"{script}.py").exists(), f"{path}: benchmarks/{script}.py"
