@@ -2,7 +2,7 @@
 
     python benchmarks/shuffle.py [--per-worker 8GiB] [--partitions-per-worker 8]
                                  [--protocols ucx,tcp] [--methods tasks] [--repeats 3]
-                                 [--workers N] [--device gpu|cpu] [--out DIR]
+                                 [--workers 4] [--device gpu|cpu] [--out DIR]
 
 Each worker (one per GPU, the GPUMemoryPlugin's pool, our serializers) makes its share of a
 frame of an int64 key and three float64 columns; the frame is then shuffled on the key into as

@@ -8,6 +8,7 @@
 #           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
 #           mortgage-stages-bench mortgage-timeline-bench mortgage-bench ecg-bench
 #           (scripts/scaling.sh runs the multi-GPU ones with every GPU)
+# What each benchmark section measures, and its current results file: benchmarks/README.md.
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
 # VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS, ECG_ARGS;
 # MORTGAGE_DATA: where the mortgage benchmarks generate their datasets (default

@@ -126,6 +126,44 @@ def test_every_recorded_command_parses(where, command):
     check(command)
 
 
+def usages(name: str) -> list[str]:
+    """The commands a script's docstring shows, its optional ``[--flag VALUE]`` parts given
+    (the first of ``a|b``): the flags a script documents are flags it has."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse((BENCHMARKS / f"{name}.py").read_text())) or ""
+    commands: list[str] = []
+    for line in doc.replace("\\\n", " ").splitlines():
+        if "python benchmarks/" in line:
+            commands.append(line.strip())
+        elif commands and line.startswith("    ") and line.strip()[:1] in "[-":
+            commands[-1] += " " + line.strip()  # the usage goes on
+        elif not line.startswith("    "):
+            commands and commands.append("")
+    out = []
+    for command in filter(None, commands):
+        command = re.sub(r"\[([^\]]*)\]", r"\1", command.split("#")[0])
+        out.append(re.sub(r"(\S+)\|\S+", r"\1", command).strip())
+    return out
+
+
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_scripts_documented_usage_parses(name):
+    found = usages(name)
+    assert found, f"benchmarks/{name}.py: no usage line in its docstring"
+    for command in found:
+        assert split(command)[0] == name, command
+        check(command)
+
+
+def test_recorded_commands_in_the_transfer_notes_parse():
+    for command in commands_in((BENCHMARKS / "transfer_notes.md").read_text()):
+        check(command)
+
+
 def test_the_index_records_a_command_for_every_script_but_the_helper():
     scripts = {split(c)[0] for w, c in RECORDED if w == "benchmarks/README.md"}
     helpers = {"peer"}  # run by transfer.py and shuffle.py, never on its own for a claim
