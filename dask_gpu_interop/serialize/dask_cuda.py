@@ -3,8 +3,7 @@
 dask-cuda's workers store each result in a device or host buffer, deciding with
 ``is_device_object``, whose default is ``hasattr(obj, "__cuda_array_interface__")``. For
 torch tensors that property raises instead of saying no: ``KeyError`` for float8 dtypes and
-``RuntimeError`` for tensors that require grad (seen on 2xH200 with dask-cuda 26.10 and torch
-2.11), so storing such a tensor failed the task. A tensor's own ``is_cuda`` answers exactly.
+``RuntimeError`` for tensors that require grad, so storing such a tensor failed the task. A tensor's own ``is_cuda`` answers exactly.
 """
 
 from __future__ import annotations

@@ -233,8 +233,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
     started = time.perf_counter()
-    if expected == "gpu":
-        warm.import_in_background("cudf")  # while the cluster starts
+    for module in (f"{__package__}.job", "xgboost.dask", *(["cudf"] if expected == "gpu" else [])):
+        warm.import_in_background(module)  # while the cluster starts
     with contextlib.ExitStack() as stack:
         stack.enter_context(train.without_rank_lines())  # for the local workers too
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
@@ -344,8 +344,8 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
-    if expected == "gpu":
-        warm.import_in_background("cudf")  # while the cluster starts
+    for module in (f"{__package__}.etl", *(["cudf"] if expected == "gpu" else [])):
+        warm.import_in_background(module)  # while the cluster starts
     with contextlib.ExitStack() as stack:
         with gpu_workers.environ(cluster, expected):
             client, device = stack.enter_context(cluster_client(**cluster))

@@ -1,22 +1,22 @@
 """How the example's local GPU workers run its tasks: two at a time, each on its own stream.
 
 A local GPU worker runs two tasks at once (``GPU_THREADS``), so that one task's host work (its
-file's bytes, Python) overlaps the other's kernels. Two settings make that overlap real; the
-commands give them to the workers they start, through dask's
-``distributed.nanny.pre-spawn-environ``:
+file's bytes, Python) overlaps the other's kernels. The commands give the workers they start
+these settings, through dask's ``distributed.nanny.pre-spawn-environ``:
 
 - each thread its own CUDA stream (cuDF's ``CUDF_PER_THREAD_STREAM``, CuPy's
   ``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM``): otherwise both threads' kernels and copies queue on
   one stream. A task then waits for its stream before it returns (:func:`synchronize`), so
   that a task on another thread never reads a result still being written;
 - eight threads for a file's bytes in kvikio, which libcudf's reader reads files with
-  (``KVIKIO_NTHREADS``, one by default).
+  (``KVIKIO_NTHREADS``, one by default);
+- CuPy's reductions without CUB (``CUPY_ACCELERATORS`` empty): with CUB, each reduction's
+  first call on a machine compiles a kernel with CUB's headers, seconds each, which a fresh
+  machine, container or pod pays in its first ETL; the ETL's few reductions are no slower
+  without it.
 
-On one H100, the ``etl`` command on 9 GiB of text took 1.65x (classic layout) and 1.53x
-(current) its time when its workers started without these settings
-(benchmarks/results/mortgage-1xH100-user-path.md). A variable already set in the environment
-wins; a running cluster (``--scheduler``) keeps what its workers were started with: set these
-where they start.
+A variable already set in the environment wins; a running cluster (``--scheduler``) keeps what
+its workers were started with: set these where they start.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ ENVIRON = {
     "CUDF_PER_THREAD_STREAM": "1",
     "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1",
     "KVIKIO_NTHREADS": "8",
+    "CUPY_ACCELERATORS": "",
 }
 _KEY = "distributed.nanny.pre-spawn-environ"
 

@@ -38,8 +38,7 @@ ROUNDS = 100
 TEST_SHARE = 0.2  # of rows, when there is a single quarter to learn from
 
 # Lossguide trees grow one node at a time, and on several workers each node is a collective
-# operation: on 2 H200s the notebook's trees trained 4.6x slower than on one, depthwise trees
-# 1.12x faster (benchmarks/results/xgboost-growth-2xH200.md).
+# operation that waits for all of them; depthwise trees grow a level per collective.
 SEVERAL_WORKERS_HINT = (
     "the notebook's lossguide trees train slower on several GPUs than on one (each new leaf "
     "waits for all of them); grow_policy='depthwise' (--xgb-param grow_policy=depthwise) grows "

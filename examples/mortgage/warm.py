@@ -1,12 +1,11 @@
-"""Import cuDF in the background while there is other waiting to do.
+"""Import modules in the background while there is other waiting to do.
 
-A fresh process spends about 2.5 s importing cuDF. The client needs it to describe the feature
-table; each worker needs it for its first task. Started while the cluster starts (client) and
-as soon as the workers are up (workers), the two imports no longer follow one another: the
-`etl` command on 9 GiB took 1-2 s less in all, and its ETL line half as long, since part of
-the import now falls in the cluster's start (benchmarks/results/
-mortgage-1xH100-background-import.md). Python's import lock makes a later ``import cudf`` wait
-for the one in flight, so nothing is imported twice.
+A command waits seconds for its cluster to start, and seconds more for imports it needs only
+once the cluster is up: cuDF (the client describes the feature table with it, each worker's
+first task needs it) and dask.dataframe (the ETL's graph). Started while the cluster starts
+(client) and as soon as the workers are up (workers), the imports overlap the start instead of
+following it. Python's import lock makes a later ``import`` wait for the one in flight, so
+nothing is imported twice.
 """
 
 from __future__ import annotations

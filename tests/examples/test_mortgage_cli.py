@@ -243,7 +243,7 @@ def test_the_workers_environment_yields_to_what_is_set_already(monkeypatch):
         with gpu_workers.environ(local, "gpu"):
             got = dask.config.get("distributed.nanny.pre-spawn-environ")
     assert got == {"CUDF_PER_THREAD_STREAM": "0", "OTHER": "x",
-                   "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1"}
+                   "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1", "CUPY_ACCELERATORS": ""}
     before = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
     for cluster, device in (({"scheduler": "tcp://somewhere:8786"}, "gpu"), (local, "cpu")):
         with gpu_workers.environ(cluster, device):

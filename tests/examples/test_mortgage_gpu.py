@@ -290,3 +290,18 @@ def test_compressed_files_on_gpus_give_the_plain_files_table(tmp_path, monkeypat
         plan = files.plan(str(data))
         assert all(piece.compressed for part in plan.parts for piece in part.pieces)
         _same_table(cpu, etl.run(plan, device="gpu"))
+
+
+def test_a_fresh_machine_s_first_etl_compiles_no_cub_kernel(tmp_path):
+    """The commands' GPU workers run CuPy without CUB: on a fresh machine (an empty kernel
+    cache) the ETL compiles no kernel with CUB's headers, which take seconds each."""
+    cache = tmp_path / "kernels"
+    env = {**os.environ, "CUPY_CACHE_DIR": str(cache), "CUPY_CACHE_SAVE_CUDA_SOURCE": "1"}
+    env.pop("CUPY_ACCELERATORS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "examples.mortgage", "etl", "--device", "gpu", "--data", SAMPLE,
+         "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    sources = list(cache.glob("*.cu"))
+    assert sources  # the workers compiled into this cache
+    assert not [s.name for s in sources if "cub/" in s.read_text() or "cub::" in s.read_text()]
