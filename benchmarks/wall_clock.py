@@ -1,0 +1,201 @@
+"""The mortgage example's commands as a user runs them: each command's whole wall clock, from
+start to prompt, beside the work its lines report, GPU and CPUs alternating in one run.
+
+    python benchmarks/wall_clock.py --data DIR [--size 1GB] [--layouts classic,current]
+        [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2]
+
+For each layout the README's ``etl`` command runs on a dataset made by its ``generate``: first
+on the GPU as on a fresh machine (every kernel cache in the home directory emptied: CuPy's,
+the CUDA driver's, Numba's), then warm, alternating with the CPUs. Then the default job
+(``python -m examples.mortgage``), GPU and CPUs alternating, and each command's ``--help``.
+Per command: the wall clock, the work the command's own lines report (the ETL and the write;
+the job's generate, ETL, DMatrix and training stages), and the fixed cost between them
+(imports, the cluster's start and stop, first calls). The harness (benchmarks/common.py)
+writes ``--out``/wall-clock-MACHINE.md (and .json) with the machine and the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
+
+from common import (  # noqa: E402
+    choices,
+    command_line,
+    commit,
+    header,
+    interleave,
+    machine,
+    machine_name,
+    median_range,
+    output_options,
+    say,
+    summary,
+    write_results,
+)
+from mortgage import EXAMPLE, generate, parse_etl, parse_job, run  # noqa: E402
+
+WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
+CACHES = ("~/.cupy/kernel_cache", "~/.nv/ComputeCache", "~/.cache/numba")
+
+
+def fresh_environment() -> dict:
+    """Variables that make a command start as on a fresh machine: the kernel caches in the
+    home directory emptied, CuPy's and Numba's pointed at new empty folders (the workers
+    inherit them)."""
+    for cache in CACHES:
+        shutil.rmtree(os.path.expanduser(cache), ignore_errors=True)
+    return {"CUPY_CACHE_DIR": tempfile.mkdtemp(prefix="cupy-cache-"),
+            "NUMBA_CACHE_DIR": tempfile.mkdtemp(prefix="numba-cache-")}
+
+
+def etl_command(directory: str, out: str, device: str) -> list[str]:
+    return [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite", "--device",
+            device]
+
+
+def one_etl(directory: str, out: str, device: str, env: dict | None = None) -> dict:
+    text, wall = run(etl_command(directory, out, device), env=env)
+    found = parse_etl(text)
+    work = found["seconds"] + found.get("write_seconds", 0.0)
+    return {"wall": wall, "work": work, "fixed": wall - work, "etl": found["seconds"],
+            "write": found.get("write_seconds", 0.0)}
+
+
+def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int) -> dict:
+    """A layout's etl commands: the fresh GPU runs first, then warm GPU and CPU alternating."""
+    out = os.path.join(os.path.dirname(directory), "features.parquet")
+    results = {"gpu fresh": [], "gpu": [], "cpu": []}
+    for _ in range(fresh_runs):
+        results["gpu fresh"].append(one_etl(directory, out, "gpu", fresh_environment()))
+        say(f"etl gpu fresh {os.path.basename(directory)}: {results['gpu fresh'][-1]}")
+    for _, name in interleave({"gpu": runs, "cpu": cpu_runs}):
+        results[name].append(one_etl(directory, out, name))
+        say(f"etl {name} {os.path.basename(directory)}: {results[name][-1]}")
+    return results
+
+
+def job_runs(runs: int) -> dict:
+    """The default job (``python -m examples.mortgage``), GPU and CPUs alternating."""
+    results = {"gpu": [], "cpu": []}
+    for _, name in interleave({"gpu": runs, "cpu": runs}):
+        text, wall = run([*EXAMPLE, "--device", name])
+        stages = parse_job(text)["stages"]
+        work = sum(stages.get(stage, 0.0) for stage in WORK_STAGES)
+        results[name].append({"wall": wall, "work": work, "fixed": wall - work,
+                              "stages": stages})
+        say(f"job {name}: {results[name][-1]}")
+    return results
+
+
+HELP = {"python -m examples.mortgage --help": [*EXAMPLE, "--help"],
+        "python -m examples.mortgage etl --help": [*EXAMPLE, "etl", "--help"],
+        "python -m examples.mortgage generate --help": [*EXAMPLE, "generate", "--help"]}
+
+
+def help_runs(runs: int) -> dict:
+    results = {name: [] for name in HELP}
+    for _, name in interleave({name: runs for name in HELP}):
+        results[name].append({"wall": run(HELP[name])[1]})
+    return results
+
+
+def _cell(runs: list[dict], key: str) -> str:
+    return median_range([r[key] for r in runs]) if runs else ""
+
+
+def markdown(payload: dict) -> str:
+    lines = [*header(f"The mortgage commands' wall clock ({payload['machine_name']})",
+                     payload["command"], payload["machine"], payload["commit"],
+                     payload.get("date")), "",
+             "Seconds: median (range). wall: the whole process, as a user waits for it; work: "
+             "what the command's lines report (ETL + write; the job's generate, ETL, DMatrix "
+             "and training); fixed: wall - work. gpu fresh: every kernel cache in the home "
+             "directory emptied first.", "",
+             "| command | data | device | runs | wall | work | fixed | CPU wall / GPU wall |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [(f"etl --data ({layout})", payload["datasets"][layout].get("size", ""), runs)
+            for layout, runs in payload["etl"].items()]
+    if payload["jobs"]:
+        rows.append(("python -m examples.mortgage (default job)", "generated", payload["jobs"]))
+    for label, size, by_device in rows:
+        cpu = by_device.get("cpu") or []
+        for device, runs in by_device.items():
+            if not runs:
+                continue
+            versus = ""
+            if cpu and device != "cpu":
+                cpu_wall = summary(r["wall"] for r in cpu)["median"]
+                versus = f"{cpu_wall / summary(r['wall'] for r in runs)['median']:.2f}x"
+            lines.append(f"| {label} | {size} | {device} | {len(runs)} | {_cell(runs, 'wall')} "
+                         f"| {_cell(runs, 'work')} | {_cell(runs, 'fixed')} | {versus} |")
+    if payload["help"]:
+        lines += ["", "| command | runs | wall |", "| --- | --- | --- |"]
+        lines += [f"| `{name}` | {len(runs)} | {_cell(runs, 'wall')} |"
+                  for name, runs in payload["help"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
+    parser.add_argument("--size", default="1GB", help="The etl command's dataset per layout.")
+    parser.add_argument("--layouts", default="classic,current")
+    parser.add_argument("--runs", type=int, default=2, help="Warm GPU etl runs per layout.")
+    parser.add_argument("--cpu-runs", type=int, default=2, help="CPU etl runs per layout.")
+    parser.add_argument("--fresh-runs", type=int, default=1,
+                        help="GPU etl runs per layout as on a fresh machine (caches emptied).")
+    parser.add_argument("--job-runs", type=int, default=2,
+                        help="Runs of the default job per device (0: skip).")
+    parser.add_argument("--help-runs", type=int, default=3, help="Runs of each --help.")
+    parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
+    output_options(parser)
+    return parser
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
+    args.layouts = choices(parser_, "--layouts", args.layouts, ("classic", "current"))
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse(argv)
+    info = machine()
+    payload = {"command": command_line(__file__, argv), "commit": commit(),
+               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
+               "machine_name": args.machine or machine_name(info, 1), "datasets": {},
+               "etl": {}, "jobs": {}, "help": {}}
+    stem = os.path.join(args.out, f"wall-clock-{payload['machine_name']}")
+
+    def save():
+        write_results(stem, markdown(payload), payload)
+
+    for layout in args.layouts:
+        directory = os.path.join(args.data, f"{layout}-{args.size}")
+        payload["datasets"][layout] = {**generate(directory, args.size, layout, args.workers),
+                                       "size": args.size}
+        payload["etl"][layout] = etl_runs(directory, args.runs, args.cpu_runs, args.fresh_runs)
+        save()
+    if args.job_runs:
+        payload["jobs"] = job_runs(args.job_runs)
+        save()
+    if args.help_runs:
+        payload["help"] = help_runs(args.help_runs)
+    save()
+    print(markdown(payload))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The wall-clock benchmark on CPUs: it times the README's commands as whole processes, reads
+their work lines, and the fixed cost it reports is the wall clock less that work."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import wall_clock  # noqa: E402
+
+
+def test_a_fresh_machine_s_caches_are_new_and_empty(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cache = tmp_path / ".cupy" / "kernel_cache"
+    cache.mkdir(parents=True)
+    (cache / "kernel.cubin").write_bytes(b"x")
+    env = wall_clock.fresh_environment()
+    assert not cache.exists()
+    assert set(env) == {"CUPY_CACHE_DIR", "NUMBA_CACHE_DIR"}
+    assert all(os.path.isdir(path) and not os.listdir(path) for path in env.values())
+
+
+def test_the_cpu_commands_are_timed_whole_and_their_work_subtracted(tmp_path):
+    payload = wall_clock.main(["--data", str(tmp_path / "data"), "--size", "3MB", "--layouts",
+                               "classic", "--runs", "0", "--fresh-runs", "0", "--cpu-runs", "1",
+                               "--job-runs", "0", "--help-runs", "1", "--out", str(tmp_path),
+                               "--machine", "cpu"])
+    (run,) = payload["etl"]["classic"]["cpu"]
+    assert 0 < run["work"] < run["wall"]
+    assert abs(run["fixed"] - (run["wall"] - run["etl"] - run["write"])) < 1e-9
+    assert all(len(runs) == 1 and runs[0]["wall"] > 0 for runs in payload["help"].values())
+    text = (tmp_path / "wall-clock-cpu.md").read_text()
+    assert "| etl --data (classic) | 3MB | cpu | 1 |" in text
+    assert "python -m examples.mortgage --help" in text
