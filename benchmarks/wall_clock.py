@@ -5,8 +5,8 @@ start to prompt, beside the work its lines report, GPU and CPUs alternating in o
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2]
 
 For each layout the README's ``etl`` command runs on a dataset made by its ``generate``: first
-on the GPU as on a fresh machine (every kernel cache in the home directory emptied: CuPy's,
-the CUDA driver's, Numba's), then warm, alternating with the CPUs. Then the default job
+on the GPU as on a fresh machine (the kernel caches emptied: CuPy's, the CUDA driver's,
+Numba's), then warm (the caches filled by that run), alternating with the CPUs. Then the default job
 (``python -m examples.mortgage``), GPU and CPUs alternating, and each command's ``--help``.
 Per command: the wall clock, the work the command's own lines report (the ETL and the write;
 the job's generate, ETL, DMatrix and training stages), and the fixed cost between them
@@ -20,7 +20,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,17 +43,18 @@ from common import (  # noqa: E402
 from mortgage import EXAMPLE, generate, parse_etl, parse_job, run  # noqa: E402
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
-CACHES = ("~/.cupy/kernel_cache", "~/.nv/ComputeCache", "~/.cache/numba")
+def kernel_caches() -> list[str]:
+    """Where compiled kernels are kept between runs: CuPy's cache, the CUDA driver's JIT
+    cache, Numba's cache."""
+    return [os.environ.get("CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache")),
+            os.environ.get("CUDA_CACHE_PATH", os.path.expanduser("~/.nv/ComputeCache")),
+            os.environ.get("NUMBA_CACHE_DIR", os.path.expanduser("~/.cache/numba"))]
 
 
-def fresh_environment() -> dict:
-    """Variables that make a command start as on a fresh machine: the kernel caches in the
-    home directory emptied, CuPy's and Numba's pointed at new empty folders (the workers
-    inherit them)."""
-    for cache in CACHES:
-        shutil.rmtree(os.path.expanduser(cache), ignore_errors=True)
-    return {"CUPY_CACHE_DIR": tempfile.mkdtemp(prefix="cupy-cache-"),
-            "NUMBA_CACHE_DIR": tempfile.mkdtemp(prefix="numba-cache-")}
+def empty_kernel_caches() -> None:
+    """As on a fresh machine: the kernel caches emptied (the next run fills them again)."""
+    for cache in kernel_caches():
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def etl_command(directory: str, out: str, device: str) -> list[str]:
@@ -62,8 +62,8 @@ def etl_command(directory: str, out: str, device: str) -> list[str]:
             device]
 
 
-def one_etl(directory: str, out: str, device: str, env: dict | None = None) -> dict:
-    text, wall = run(etl_command(directory, out, device), env=env)
+def one_etl(directory: str, out: str, device: str) -> dict:
+    text, wall = run(etl_command(directory, out, device))
     found = parse_etl(text)
     work = found["seconds"] + found.get("write_seconds", 0.0)
     return {"wall": wall, "work": work, "fixed": wall - work, "etl": found["seconds"],
@@ -75,7 +75,8 @@ def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int) -> dict:
     out = os.path.join(os.path.dirname(directory), "features.parquet")
     results = {"gpu fresh": [], "gpu": [], "cpu": []}
     for _ in range(fresh_runs):
-        results["gpu fresh"].append(one_etl(directory, out, "gpu", fresh_environment()))
+        empty_kernel_caches()
+        results["gpu fresh"].append(one_etl(directory, out, "gpu"))
         say(f"etl gpu fresh {os.path.basename(directory)}: {results['gpu fresh'][-1]}")
     for _, name in interleave({"gpu": runs, "cpu": cpu_runs}):
         results[name].append(one_etl(directory, out, name))
@@ -157,6 +158,7 @@ def parser() -> argparse.ArgumentParser:
                         help="Runs of the default job per device (0: skip).")
     parser.add_argument("--help-runs", type=int, default=3, help="Runs of each --help.")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
@@ -172,7 +174,7 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse(argv)
     info = machine()
-    payload = {"command": command_line(__file__, argv), "commit": commit(),
+    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
                "machine_name": args.machine or machine_name(info, 1), "datasets": {},
                "etl": {}, "jobs": {}, "help": {}}

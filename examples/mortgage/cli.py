@@ -236,10 +236,10 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     for module in (f"{__package__}.job", "xgboost.dask", *(["cudf"] if expected == "gpu" else [])):
         warm.import_in_background(module)  # while the cluster starts
     with contextlib.ExitStack() as stack:
-        stack.enter_context(train.without_rank_lines())  # for the local workers too
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
-        with gpu_workers.environ(cluster, expected):
-            client, device = stack.enter_context(cluster_client(**cluster))
+        with gpu_workers.environ(cluster, expected), train.without_rank_lines():
+            client, device = stack.enter_context(cluster_client(**cluster))  # its workers'
+            # standard error without XGBoost's rank lines
         if device == "gpu":
             warm.workers(client)
         cluster_start = time.perf_counter() - started

@@ -245,10 +245,11 @@ def _dropped(text: bytes) -> bytes:
 
 @contextlib.contextmanager
 def without_rank_lines():
-    """Drop XGBoost's "got rank" lines from this process's standard error, and from that of
-    the worker processes started in the block (they inherit it); everything else written there
-    passes. Each worker's XGBoost writes the line from C++ when training starts, straight to
-    file descriptor 2, past Python's streams and XGBoost's verbosity."""
+    """Drop XGBoost's "got rank" lines from the standard error of the processes started in the
+    block (a local cluster's workers, which inherit it); everything else they write there
+    passes. Each worker's XGBoost writes that line from C++ when training starts, straight to
+    file descriptor 2, past Python's streams and XGBoost's verbosity. This process's own
+    standard error is itself again when the block ends."""
     try:
         saved = os.dup(2)
     except OSError:  # no standard error to filter
@@ -259,7 +260,7 @@ def without_rank_lines():
     os.dup2(write_end, 2)
     os.close(write_end)
 
-    def forward():
+    def forward():  # until the last process holding the pipe ends
         pending = b""
         while chunk := os.read(read_end, 1 << 16):
             pending = _dropped(pending + chunk)
@@ -268,16 +269,14 @@ def without_rank_lines():
             pending = pending[cut:]
         os.write(saved, _dropped(pending))
         os.close(read_end)
+        os.close(saved)
 
-    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
-    thread.start()
+    threading.Thread(target=forward, name="stderr-filter", daemon=True).start()
     try:
         yield
     finally:
         sys.stderr.flush()
-        os.dup2(saved, 2)  # the pipe's last writer closes: the thread ends
-        thread.join(timeout=5)
-        os.close(saved)
+        os.dup2(saved, 2)
 
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
