@@ -202,7 +202,6 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if ctx.invoked_subcommand is not None:
         return
     from . import generate as gen
-    from . import job
 
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(_shared_pool(cluster), expected)
@@ -256,6 +255,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             the_plan = _plan(directory, None, None, None, device, partition_size)
         elif device != expected and partition_size is None:
             the_plan = _plan(data, None, None, None, device, None)  # the cluster's default
+        from . import job  # imported while the cluster started
+
         try:
             result = job.run(client, device, the_plan, bad_rows=bad_rows, rounds=rounds,
                              holdout=holdout, params=params, progress=True,

@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from . import output, schema
+
+# pandas and pyarrow are imported by the functions that write text, so that the commands can
+# build and check a Spec before the cluster starts without them.
 
 # Average note rate of the loans Fannie Mae bought, by vintage year (approximate).
 NOTE_RATE = {
@@ -358,6 +358,8 @@ def simulate(spec: Spec, year: int, quarter: int, part: int, attrs: dict) -> dic
 def _texts(values: list[str], numbers: np.ndarray, mask: np.ndarray | None = None):
     """A dictionary-encoded Arrow array: few distinct strings, written fast; blank where
     ``mask``."""
+    import pyarrow as pa
+
     if mask is not None and not mask.any():
         mask = None
     return pa.DictionaryArray.from_arrays(
@@ -380,16 +382,23 @@ def _month_texts(months: np.ndarray, day: bool, mask: np.ndarray | None = None,
 
 def _codes(strings: np.ndarray, vocabulary: list[str] | None = None):
     """Strings (None: blank) as a dictionary array; every value must be in ``vocabulary``."""
+    import pandas as pd
+    import pyarrow as pa
+
     return pa.array(pd.Categorical(strings, categories=vocabulary))
 
 
 def _floats(values: np.ndarray):
+    import pyarrow as pa
+
     values = np.asarray(values, dtype=float)
     nan = np.isnan(values)
     return pa.array(values, mask=nan if nan.any() else None)
 
 
 def _ints(values: np.ndarray):
+    import pyarrow as pa
+
     values = np.asarray(values, dtype=float)
     nan = np.isnan(values)
     return pa.array(np.nan_to_num(values).astype(np.int64), mask=nan if nan.any() else None)
@@ -403,16 +412,17 @@ def _whole_floats(values: np.ndarray, mask: np.ndarray | None = None):
     return _texts([f"{v}.0" for v in range(low, high + 1)], values - low, mask)
 
 
-_CSV = pacsv.WriteOptions(include_header=False, delimiter="|", quoting_style="none")
-
-
 def _write(table_columns: dict, sink, mode: str = "wb") -> int:
     """Write the columns as pipe-delimited text to ``sink`` (a path or a file); bytes written."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     table = pa.table(table_columns)
     if not isinstance(sink, str):
         before = sink.tell()
         if table.num_rows:
-            pacsv.write_csv(table, sink, _CSV)
+            pacsv.write_csv(table, sink, pacsv.WriteOptions(
+                include_header=False, delimiter="|", quoting_style="none"))
         return sink.tell() - before
     with open(sink, mode) as f:
         return _write(table_columns, f)
@@ -452,6 +462,8 @@ def acquisition_columns(attrs: dict, compact: bool = False) -> dict:
 def performance_columns(attrs: dict, rows: dict, rng, compact: bool = False) -> dict:
     """The classic performance columns; ``compact``: dates as ``MMYYYY`` and statuses of two
     characters, as the current layout writes them (the same values, the same draws)."""
+    import pandas as pd
+
     i, month, event = rows["i"], rows["month"], rows["event"]
     n = i.size
     first_row = np.ones(n, dtype=bool)
@@ -529,6 +541,8 @@ def _statuses(status: np.ndarray, compact: bool):
 def current_columns(attrs: dict, rows: dict, rng) -> dict:
     """The current layout's 108 columns: each row's performance fields and its loan's
     acquisition fields; the columns the classic layout lacks are blank."""
+    import pyarrow as pa
+
     perf = performance_columns(attrs, rows, rng, compact=True)
     acq = acquisition_columns(attrs, compact=True)
     rows_of_loans = pa.array(rows["i"])
