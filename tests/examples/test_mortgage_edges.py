@@ -340,3 +340,15 @@ def test_xgboost_rank_lines_are_dropped_from_the_output(capfd):
         err += capfd.readouterr().err
     assert sorted(err.splitlines()) == ["a warning the user should see", "after the block",
                                         "from a worker process"]
+
+
+def test_a_bad_memory_option_in_the_environment_names_the_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("DASK_GPU_INTEROP__MEMORY__POOL_SIZE", "banana")
+    dask.config.refresh()
+    try:
+        line = _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "out")]),
+                        "DASK_GPU_INTEROP__MEMORY__POOL_SIZE=banana", "not a size")
+    finally:
+        monkeypatch.delenv("DASK_GPU_INTEROP__MEMORY__POOL_SIZE")
+        dask.config.refresh()
+    assert "--pool-size" not in line
