@@ -649,7 +649,7 @@ class Generated:
             return None if path is None else os.path.join(new, os.path.relpath(path, old))
 
         return dataclasses.replace(
-            self, directory=there(self.directory), performance=list(map(there, self.performance)),
+            self, directory=new, performance=list(map(there, self.performance)),
             acquisition=list(map(there, self.acquisition)), current=list(map(there, self.current)),
             names=there(self.names))
 
