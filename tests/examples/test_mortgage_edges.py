@@ -143,7 +143,9 @@ def test_generate_replaces_only_an_earlier_dataset(tmp_path):
     data = tmp_path / "data"
     with dask.config.set(scheduler="synchronous"):
         made = gen.generate(str(data), spec)
-        assert all(os.path.exists(p) for p in made.performance + made.acquisition)
+        assert made.directory == str(data)  # where it was renamed to, not the hidden folder
+        assert all(p.startswith(f"{data}/") and os.path.exists(p)
+                   for p in made.performance + made.acquisition + [made.names])
         with pytest.raises(FileExistsError, match="--overwrite"):
             gen.generate(str(data), spec)
         gen.generate(str(data), spec, overwrite=True)
