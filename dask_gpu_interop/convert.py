@@ -46,7 +46,19 @@ _X64 = {"int64", "uint64", "float64", "complex128"}
 
 
 class ZeroCopyError(ValueError):
-    """``copy=False`` was asked, and this conversion cannot be done without a copy."""
+    """``copy=False`` was asked, and this conversion cannot be done without a copy.
+
+    A ``ValueError``. The message says why: nulls, mixed dtypes, a layout the target cannot
+    express, or a library that copied on import (caught by comparing the data pointers).
+
+    Examples
+    --------
+    >>> from dask_gpu_interop.convert import ZeroCopyError, to_cupy
+    >>> try:
+    ...     array = to_cupy(series_with_nulls, copy=False)
+    ... except ZeroCopyError as err:
+    ...     print(err)  # the Series has 3 nulls, which a device array cannot hold: ...
+    """
 
 
 @dataclass
@@ -73,11 +85,54 @@ class _Source:
 
 
 def convert(obj, to: str, *, copy: bool | None = None, order: str = "K"):
-    """``obj`` (a cuDF Series/DataFrame, CuPy/Numba array, torch tensor or JAX array) as a
-    ``to`` object ("cupy", "torch", "numba", "jax", "cudf"), sharing its memory where possible.
+    """``obj`` as a ``to`` object, sharing its memory where possible.
 
-    ``order``: "K" keeps the source's layout; "C" or "F" asks for that memory order (JAX is
-    always "C"; a 2-D cuDF DataFrame is column-major, i.e. "F").
+    The hand-off goes through DLPack or ``__cuda_array_interface__``, so device data makes no
+    trip through host memory, and the consumer never reads what the producer's stream has not
+    finished writing. Each library is imported only when one of its objects is given or asked for.
+
+    Parameters
+    ----------
+    obj : object
+        A cuDF Series or DataFrame, a CuPy or Numba array, a torch tensor, a JAX array, or
+        any object with ``__cuda_array_interface__``.
+    to : {"cupy", "torch", "numba", "jax", "cudf"}
+        The library of the result.
+    copy : bool or None
+        False: never copy: a view of the same memory, or :class:`ZeroCopyError` saying why a
+        copy is unavoidable (a result that the target library copied behind our back is
+        caught too, by comparing the data pointers). None: copy only when needed. True:
+        always return new memory.
+    order : {"K", "C", "F"}
+        "K" keeps the source's layout; "C" or "F" asks for that memory order. JAX arrays are
+        always "C"; a 2-D cuDF DataFrame is column-major ("F").
+
+    Returns
+    -------
+    object
+        A CuPy array, torch tensor, Numba device array, JAX array, or cuDF Series (1-D) or
+        DataFrame (2-D).
+
+    Raises
+    ------
+    ZeroCopyError
+        ``copy=False`` and the conversion needs a copy.
+    ValueError
+        An unknown ``to``, ``copy`` or ``order``, or an array cuDF cannot take (more than two
+        dimensions, nulls in a column without NaN).
+    TypeError
+        ``obj`` is not something this module converts, its data is in host memory and the
+        target lives on the GPU, or the target cannot hold its element type.
+    ImportError
+        The target library is not installed.
+
+    Examples
+    --------
+    >>> import cupy
+    >>> from dask_gpu_interop.convert import convert
+    >>> a = cupy.asfortranarray(cupy.arange(6, dtype="float32").reshape(3, 2))
+    >>> frame = convert(a, "cudf", copy=False)  # two columns viewing the array's columns
+    >>> tensor = convert(frame, "torch", copy=False, order="F")
     """
     if to not in TARGETS:
         raise ValueError(f"to={to!r}: choose one of {', '.join(TARGETS)}")
@@ -93,27 +148,219 @@ def convert(obj, to: str, *, copy: bool | None = None, order: str = "K"):
 
 
 def to_cupy(obj, *, copy: bool | None = None, order: str = "K"):
-    """``obj`` as a CuPy array (see :func:`convert`)."""
+    """``obj`` as a CuPy array, sharing its memory where possible.
+
+    The same as ``convert(obj, "cupy", ...)``.
+
+    Parameters
+    ----------
+    obj : object
+        A cuDF Series or DataFrame, a CuPy or Numba array, a torch tensor, a JAX array, or
+        any object with ``__cuda_array_interface__``.
+    copy : bool or None
+        False: never copy (a view of the same memory, or :class:`ZeroCopyError`); None: copy
+        only when needed; True: always return new memory.
+    order : {"K", "C", "F"}
+        "K" keeps the source's layout; "C" or "F" asks for that memory order (a copy when the
+        source has another one).
+
+    Returns
+    -------
+    object
+        A CuPy array.
+
+    Raises
+    ------
+    ZeroCopyError
+        ``copy=False`` and the conversion needs a copy; the message says why.
+    TypeError
+        ``obj`` is not something this module converts, or the target cannot hold its
+        element type.
+    ImportError
+        The target library is not installed.
+
+    See Also
+    --------
+    convert : the general form, with the rules for ``copy`` and ``order``.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop.convert import to_cupy
+    >>> array = to_cupy(series, copy=False)  # a view of the Series' column
+    """
     return convert(obj, "cupy", copy=copy, order=order)
 
 
 def to_torch(obj, *, copy: bool | None = None, order: str = "K"):
-    """``obj`` as a torch tensor (see :func:`convert`)."""
+    """``obj`` as a torch tensor, sharing its memory where possible.
+
+    The same as ``convert(obj, "torch", ...)``.
+
+    Parameters
+    ----------
+    obj : object
+        A cuDF Series or DataFrame, a CuPy or Numba array, a torch tensor, a JAX array, or
+        any object with ``__cuda_array_interface__``.
+    copy : bool or None
+        False: never copy (a view of the same memory, or :class:`ZeroCopyError`); None: copy
+        only when needed; True: always return new memory.
+    order : {"K", "C", "F"}
+        "K" keeps the source's layout; "C" or "F" asks for that memory order (a copy when the
+        source has another one).
+
+    Returns
+    -------
+    object
+        A torch tensor.
+
+    Raises
+    ------
+    ZeroCopyError
+        ``copy=False`` and the conversion needs a copy; the message says why.
+    TypeError
+        ``obj`` is not something this module converts, or the target cannot hold its
+        element type.
+    ImportError
+        The target library is not installed.
+
+    See Also
+    --------
+    convert : the general form, with the rules for ``copy`` and ``order``.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop.convert import to_torch
+    >>> tensor = to_torch(series, copy=False)  # a view, or ZeroCopyError saying why not
+    """
     return convert(obj, "torch", copy=copy, order=order)
 
 
 def to_numba(obj, *, copy: bool | None = None, order: str = "K"):
-    """``obj`` as a Numba device array (see :func:`convert`)."""
+    """``obj`` as a Numba device array, sharing its memory where possible.
+
+    The same as ``convert(obj, "numba", ...)``.
+
+    Parameters
+    ----------
+    obj : object
+        A cuDF Series or DataFrame, a CuPy or Numba array, a torch tensor, a JAX array, or
+        any object with ``__cuda_array_interface__``.
+    copy : bool or None
+        False: never copy (a view of the same memory, or :class:`ZeroCopyError`); None: copy
+        only when needed; True: always return new memory.
+    order : {"K", "C", "F"}
+        "K" keeps the source's layout; "C" or "F" asks for that memory order (a copy when the
+        source has another one).
+
+    Returns
+    -------
+    object
+        A Numba device array.
+
+    Raises
+    ------
+    ZeroCopyError
+        ``copy=False`` and the conversion needs a copy; the message says why.
+    TypeError
+        ``obj`` is not something this module converts, or the target cannot hold its
+        element type.
+    ImportError
+        The target library is not installed.
+
+    See Also
+    --------
+    convert : the general form, with the rules for ``copy`` and ``order``.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop.convert import to_numba
+    >>> device_array = to_numba(tensor, copy=False)  # for a Numba CUDA kernel
+    """
     return convert(obj, "numba", copy=copy, order=order)
 
 
 def to_jax(obj, *, copy: bool | None = None):
-    """``obj`` as a JAX array (see :func:`convert`); JAX arrays are always row-major."""
+    """``obj`` as a JAX array, sharing its memory where possible.
+
+    The same as ``convert(obj, "jax", ...)`` with ``order="C"``: JAX arrays are always
+    row-major.
+
+    Parameters
+    ----------
+    obj : object
+        A cuDF Series or DataFrame, a CuPy or Numba array, a torch tensor, a JAX array, or
+        any object with ``__cuda_array_interface__``.
+    copy : bool or None
+        False: never copy (a view of the same memory, or :class:`ZeroCopyError`); None: copy
+        only when needed; True: always return new memory.
+
+    Returns
+    -------
+    object
+        A JAX array.
+
+    Raises
+    ------
+    ZeroCopyError
+        ``copy=False`` and the conversion needs a copy; the message says why.
+    TypeError
+        ``obj`` is not something this module converts, or the target cannot hold its
+        element type.
+    ImportError
+        The target library is not installed.
+
+    See Also
+    --------
+    convert : the general form, with the rules for ``copy`` and ``order``.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop.convert import to_jax
+    >>> x = to_jax(tensor)  # copies only if the tensor is not row-major
+    """
     return convert(obj, "jax", copy=copy, order="C")
 
 
 def to_cudf(obj, *, copy: bool | None = None):
-    """``obj`` as a cuDF Series (1-D) or DataFrame (2-D, column-major) (see :func:`convert`)."""
+    """``obj`` as a cuDF Series (1-D) or DataFrame (2-D), sharing its memory where possible.
+
+    The same as ``convert(obj, "cudf", ...)``. cuDF columns are contiguous, so a zero-copy
+    DataFrame needs a column-major (F-order) array.
+
+    Parameters
+    ----------
+    obj : object
+        A cuDF Series or DataFrame, a CuPy or Numba array, a torch tensor, a JAX array, or
+        any object with ``__cuda_array_interface__``.
+    copy : bool or None
+        False: never copy (a view of the same memory, or :class:`ZeroCopyError`); None: copy
+        only when needed; True: always return new memory.
+
+    Returns
+    -------
+    object
+        A cuDF Series (1-D) or DataFrame (2-D).
+
+    Raises
+    ------
+    ZeroCopyError
+        ``copy=False`` and the conversion needs a copy; the message says why.
+    TypeError
+        ``obj`` is not something this module converts, or the target cannot hold its
+        element type.
+    ImportError
+        The target library is not installed.
+
+    See Also
+    --------
+    convert : the general form, with the rules for ``copy`` and ``order``.
+
+    Examples
+    --------
+    >>> import cupy
+    >>> from dask_gpu_interop.convert import to_cudf
+    >>> frame = to_cudf(cupy.asfortranarray(array), copy=False)  # columns viewing the array
+    """
     return convert(obj, "cudf", copy=copy, order="K")
 
 
@@ -121,7 +368,27 @@ def to_cudf(obj, *, copy: bool | None = None):
 
 
 def library_of(obj) -> str:
-    """Which of our libraries ``obj`` belongs to, by its type's module (imports nothing)."""
+    """Which of the converted libraries ``obj`` belongs to, by its type's module.
+
+    Imports nothing: an object's library is already imported.
+
+    Parameters
+    ----------
+    obj : object
+        Anything.
+
+    Returns
+    -------
+    str
+        ``"torch"``, ``"cupy"``, ``"numba"``, ``"jax"``, ``"cudf"``, or ``"other"``.
+
+    Examples
+    --------
+    >>> import numpy
+    >>> from dask_gpu_interop.convert import library_of
+    >>> library_of(numpy.zeros(3))
+    'other'
+    """
     top = type(obj).__module__.partition(".")[0]
     if top == "jaxlib":
         return "jax"

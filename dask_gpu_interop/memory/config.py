@@ -107,6 +107,30 @@ class Worded(Exception):
         self.settings = settings
 
     def message(self, flags: str | None = None) -> str:
+        """The message, naming each option as the caller was given it.
+
+        Parameters
+        ----------
+        flags : str or None
+            None: keyword arguments (``pool_size='8GB'``), as ``str(err)`` says them. A
+            string: command-line flags with that prefix (``""``: ``--pool-size '8GB'``,
+            ``"gpu-"``: the preload's ``--gpu-pool-size '8GB'``). Options set in dask config
+            or the environment are named as they were set there either way.
+
+        Returns
+        -------
+        str
+            One line: what is wrong and what to change.
+
+        Examples
+        --------
+        >>> from dask_gpu_interop import GPUMemoryPlugin, OptionError
+        >>> try:
+        ...     GPUMemoryPlugin(pool_size="lots")
+        ... except OptionError as err:
+        ...     print(err.message(flags="gpu-"))
+        --gpu-pool-size 'lots': not a size; use bytes (1073741824), a unit ('8GB', ...
+        """
         if not self.settings:
             return self.reason
         return self.reason.format_map({s.option: _Spelled(s, flags) for s in self.settings})
@@ -118,20 +142,47 @@ class Worded(Exception):
 class OptionError(Worded, ValueError):
     """A memory option's value the plugin cannot use, or options that cannot go together.
 
-    ``option``, ``value`` and ``source`` are those of the first option named (the one with
-    the bad value); ``settings`` holds every option the reason names.
+    A ``ValueError`` (an option of the wrong type raises a subclass that is also a
+    ``TypeError``). Raised on the client, before any worker is touched, by
+    :class:`GPUMemoryPlugin`, :meth:`MemoryConfig.from_options`, :func:`cluster_client` and
+    :func:`local_cluster`. The message names each option where the user set it: the keyword,
+    the dask config key or the ``DASK_GPU_INTEROP__MEMORY__*`` environment variable;
+    :meth:`message` says it as command-line flags instead.
+
+    Attributes
+    ----------
+    settings : tuple of Setting
+        Every option the reason names, the one with the bad value first: each with its
+        ``option``, ``value`` and ``source``.
+
+    See Also
+    --------
+    MemoryConfig.from_options : where the options are checked.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import GPUMemoryPlugin, OptionError
+    >>> try:
+    ...     GPUMemoryPlugin(managed=True, async_alloc=True)
+    ... except OptionError as err:
+    ...     print(err.option, err.value, err.source)
+    managed True given
     """
 
     @property
     def option(self) -> str:
+        """The first option named, the one with the bad value (``"pool_size"``)."""
         return self.settings[0].option
 
     @property
     def value(self):
+        """That option's value, as it was given."""
         return self.settings[0].value
 
     @property
     def source(self) -> str:
+        """Where that value came from, ``"given"`` (the caller), ``"config"`` (a dask config
+        key), ``"environment"`` (a ``DASK_*`` variable) or ``"default"`` (nobody)."""
         return self.settings[0].source
 
 
@@ -234,7 +285,52 @@ def _option(default, kind: Kind, help: str):
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """A validated memory configuration. Build it with :meth:`from_options`."""
+    """A validated memory configuration: the options of :class:`GPUMemoryPlugin`.
+
+    Build it with :meth:`from_options`, which reads the options left out from dask config and
+    checks them, alone and together. Its fields are the one source of the memory options:
+    the plugin's keyword arguments, the dask config keys under ``gpu-interop.memory``, the
+    preload's ``--gpu-*`` flags and the commands' flags are all made from them. Frozen: equal
+    configurations compare equal and have equal :meth:`digest`.
+
+    Parameters
+    ----------
+    pool_size : Size or None
+        Initial size of the RMM pool.
+    maximum_pool_size : Size or None
+        Largest size the pool may grow to.
+    pool : bool
+        Device memory through an RMM pool; False: cudaMalloc and cudaFree for every buffer.
+    managed : bool
+        Managed (unified) memory.
+    async_alloc : bool
+        CUDA's async pool on the device's default pool.
+    release_threshold : Size or None
+        Async pool only: the memory the pool keeps when idle.
+    frameworks : tuple of str or None
+        The frameworks to bind; None: every installed one.
+    statistics : bool
+        RMM statistics per worker, framework and task prefix.
+    spill : bool or None
+        cuDF's spilling; None: cuDF's own setting.
+    log_directory : str or None
+        A directory for RMM allocation logs.
+    jax_memory_fraction : float or None
+        JAX's cap, as a share of the device.
+
+    See Also
+    --------
+    GPUMemoryPlugin : what each option does on the workers.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import MemoryConfig
+    >>> config = MemoryConfig.from_options(pool_size="0.8", maximum_pool_size="0.95")
+    >>> config.mode
+    'pool'
+    >>> config.argv("gpu-")[:4]
+    ['--gpu-pool-size', '0.8', '--gpu-maximum-pool-size', '0.95']
+    """
 
     pool_size: Size | None = _option(
         None, SIZE,
@@ -273,16 +369,40 @@ class MemoryConfig:
 
     @property
     def mode(self) -> str:
-        """``"async"``, ``"managed"`` or ``"pool"``."""
+        """The kind of resource, ``"async"``, ``"managed"`` or ``"pool"``."""
         if self.async_alloc:
             return "async"
         return "managed" if self.managed else "pool"
 
     @classmethod
     def from_options(cls, **options) -> MemoryConfig:
-        """Validate user options; those left out or ``UNSET`` come from dask config.
+        """Validate a user's options; those left out (or ``UNSET``) come from dask config.
 
-        Raises :class:`OptionError` naming each option where it was set (see ``Worded``)."""
+        Parameters
+        ----------
+        **options
+            The keyword arguments of :class:`GPUMemoryPlugin` (``pool_size="0.8"``, ...),
+            without ``force``.
+
+        Returns
+        -------
+        MemoryConfig
+            The parsed options, checked alone and together.
+
+        Raises
+        ------
+        OptionError
+            A value that cannot be used, or options that cannot go together, named where
+            each was set (the keyword, the dask config key or the environment variable).
+        TypeError
+            An unknown option (the message lists the known ones).
+
+        Examples
+        --------
+        >>> from dask_gpu_interop import MemoryConfig
+        >>> MemoryConfig.from_options(async_alloc=True, release_threshold="10GB").mode
+        'async'
+        """
         known = option_names()
         unknown = set(options) - set(known)
         if unknown:
@@ -322,12 +442,31 @@ class MemoryConfig:
                    "maximum_pool_size", "pool_size")
 
     def options(self) -> dict:
-        """The options as plain values (sizes as given), for logs, reports and the CLI."""
+        """The options as plain values, for logs, reports and the command line.
+
+        Returns
+        -------
+        dict
+            ``{option: value}`` for every option: sizes as given (bytes as an int, a fraction
+            as a float), lists for ``frameworks``, ``None`` where unset.
+        """
         return {spec.name: spec.kind.plain(getattr(self, spec.name)) for spec in OPTIONS}
 
     def argv(self, prefix: str = "") -> list[str]:
-        """The command-line flags that give this configuration back (``--{prefix}pool-size
-        0.8 ...``); the worker preload's with ``PRELOAD_PREFIX``."""
+        """The command-line flags that give this configuration back.
+
+        Parameters
+        ----------
+        prefix : str
+            The flags' prefix: ``""`` for the commands' (``--pool-size``), ``"gpu-"``
+            (``PRELOAD_PREFIX``) for the worker preload's (``--gpu-pool-size``).
+
+        Returns
+        -------
+        list of str
+            The flags and their values, as a command line takes them; options that are
+            ``None`` are left out, booleans are spelled ``--name`` or ``--no-name``.
+        """
         argv = []
         for spec in OPTIONS:
             value = spec.kind.plain(getattr(self, spec.name))
@@ -340,7 +479,13 @@ class MemoryConfig:
         return argv
 
     def digest(self) -> str:
-        """A short stable hash of the configuration: equal configs give equal plugin names."""
+        """A short stable hash of the configuration: equal configs give equal plugin names.
+
+        Returns
+        -------
+        str
+            Ten hexadecimal digits, the same in every process for equal configurations.
+        """
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

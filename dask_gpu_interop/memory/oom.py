@@ -28,7 +28,27 @@ DEVICE_OOM_TEXT = (
 
 
 class GPUOutOfMemoryError(MemoryError):
-    """A task ran its worker's GPU out of memory; the message says what to change."""
+    """A task ran its worker's GPU out of memory; the message says what to change.
+
+    A ``MemoryError``. The plugin recognizes the out-of-memory errors of RMM, CuPy, PyTorch,
+    Numba, XGBoost and JAX when a task fails on a worker with statistics on, and puts this
+    error in their place, so that the client's ``future.result()`` (or ``compute()``) raises
+    it; the worker logs the same line. The message names the task, the refused request (when
+    RMM saw it), the pool's size and maximum, what was in use, the largest tasks by peak on
+    that worker, the option to change, and ends with the original error's first line.
+
+    See Also
+    --------
+    memory_report : every worker's task prefixes by peak device memory.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import GPUOutOfMemoryError
+    >>> try:
+    ...     frame.compute()
+    ... except GPUOutOfMemoryError as err:
+    ...     print(err)  # GPU out of memory in task 'huge-0' on tcp://...: the RMM pool of ...
+    """
 
 
 def is_device_oom(exc: BaseException, recent_failure: bool = False) -> bool:

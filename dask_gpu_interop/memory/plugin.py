@@ -20,41 +20,114 @@ logger = logging.getLogger("distributed.worker.gpu_interop")
 class GPUMemoryPlugin(WorkerPlugin):
     """Set up one RMM memory resource on every worker and make the GPU frameworks use it.
 
-    >>> client.register_plugin(GPUMemoryPlugin(pool_size="0.8", maximum_pool_size="0.95"))
-    >>> client.register_plugin(GPUMemoryPlugin(managed=True))
-    >>> client.register_plugin(GPUMemoryPlugin(async_alloc=True, release_threshold="10GB"))
+    Register it on a running cluster with ``client.register_plugin(plugin)``, give it to
+    workers as they start with the :mod:`dask_gpu_interop.preload`, or let
+    :func:`cluster_client` start a cluster with it. Every framework in ``frameworks`` is bound
+    when it is first imported on the worker, so binding always comes before the framework's
+    first allocation and setup does not import what a worker never uses.
 
-    Resource, by options (sizes: bytes, "8GB"/"512MiB", or a fraction of the device, "0.8"):
+    Options left out come from dask config (``gpu-interop.memory.pool-size``, or
+    ``DASK_GPU_INTEROP__MEMORY__POOL_SIZE``); ``dask-gpu-interop config`` lists them with
+    their defaults. Sizes are bytes (an int), a string with a unit (``"8GB"``, ``"512MiB"``),
+    or a fraction of the device's memory (``0.8`` or ``"0.8"``).
+
+    Parameters
+    ----------
+    pool_size : int, float, str or None
+        Initial size of the RMM pool. Default: half the free memory for device pools, no pool
+        for managed memory.
+    maximum_pool_size : int, float, str or None
+        Largest size the pool may grow to. Default: the whole device.
+    pool : bool
+        Device memory through an RMM pool (default). ``False``: cudaMalloc and cudaFree for
+        every buffer, still counted, to compare the pool against.
+    managed : bool
+        Managed (unified) memory, so that work may oversubscribe the device; pooled only when
+        ``pool_size`` is given.
+    async_alloc : bool
+        CUDA's stream-ordered pool (cudaMallocAsync) on the device's default pool, which
+        PyTorch and XGBoost can share.
+    release_threshold : int, float, str or None
+        Async pool only: the memory the pool keeps when idle.
+    frameworks : list of str, str or None
+        Which of ``"cupy"``, ``"numba"``, ``"torch"``, ``"xgboost"``, ``"jax"``, ``"cudf"``
+        to bind (a list, or ``"cupy,torch"``). Default: every installed one. A framework
+        named here that is missing on a worker makes that worker refuse.
+    statistics : bool
+        Count current and peak bytes per worker, framework and task prefix (RMM statistics
+        adaptors), for :func:`memory_report` and the out-of-memory message. Default: on.
+    spill : bool or None
+        cuDF's spilling to host memory. Default: cuDF's own setting.
+    log_directory : str or None
+        A directory for RMM allocation logs, one CSV per worker.
+    jax_memory_fraction : float or None
+        JAX cannot allocate through RMM: it is kept from preallocating and capped to this
+        share of the device. Default: 0.2.
+    force : bool
+        Set up even where another owner holds the worker's memory (dask-cuda's ``rmm_*``
+        options, distributed-ucxx's ``rmm.pool-size``, another configuration with live
+        buffers, PyTorch already on its own allocator), replacing it.
+
+    Attributes
+    ----------
+    config : MemoryConfig
+        The validated options.
+    name : str
+        The plugin's name on the cluster: equal configurations share it, so registering one
+        twice is a no-op. ``client.unregister_worker_plugin(plugin.name)`` unbinds the
+        frameworks and restores each worker's previous resource (unless buffers are still
+        allocated from the pool: then it stays, so that they can be freed safely).
+
+    Raises
+    ------
+    OptionError
+        An option's value cannot be used, or two options cannot go together. Raised here, on
+        the client, naming the option where it was set.
+    TypeError
+        An unknown option.
+    ValueError
+        distributed-ucxx's ``rmm.pool-size`` is set in dask config (it would own the memory),
+        unless ``force=True``.
+    GPUMemorySetupError
+        Raised on a worker, and by ``register_plugin``: a size does not fit the device, a
+        framework asked for is not installed, RMM is missing where there is a GPU, or another
+        owner holds the memory (see ``force``). The worker's previous resource is left as it
+        was, and the failed registration is taken back so that it can be retried.
+
+    Notes
+    -----
+    The resource on each worker, by options:
 
     ======================================  =================================================
     (default)                               RMM pool on device memory; initial size: half of
                                             the free memory, grows up to the device
     ``pool_size=S, maximum_pool_size=M``    RMM pool on device memory, from S up to M
+    ``pool=False``                          cudaMalloc and cudaFree for every buffer, counted
     ``managed=True``                        managed memory (may oversubscribe), no pool
     ``managed=True, pool_size=S``           RMM pool on managed memory
     ``async_alloc=True``                    CUDA's async pool (the device's default pool, so
                                             XGBoost can share it); ``release_threshold``
     ======================================  =================================================
 
-    ``frameworks``: which of cupy, numba, torch, xgboost, jax, cudf to bind (default: every
-    installed one). Each binds when first imported on the worker; ``memory_report(client)``
-    says which allocate from the resource, which share its pool, and which stay outside.
-    ``statistics``: RMM statistics adaptors, for current/peak bytes per worker and framework.
-    ``spill``: cuDF's spilling. ``log_directory``: RMM allocation logs, one CSV per worker.
-    ``jax_memory_fraction``: JAX's cap (it cannot allocate through RMM).
-    Options left out come from dask config ``gpu-interop.memory.*``.
+    Workers without a GPU are left alone; they say so in their log and in the report. With
+    statistics, every task's device memory is recorded (its peak and what it left allocated,
+    by task prefix), and a task that runs the GPU out of memory fails with
+    :class:`GPUOutOfMemoryError`, naming the pool, what was in use, the largest tasks and the
+    option to change.
 
-    Invalid options raise here, on the client. On a worker, setup refuses (and the error
-    reaches ``register_plugin``) when a size does not fit the device, an asked-for framework is
-    missing, or memory is already owned by someone else: dask-cuda's ``rmm_*`` options,
-    distributed-ucxx's ``rmm.pool-size``, another configuration with live buffers, or PyTorch
-    already on its own allocator. ``force=True`` replaces the other owner anyway.
-    Registering the same configuration twice is a no-op; workers without a GPU are left alone.
+    Examples
+    --------
+    >>> from distributed import Client
+    >>> from dask_cuda import LocalCUDACluster
+    >>> from dask_gpu_interop import GPUMemoryPlugin, memory_report
+    >>> client = Client(LocalCUDACluster())
+    >>> client.register_plugin(GPUMemoryPlugin(pool_size="0.8", maximum_pool_size="0.95"))
+    >>> print(memory_report(client))
 
-    With statistics, every task's device memory is recorded (peak and what it left allocated,
-    by task prefix, in ``memory_report``), and a task that runs the GPU out of memory fails
-    with :class:`GPUOutOfMemoryError`, naming the pool, what was in use, the largest tasks and
-    the option to change.
+    Managed memory, or CUDA's async pool shared with XGBoost:
+
+    >>> client.register_plugin(GPUMemoryPlugin(managed=True))
+    >>> client.register_plugin(GPUMemoryPlugin(async_alloc=True, release_threshold="10GB"))
     """
 
     idempotent = True

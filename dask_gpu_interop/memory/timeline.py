@@ -39,8 +39,47 @@ GIB = 2**30
 class MemoryTimeline:
     """Sample every worker's memory state every ``interval`` seconds while running.
 
-    ``source``: what to sample, returning ``{worker: snapshot dict or exception}``; by default
-    ``client.run(worker_snapshot)`` on every worker.
+    A background thread on the client asks every worker for what :func:`memory_report`
+    shows, so nothing needs installing on the workers, and workers may come and go (one that
+    does not answer is skipped for that sample). Spikes shorter than the interval still show
+    in the peak, which RMM tracks itself. Use it as a context manager, or call :meth:`start`
+    and :meth:`stop`.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        The cluster's client; may be None when ``source`` is given.
+    interval : float
+        Seconds between samples, above 0.
+    source : callable, optional
+        What to sample instead of the workers: called with no arguments, it returns
+        ``{worker: snapshot dict or exception}``.
+
+    Attributes
+    ----------
+    samples : list of dict
+        One row per worker and sample (see :meth:`to_frame`).
+    tasks : dict
+        ``{worker: its latest per-task-prefix figures}``.
+    errors : list of str
+        Why samples or workers were skipped (the first 100).
+
+    Raises
+    ------
+    ValueError
+        ``interval`` is not a number above 0, or neither ``client`` nor ``source`` is given.
+
+    See Also
+    --------
+    record_memory : record a block and write the plot at its end.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import MemoryTimeline
+    >>> with MemoryTimeline(client, interval=0.5) as timeline:
+    ...     run_pipeline(client)
+    >>> timeline.plot("memory.png")
+    >>> timeline.to_frame()
     """
 
     def __init__(self, client=None, interval: float = 1.0, *, source=None):
@@ -61,6 +100,18 @@ class MemoryTimeline:
         self._t0: float | None = None
 
     def start(self) -> MemoryTimeline:
+        """Start sampling in a background thread.
+
+        Returns
+        -------
+        MemoryTimeline
+            This timeline.
+
+        Raises
+        ------
+        RuntimeError
+            It is already recording.
+        """
         if self._thread is not None:
             raise RuntimeError("this MemoryTimeline is already recording")
         self._t0 = time.monotonic()
@@ -70,7 +121,13 @@ class MemoryTimeline:
         return self
 
     def stop(self) -> MemoryTimeline:
-        """Stop sampling, after one last sample (so the end of the run is always in)."""
+        """Stop sampling, after one last sample (so the end of the run is always in).
+
+        Returns
+        -------
+        MemoryTimeline
+            This timeline; stopping one that is not recording only returns it.
+        """
         if self._thread is None:
             return self
         self._stop.set()
@@ -93,7 +150,7 @@ class MemoryTimeline:
             self._stop.wait(max(0.0, deadline - time.monotonic()))
 
     def sample(self) -> None:
-        """Take one sample of every worker now."""
+        """Take one sample of every worker now (a failed sample is noted in ``errors``)."""
         if self._t0 is None:
             self._t0 = time.monotonic()
         t, now = time.monotonic() - self._t0, time.time()
@@ -121,7 +178,21 @@ class MemoryTimeline:
         logger.debug("memory timeline: %s", message)
 
     def to_frame(self):
-        """The samples as a pandas DataFrame, one row per worker and sample."""
+        """The samples as a table.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per worker and sample: ``t`` (seconds since the start), ``time``,
+            ``worker``, ``name``, ``status``, the bytes allocated through RMM
+            (``current_bytes``, ``peak_bytes``), ``pool_size``, the device's memory in use
+            and total, and the CUDA async pool's used and reserved bytes.
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed (``pip install 'dask-gpu-interop[plot]'``).
+        """
         try:
             import pandas as pd
         except ImportError:
@@ -132,8 +203,30 @@ class MemoryTimeline:
             return pd.DataFrame(list(self.samples), columns=list(COLUMNS))
 
     def plot(self, path, *, title: str | None = None) -> Path:
-        """Write a PNG: one panel per worker with device memory in use, the RMM pool, and the
-        bytes allocated through RMM (current and peak) over time; then the task prefixes by peak."""
+        """Write a PNG of the samples.
+
+        One panel per worker (the first 16) shows, over time, the device's memory in use, the
+        RMM pool, the bytes allocated through RMM (current and peak) and, in async mode, the
+        CUDA pool; a last panel ranks the task prefixes by the most device memory one task
+        took.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The PNG to write (its folder is made).
+        title : str, optional
+            The figure's title. Default: "GPU memory per worker".
+
+        Returns
+        -------
+        pathlib.Path or None
+            ``path``; None, and no file, when no worker had GPU numbers (CPU workers).
+
+        Raises
+        ------
+        ImportError
+            matplotlib or pandas is not installed (``pip install 'dask-gpu-interop[plot]'``).
+        """
         with self._lock:
             tasks = dict(self.tasks)
         return plot_timeline(self.to_frame(), path, title=title, interval=self.interval,
@@ -263,10 +356,46 @@ def _plot_prefix_peaks(ax, peaks) -> None:
 @contextmanager
 def record_memory(client, png=None, *, interval: float = 1.0, title: str | None = None, csv=None,
                   source=None):
-    """Record memory while the block runs and write the PNG (and CSV) at the end. If the block
-    fails they are still written, as well as can be: the plot is most useful then. With no GPU
-    samples at all (CPU workers) no PNG is written, and a warning says so. ``source``: as for
-    :class:`MemoryTimeline`."""
+    """Record every worker's memory while the block runs; write the PNG and CSV at its end.
+
+    If the block fails they are still written, as well as can be: the plot is most useful
+    then.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster's client.
+    png : str or os.PathLike, optional
+        The plot to write (see :meth:`MemoryTimeline.plot`). With no GPU samples at all (CPU
+        workers) no PNG is written, and a warning says so.
+    interval : float
+        Seconds between samples, above 0.
+    title : str, optional
+        The plot's title.
+    csv : str or os.PathLike, optional
+        The samples as a CSV file (see :meth:`MemoryTimeline.to_frame`).
+    source : callable, optional
+        As for :class:`MemoryTimeline`.
+
+    Yields
+    ------
+    MemoryTimeline
+        The timeline recording the block.
+
+    Raises
+    ------
+    ValueError
+        ``interval`` is not a number above 0.
+    ImportError
+        A PNG or CSV is asked for and matplotlib or pandas is missing
+        (``pip install 'dask-gpu-interop[plot]'``).
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import record_memory
+    >>> with record_memory(client, png="memory.png", interval=0.5):
+    ...     run_pipeline(client)
+    """
     timeline = MemoryTimeline(client, interval=interval, source=source)
     timeline.start()
     try:
