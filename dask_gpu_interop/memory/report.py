@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from dask.utils import format_bytes
-
 from .. import device
 from . import state
+from .byte_text import byte_text
 
 COUNTS = ("current_bytes", "peak_bytes", "current_count", "peak_count", "total_bytes", "total_count")
 REMAINDER = "rmm"  # bytes through RMM's current resource not claimed by a framework adaptor
@@ -128,10 +127,6 @@ class MemoryReport(dict):
         return frame.sort_values("peak_bytes_max", ascending=False, ignore_index=True)
 
 
-def _b(n) -> str:
-    return "-" if n is None else format_bytes(n)
-
-
 def _worker_lines(address: str, snap: dict) -> list[str]:
     status = snap.get("status")
     if status in ("no-gpu", "no-plugin"):
@@ -142,17 +137,19 @@ def _worker_lines(address: str, snap: dict) -> list[str]:
         return [f"{address}  {why}"]
     dev = snap.get("device") or {}
     head = (
-        f"{address}  {dev.get('name', '?')} ({_b(dev.get('total'))}, {_b(dev.get('free'))} free)"
+        f"{address}  {dev.get('name', '?')} "
+        f"({byte_text(dev.get('total'))}, {byte_text(dev.get('free'))} free)"
         f"  {snap.get('mode')}: {snap.get('resource')}"
     )
     lines = [head]
-    pool = f"pool {_b(snap.get('pool_size'))}"
+    pool = f"pool {byte_text(snap.get('pool_size'))}"
     if snap.get("maximum_pool_size"):
-        pool += f" (max {_b(snap['maximum_pool_size'])})"
+        pool += f" (max {byte_text(snap['maximum_pool_size'])})"
     if "current_bytes" in snap:
         pool += (
-            f"  current {_b(snap['current_bytes'])} in {snap.get('current_count', 0)} buffers"
-            f"  peak {_b(snap.get('peak_bytes'))}"
+            f"  current {byte_text(snap['current_bytes'])}"
+            f" in {snap.get('current_count', 0)} buffers"
+            f"  peak {byte_text(snap.get('peak_bytes'))}"
         )
     else:
         pool += "  (statistics off)"
@@ -163,15 +160,16 @@ def _worker_lines(address: str, snap: dict) -> list[str]:
     if snap.get("cuda_pool"):
         cp = snap["cuda_pool"]
         lines.append(
-            f"    CUDA pool: reserved {_b(cp.get('reserved_bytes'))}, used {_b(cp.get('used_bytes'))}"
-            f", high {_b(cp.get('used_high_bytes'))} (RMM and XGBoost together)"
+            f"    CUDA pool: reserved {byte_text(cp.get('reserved_bytes'))}"
+            f", used {byte_text(cp.get('used_bytes'))}"
+            f", high {byte_text(cp.get('used_high_bytes'))} (RMM and XGBoost together)"
         )
     for name, entry in (snap.get("frameworks") or {}).items():
         numbers = ""
         if "current_bytes" in entry:
-            numbers = f"current {_b(entry['current_bytes'])}"
+            numbers = f"current {byte_text(entry['current_bytes'])}"
             if "peak_bytes" in entry:
-                numbers += f", peak {_b(entry['peak_bytes'])}"
+                numbers += f", peak {byte_text(entry['peak_bytes'])}"
             numbers += "  "
         lines.append(f"    {name:<8} {entry.get('state', ''):<8} {numbers}{entry.get('detail', '')}")
     lines.extend(_task_lines(snap.get("tasks")))
@@ -193,8 +191,9 @@ def _task_lines(tasks: dict | None) -> list[str]:
     for prefix, stats in ranked[:TASK_LINES]:
         count = stats.get("count") or 0
         mean = stats.get("peak_bytes_total", 0) // count if count else 0
-        text = (f"      {prefix:<24} {count:>6} tasks  peak {_b(stats.get('peak_bytes_max'))}"
-                f" (mean {_b(mean)})  left {_signed(stats.get('left_bytes_total', 0))}")
+        text = (f"      {prefix:<24} {count:>6} tasks"
+                f"  peak {byte_text(stats.get('peak_bytes_max'))}"
+                f" (mean {byte_text(mean)})  left {byte_text(stats.get('left_bytes_total', 0))}")
         if stats.get("errors"):
             text += f"  {stats['errors']} failed"
         lines.append(text)
@@ -208,13 +207,9 @@ def _task_lines(tasks: dict | None) -> list[str]:
             "include each other's allocations (one thread per GPU makes them exact)")
     running = (tasks or {}).get("running") or {}
     if running:
-        shown = ", ".join(f"{key} {_b(peak)}" for key, peak in list(running.items())[:3])
+        shown = ", ".join(f"{key} {byte_text(peak)}" for key, peak in list(running.items())[:3])
         lines.append(f"      running now (peak so far): {shown}")
     return lines
-
-
-def _signed(n: int) -> str:
-    return ("-" + format_bytes(-n)) if n < 0 else format_bytes(n)
 
 
 def memory_report(client, workers=None) -> MemoryReport:

@@ -11,13 +11,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from dask.utils import format_bytes
-
 from .. import _imports
 from .. import frameworks as fw
 from ..device import DeviceInfo
 from . import conflicts
 from . import stack as stack_mod
+from .byte_text import byte_text
 from .config import MemoryConfig
 from .errors import GPUMemorySetupError
 from .tasks import RMMCounters, TaskMemory
@@ -101,8 +100,8 @@ def install(
         except Exception as err:  # MemoryError, RMM's out-of-memory, CUDA errors
             raise GPUMemorySetupError(
                 f"GPUMemoryPlugin could not create the {plan.mode} resource on {label} "
-                f"(initial {_fmt(plan.initial)}, maximum {_fmt(plan.maximum)}, "
-                f"{format_bytes(device.free)} free): {type(err).__name__}: {err}. "
+                f"(initial {byte_text(plan.initial)}, maximum {byte_text(plan.maximum)}, "
+                f"{byte_text(device.free)} free): {type(err).__name__}: {err}. "
                 "Give a smaller pool_size, or free the memory other processes hold."
             ) from err
         rmm.mr.set_current_device_resource(stack.top)
@@ -128,10 +127,6 @@ def install(
             ", ".join(f"{n}={b.state}" for n, b in state.bindings.items()) or "none",
         )
         return state
-
-
-def _fmt(n):
-    return "-" if n is None else format_bytes(n)
 
 
 def _conflicts(config: MemoryConfig, worker, current: WorkerMemory | None) -> list[str]:
@@ -165,7 +160,7 @@ def _conflicts(config: MemoryConfig, worker, current: WorkerMemory | None) -> li
         elif live > 0:
             problems.append(
                 f"another configuration ({current.owner or 'a removed plugin'}) is active with "
-                f"{format_bytes(live)} still allocated from it; replacing it under live buffers "
+                f"{byte_text(live)} still allocated from it; replacing it under live buffers "
                 "is unsafe. Free them (or restart the workers) first, or pass force=True."
             )
     wants_torch = config.frameworks is None or "torch" in config.frameworks
@@ -249,7 +244,7 @@ def _release(
         return True
     state.owner = None
     state.notes.append(
-        f"{reason}: {format_bytes(live) if live else 'an unknown amount'} still allocated, "
+        f"{reason}: {byte_text(live) if live else 'an unknown amount'} still allocated, "
         "so the resource stays current until those buffers are freed"
     )
     logger.log(logging.INFO if closing else logging.WARNING, "GPUMemoryPlugin: %s", state.notes[-1])
