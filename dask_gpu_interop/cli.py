@@ -20,7 +20,9 @@ import time
 
 import click
 
+from . import cluster
 from . import tls as tls_mod
+from .options import with_options
 
 
 @click.group()
@@ -29,42 +31,31 @@ def main():
     """One coherent GPU data-science machine out of a Dask cluster of GPUs."""
 
 
-def connect(scheduler, scheduler_file, tls_dir, timeout):
-    """A Client from an address or scheduler file, with the client certificate of ``tls_dir``."""
-    from distributed import Client
+CONNECTION_OPTIONS = [
+    click.option("--scheduler", default=None, metavar="ADDRESS", help="The scheduler's address."),
+    click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False),
+                 help="The file `dask scheduler --scheduler-file` wrote."),
+    click.option("--tls", "tls_dir", default=None, type=click.Path(file_okay=False),
+                 help="Directory from `tls make`: connect with its client certificate "
+                      "(otherwise dask config applies, e.g. DASK_CONFIG=DIR/client.yaml)."),
+]
 
+
+def connect(scheduler, scheduler_file, tls_dir, timeout):
+    """:func:`.cluster.connect` with the values of ``CONNECTION_OPTIONS``: a Client, with the
+    client certificate of ``tls_dir``; a click error that says what to change."""
     if (scheduler is None) == (scheduler_file is None):
         raise click.UsageError("give one of --scheduler ADDRESS or --scheduler-file FILE")
     security = tls_mod.security(tls_dir, "client") if tls_dir else None
-    kwargs = dict(timeout=timeout)
-    if security is not None:
-        kwargs["security"] = security
     try:
-        if scheduler_file is not None:
-            return Client(scheduler_file=scheduler_file, **kwargs)
-        return Client(scheduler, **kwargs)
-    except (OSError, TimeoutError) as err:
-        where = scheduler or f"the address in {scheduler_file}"
-        raise click.ClickException(
-            f"no scheduler answered at {where} within {timeout} ({type(err).__name__}): check "
-            "the address, or start one (python -m dask scheduler)") from None
-
-
-def connection_options(command):
-    for option in reversed([
-        click.option("--scheduler", default=None, metavar="ADDRESS", help="The scheduler's address."),
-        click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False),
-                     help="The file `dask scheduler --scheduler-file` wrote."),
-        click.option("--tls", "tls_dir", default=None, type=click.Path(file_okay=False),
-                     help="Directory from `tls make`: connect with its client certificate "
-                          "(otherwise dask config applies, e.g. DASK_CONFIG=DIR/client.yaml)."),
-    ]):
-        command = option(command)
-    return command
+        return cluster.connect(
+            scheduler, scheduler_file=scheduler_file, security=security, timeout=timeout)
+    except cluster.ClusterError as err:
+        raise click.ClickException(err.message(flags="")) from None
 
 
 @main.command()
-@connection_options
+@with_options(CONNECTION_OPTIONS)
 @click.option("--watch", type=click.FloatRange(min=0.5), default=None, metavar="SECONDS",
               help="Refresh every SECONDS until interrupted.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -88,7 +79,7 @@ def report(scheduler, scheduler_file, tls_dir, watch, as_json):
 
 
 @main.command()
-@connection_options
+@with_options(CONNECTION_OPTIONS)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
 def doctor(scheduler, scheduler_file, tls_dir, as_json):
     """Check this machine (and every worker of a cluster): driver, GPUs, the GPU stack and
@@ -193,7 +184,7 @@ def tls_show(directory):
 
 
 @main.command("wait-for-workers")
-@connection_options
+@with_options(CONNECTION_OPTIONS)
 @click.option("-n", "--workers", "n_workers", type=click.IntRange(min=1), required=True,
               help="How many workers to wait for.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
@@ -219,7 +210,7 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
 
 
 @main.command("memory-plot")
-@connection_options
+@with_options(CONNECTION_OPTIONS)
 @click.option("--png", required=True, type=click.Path(dir_okay=False), help="Where to write the plot.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between samples.")

@@ -133,13 +133,29 @@ def workers_device(client, device: str = "auto") -> str:
     return device if device != "auto" else have
 
 
-def connect(scheduler: str, *, security=None, timeout: str = CONNECT_TIMEOUT) -> Client:
-    """A Client of the scheduler at ``scheduler``; ClusterError when none answers in time."""
+def connect(
+    scheduler: str | None = None,
+    *,
+    scheduler_file: str | None = None,
+    security=None,
+    timeout: str = CONNECT_TIMEOUT,
+) -> Client:
+    """A Client of the scheduler at the address ``scheduler``, or at the one written in
+    ``scheduler_file`` (give one of them); ClusterError when none answers within ``timeout``.
+
+    ``security``: a ``distributed.Security`` (e.g. ``dask_gpu_interop.tls.security(DIR,
+    "client")``); None leaves it to dask config.
+    """
+    if (scheduler is None) == (scheduler_file is None):
+        raise ValueError("give one of scheduler= (an address) or scheduler_file=")
     try:
+        if scheduler_file is not None:
+            return Client(scheduler_file=scheduler_file, security=security, timeout=timeout)
         return Client(scheduler, security=security, timeout=timeout)
     except (OSError, TimeoutError) as err:
+        where = scheduler or f"the address in {scheduler_file}"
         raise ClusterError(
-            f"no scheduler answered at {scheduler} within {timeout} ({type(err).__name__}): "
+            f"no scheduler answered at {where} within {timeout} ({type(err).__name__}): "
             "check the address, or start one (python -m dask scheduler)") from None
 
 

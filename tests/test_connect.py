@@ -1,0 +1,89 @@
+"""One way to reach a running cluster: ``cluster.connect`` (an address or a scheduler file,
+TLS, a timeout, one message when no scheduler answers), used by the examples and the
+commands alike."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from distributed import LocalCluster
+
+from dask_gpu_interop import cluster as cluster_mod
+from dask_gpu_interop.cli import main
+
+NOBODY = "tcp://127.0.0.1:1"  # nothing listens on port 1
+
+
+@pytest.fixture(scope="module")
+def running():
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
+                      env={"CUDA_VISIBLE_DEVICES": ""}) as c:
+        yield c
+
+
+def scheduler_file(tmp_path, address):
+    path = tmp_path / "scheduler.json"
+    path.write_text(json.dumps({"type": "Scheduler", "address": address}))
+    return str(path)
+
+
+def test_an_address_or_a_scheduler_file_reaches_the_same_scheduler(running, tmp_path):
+    address = running.scheduler_address
+    with cluster_mod.connect(address) as client:
+        assert client.scheduler.address == address
+    with cluster_mod.connect(scheduler_file=scheduler_file(tmp_path, address)) as client:
+        assert client.scheduler.address == address
+
+
+@pytest.mark.parametrize("where", [{}, {"scheduler": NOBODY, "scheduler_file": "s.json"}])
+def test_one_of_address_and_scheduler_file(where):
+    with pytest.raises(ValueError, match="give one of scheduler= .* or scheduler_file="):
+        cluster_mod.connect(**where)
+
+
+def test_no_scheduler_at_the_address():
+    with pytest.raises(cluster_mod.ClusterError) as info:
+        cluster_mod.connect(NOBODY, timeout="1s")
+    assert str(info.value) == (
+        f"no scheduler answered at {NOBODY} within 1s (OSError): check the address, or start "
+        "one (python -m dask scheduler)")
+
+
+def test_no_scheduler_at_the_address_in_the_file(tmp_path):
+    path = scheduler_file(tmp_path, NOBODY)
+    with pytest.raises(cluster_mod.ClusterError, match=(
+            f"no scheduler answered at the address in {path} within 1s ")):
+        cluster_mod.connect(scheduler_file=path, timeout="1s")
+
+
+def test_the_commands_say_the_same_when_no_scheduler_answers(tmp_path):
+    path = scheduler_file(tmp_path, NOBODY)
+    for where, words in (
+            (["--scheduler", NOBODY], f"no scheduler answered at {NOBODY} within 1.0s"),
+            (["--scheduler-file", path], f"no scheduler answered at the address in {path}")):
+        result = CliRunner().invoke(main, ["wait-for-workers", "-n", "1", "--timeout", "1",
+                                           *where])
+        assert result.exit_code == 1, result.output
+        assert f"Error: {words}" in result.output
+        assert "check the address, or start one (python -m dask scheduler)" in result.output
+
+
+def test_the_commands_report_through_a_scheduler_file(running, tmp_path):
+    path = scheduler_file(tmp_path, running.scheduler_address)
+    result = CliRunner().invoke(main, ["report", "--scheduler-file", path, "--json"])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.output)) == list(running.scheduler_info["workers"])
+
+
+def test_the_commands_take_one_of_scheduler_and_scheduler_file(tmp_path):
+    result = CliRunner().invoke(
+        main, ["report", "--scheduler", NOBODY, "--scheduler-file", str(tmp_path / "s.json")])
+    assert result.exit_code == 2
+    assert "give one of --scheduler ADDRESS or --scheduler-file FILE" in result.output
+
+
+def test_every_command_that_reaches_a_cluster_has_the_same_connection_options():
+    wanted = {"--scheduler", "--scheduler-file", "--tls"}
+    for name in ("report", "doctor", "wait-for-workers", "memory-plot"):
+        flags = {flag for param in main.commands[name].params for flag in param.opts}
+        assert wanted <= flags, name
