@@ -2,7 +2,9 @@
 
 Each is used because no public API does the job; ``tests/test_compat.py`` checks every one
 against the installed release and fails saying what moved, so that an upgrade breaks here,
-loudly, rather than somewhere deep in a worker.
+loudly, rather than somewhere deep in a worker. What the library knows of dask-cuda is here
+too, each with the releases it was checked against: where dask-cuda is not installed, the
+tests check it on stand-ins shaped like those releases' objects.
 """
 
 from __future__ import annotations
@@ -60,6 +62,59 @@ def add_pending_worker_plugin(worker, plugin) -> None:
             "distributed.Worker has no _pending_plugins any more: update "
             "dask_gpu_interop.compat.add_pending_worker_plugin for this distributed release")
     worker._pending_plugins = (*worker._pending_plugins, plugin)
+
+
+def keep_preload_arguments(worker, name: str, kept) -> None:
+    """Leave the preload ``name`` of a starting ``distributed.Worker`` only those of its
+    command-line arguments that are in ``kept``; call from an earlier preload's ``dask_setup``.
+
+    Private: ``Worker.preloads``, whose items (``distributed.preloading.Preload``) have the
+    ``name`` given to ``--preload`` and the ``argv`` list that each preload's ``start`` parses,
+    in the order they were given. Checked against distributed 2024.12 to 2026.8.
+    """
+    for preload in getattr(worker, "preloads", ()):
+        if getattr(preload, "name", "") == name:
+            preload.argv = [arg for arg in preload.argv if arg in kept]
+
+
+# dask-cuda's own worker preload, which ``dask cuda worker`` and ``LocalCUDACluster`` add after
+# the user's and hand the same arguments, and the only flags its ``dask_setup`` takes.
+# Checked against dask-cuda 25.10 to 26.08 (dask_cuda/initialize.py). dask-cuda 25.04 to
+# 25.08, which the cuda12 extra allows, also take --protocol and the UCX flags
+# (--enable-nvlink, ...), which these flags do not keep.
+DASK_CUDA_PRELOAD = "dask_cuda.initialize"
+DASK_CUDA_PRELOAD_FLAGS = ("--create-cuda-context", "--no-create-cuda-context")
+
+# The attributes of dask-cuda's RMM worker plugin (``dask_cuda.plugins.RMMSetup``), each with
+# the option a user passed to dask-cuda to set it. Checked against dask-cuda 25.04 to 26.08.
+DASK_CUDA_RMM_OPTIONS = {
+    "initial_pool_size": "rmm_pool_size / --rmm-pool-size",
+    "managed_memory": "rmm_managed_memory / --rmm-managed-memory",
+    "async_alloc": "rmm_async / --rmm-async",
+    "release_threshold": "rmm_release_threshold / --rmm-release-threshold",
+    "logging": "rmm_log_directory / --rmm-log-directory",
+    "rmm_track_allocations": "rmm_track_allocations / --rmm-track-allocations",
+    "external_lib_list": "rmm_allocator_external_lib_list",
+}
+
+
+def dask_cuda_rmm_settings(plugin) -> dict:
+    """``{dask-cuda option: value}`` for each RMM option that ``plugin`` sets, when it is
+    dask-cuda's RMM worker plugin; ``{}`` for any other plugin, or one that sets none.
+
+    Private: ``dask_cuda.plugins.RMMSetup``, known by its class name and module (without
+    importing dask-cuda), and its attributes (``DASK_CUDA_RMM_OPTIONS``); None and False are
+    options left unset. Checked against dask-cuda 25.04 to 26.08.
+    """
+    cls = type(plugin)
+    if cls.__name__ != "RMMSetup" or not cls.__module__.startswith("dask_cuda"):
+        return {}
+    settings = {}
+    for attr, option in DASK_CUDA_RMM_OPTIONS.items():
+        value = getattr(plugin, attr, None)
+        if value not in (None, False):
+            settings[option] = value
+    return settings
 
 
 def cudf_frame_of_columns(cudf, series: list):

@@ -17,7 +17,12 @@ import logging
 
 import click
 
-from .compat import add_pending_worker_plugin
+from .compat import (
+    DASK_CUDA_PRELOAD,
+    DASK_CUDA_PRELOAD_FLAGS,
+    add_pending_worker_plugin,
+    keep_preload_arguments,
+)
 from .memory.config import PRELOAD_PREFIX, OptionError
 from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
@@ -25,8 +30,6 @@ from .options import given_memory, memory_click_options, with_options
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
 PREFIX = PRELOAD_PREFIX  # --gpu-pool-size
-# dask-cuda passes these to every preload; they are dask_cuda.initialize's own.
-DASK_CUDA_FLAGS = ("--create-cuda-context", "--no-create-cuda-context")
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -53,17 +56,11 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
         _stop(f"bad option: {err.message(flags=PREFIX)}")
     except (TypeError, ValueError) as err:
         _stop(f"bad option: {err}")
-    _keep_dask_cuda_preload_to_its_flags(worker)
+    # dask-cuda hands every preload the same arguments; its own preload rejects ours.
+    keep_preload_arguments(worker, DASK_CUDA_PRELOAD, DASK_CUDA_PRELOAD_FLAGS)
     # After every preload (dask-cuda's creates the CUDA context on the worker's device),
     # before the worker takes any task; a refusal stops the worker.
     add_pending_worker_plugin(worker, plugin)
-
-
-def _keep_dask_cuda_preload_to_its_flags(worker) -> None:
-    """dask-cuda hands every preload the same argv; its own preload rejects our options."""
-    for preload in getattr(worker, "preloads", ()):
-        if getattr(preload, "name", "") == "dask_cuda.initialize":
-            preload.argv = [arg for arg in preload.argv if arg in DASK_CUDA_FLAGS]
 
 
 def _stop(message: str):

@@ -4,6 +4,8 @@ failure here says which upstream moved what, before a worker meets it."""
 import asyncio
 import ctypes
 import importlib.util
+import sys
+import types
 
 import pytest
 from dask.utils import Dispatch
@@ -12,6 +14,7 @@ from distributed.protocol.cuda import cuda_serialize
 from distributed.protocol.serialize import dask_serialize
 
 from dask_gpu_interop import compat
+from tests.dask_cuda_stand_ins import HAVE_DASK_CUDA, NO_DASK_CUDA, RMMSetup, write_preload
 
 
 def test_dispatch_keeps_lazy_registrations_by_module():
@@ -133,3 +136,105 @@ def test_a_failed_tasks_error_can_be_read_and_replaced_on_the_worker():
         assert compat.replace_task_error(worker, "probe-1", ValueError("replaced"))
         assert isinstance(compat.task_error(worker, "probe-1"), ValueError)
         assert compat.task_error(worker, "no-such-key") is None
+
+
+CUTTING_PRELOAD = '''
+import click
+
+from dask_gpu_interop import compat
+from tests.dask_cuda_stand_ins import HAVE_DASK_CUDA, NO_DASK_CUDA, RMMSetup, write_preload
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def dask_setup(worker, argv):
+    compat.keep_preload_arguments(worker, "probe_initialize", ("--create-cuda-context",))
+'''
+
+
+def test_a_preload_leaves_a_later_one_only_the_arguments_it_takes(tmp_path, monkeypatch):
+    """As dask-cuda starts workers: every preload gets the same arguments, its own last."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_preload(tmp_path, "probe_cutting", CUTTING_PRELOAD)
+    write_preload(tmp_path, "probe_initialize")
+
+    async def check():
+        async with Scheduler(dashboard_address=":0") as scheduler:
+            async with Worker(scheduler.address, dashboard_address=":0",
+                              preload=["probe_cutting", "probe_initialize"],
+                              preload_argv=["--gpu-pool-size", "0.5", "--create-cuda-context"],
+                              ):
+                pass
+
+    asyncio.run(check())
+    seen = sys.modules.pop("probe_initialize").seen
+    sys.modules.pop("probe_cutting")
+    assert seen == [True], (
+        "a preload that sets a later preload's argv (distributed.Worker.preloads[].argv) no "
+        "longer changes what that preload's dask_setup parses: update "
+        "dask_gpu_interop.compat.keep_preload_arguments for this distributed release")
+
+
+def test_keep_preload_arguments_leaves_other_preloads_alone():
+    ours = types.SimpleNamespace(name="dask_gpu_interop.preload", argv=["--gpu-managed", "-x"])
+    theirs = types.SimpleNamespace(name="dask_cuda.initialize", argv=["--gpu-managed", "-x"])
+    worker = types.SimpleNamespace(preloads=[ours, theirs])
+    compat.keep_preload_arguments(worker, "dask_cuda.initialize", ("-x",))
+    assert ours.argv == ["--gpu-managed", "-x"] and theirs.argv == ["-x"]
+
+
+@pytest.mark.skipif(not HAVE_DASK_CUDA, reason=NO_DASK_CUDA)
+def test_dask_cudas_preload_is_named_and_takes_the_flags_we_leave_it():
+    from dask_cuda import initialize
+    from dask_cuda.utils import get_preload_options
+
+    assert get_preload_options()["preload"] == [compat.DASK_CUDA_PRELOAD]
+    flags = {flag for param in initialize.dask_setup.params
+             for flag in (*param.opts, *param.secondary_opts)}
+    assert flags == set(compat.DASK_CUDA_PRELOAD_FLAGS), (
+        f"dask_cuda.initialize takes {sorted(flags)}: update compat.DASK_CUDA_PRELOAD_FLAGS")
+
+
+def rmm_setup_classes():
+    classes = [pytest.param(RMMSetup, id="stand-in")]
+    if HAVE_DASK_CUDA:
+        from dask_cuda.plugins import RMMSetup as real
+
+        classes.append(pytest.param(real, id="dask-cuda"))
+    else:
+        classes.append(pytest.param(None, id="dask-cuda", marks=pytest.mark.skip(NO_DASK_CUDA)))
+    return classes
+
+
+UNSET = dict(initial_pool_size=None, maximum_pool_size=None, managed_memory=False,
+             async_alloc=False, release_threshold=None, log_directory=None,
+             track_allocations=False, external_lib_list=None)
+
+
+@pytest.mark.parametrize("cls", rmm_setup_classes())
+def test_dask_cudas_rmm_options_are_read_from_its_plugin(cls):
+    assert compat.dask_cuda_rmm_settings(cls(**UNSET)) == {}
+    pool = cls(**{**UNSET, "initial_pool_size": "1GB", "managed_memory": True,
+                  "log_directory": "/tmp/rmm", "track_allocations": True,
+                  "external_lib_list": ["cupy"]})
+    assert compat.dask_cuda_rmm_settings(pool) == {
+        "rmm_pool_size / --rmm-pool-size": "1GB",
+        "rmm_managed_memory / --rmm-managed-memory": True,
+        "rmm_log_directory / --rmm-log-directory": True,
+        "rmm_track_allocations / --rmm-track-allocations": True,
+        "rmm_allocator_external_lib_list": ["cupy"],
+    }, "dask_cuda.plugins.RMMSetup's attributes moved: update compat.DASK_CUDA_RMM_OPTIONS"
+    async_pool = cls(**{**UNSET, "async_alloc": True, "release_threshold": "2GB"})
+    assert compat.dask_cuda_rmm_settings(async_pool) == {
+        "rmm_async / --rmm-async": True,
+        "rmm_release_threshold / --rmm-release-threshold": "2GB",
+    }
+
+
+def test_only_dask_cudas_plugin_is_read_as_dask_cudas():
+    imposter = type("RMMSetup", (), {"__module__": "my_project"})()
+    imposter.initial_pool_size = "1GB"
+    assert compat.dask_cuda_rmm_settings(imposter) == {}
+    other = type("CPUAffinity", (), {"__module__": "dask_cuda.plugins"})()
+    other.initial_pool_size = "1GB"
+    assert compat.dask_cuda_rmm_settings(other) == {}

@@ -5,28 +5,17 @@ import types
 import dask
 
 from dask_gpu_interop.memory import conflicts
-
-
-def dask_cuda_rmm_setup(**attrs):
-    """An object with dask-cuda RMMSetup's class name, module and attributes (dask_cuda/plugins.py)."""
-    cls = type("RMMSetup", (), {"__module__": "dask_cuda.plugins"})
-    plugin = cls()
-    defaults = dict(initial_pool_size=None, maximum_pool_size=None, managed_memory=False,
-                    async_alloc=False, release_threshold=None, logging=False,
-                    rmm_track_allocations=False, external_lib_list=None)
-    for key, value in {**defaults, **attrs}.items():
-        setattr(plugin, key, value)
-    return plugin
+from tests.dask_cuda_stand_ins import RMMSetup
 
 
 def test_dask_cuda_without_rmm_options_is_no_conflict():
-    worker = types.SimpleNamespace(plugins={"rmm": dask_cuda_rmm_setup()}, _pending_plugins=())
+    worker = types.SimpleNamespace(plugins={"rmm": RMMSetup()}, _pending_plugins=())
     assert conflicts.dask_cuda_rmm_options(worker) == []
 
 
 def test_dask_cuda_rmm_options_are_named():
     worker = types.SimpleNamespace(
-        plugins={}, _pending_plugins=(dask_cuda_rmm_setup(initial_pool_size="1GB", managed_memory=True),)
+        plugins={}, _pending_plugins=(RMMSetup(initial_pool_size="1GB", managed_memory=True),)
     )
     found = conflicts.dask_cuda_rmm_options(worker)
     assert found == ["rmm_pool_size / --rmm-pool-size='1GB'", "rmm_managed_memory / --rmm-managed-memory=True"]
@@ -34,11 +23,11 @@ def test_dask_cuda_rmm_options_are_named():
     assert "drop those dask-cuda options" in message and "force=True" in message
 
 
-def test_other_plugins_named_rmmsetup_are_not_dask_cudas():
+def test_dask_cudas_plugin_is_found_among_the_workers_plugins():
     imposter = type("RMMSetup", (), {"__module__": "my_project"})()
     imposter.initial_pool_size = "1GB"
-    worker = types.SimpleNamespace(plugins={"x": imposter})
-    assert conflicts.dask_cuda_rmm_options(worker) == []
+    worker = types.SimpleNamespace(plugins={"x": imposter, "rmm": RMMSetup(async_alloc=True)})
+    assert conflicts.dask_cuda_rmm_options(worker) == ["rmm_async / --rmm-async=True"]
 
 
 def test_distributed_ucxx_pool_size_in_either_namespace():

@@ -10,19 +10,9 @@ from __future__ import annotations
 
 import dask.config
 
-from ..compat import pending_worker_plugins
+from ..compat import dask_cuda_rmm_settings, pending_worker_plugins
 
 UCXX_KEYS = ("distributed-ucxx.rmm.pool-size", "distributed.rmm.pool-size")
-DASK_CUDA_OPTIONS = {
-    # RMMSetup attribute -> the option a user passed to dask-cuda
-    "initial_pool_size": "rmm_pool_size / --rmm-pool-size",
-    "managed_memory": "rmm_managed_memory / --rmm-managed-memory",
-    "async_alloc": "rmm_async / --rmm-async",
-    "release_threshold": "rmm_release_threshold / --rmm-release-threshold",
-    "logging": "rmm_log_directory / --rmm-log-directory",
-    "rmm_track_allocations": "rmm_track_allocations / --rmm-track-allocations",
-    "external_lib_list": "rmm_allocator_external_lib_list",
-}
 
 
 def ucxx_pool_size() -> str | None:
@@ -45,18 +35,10 @@ def ucxx_message(setting: str) -> str:
 
 def dask_cuda_rmm_options(worker) -> list[str]:
     """dask-cuda RMM options in force on ``worker`` (from its RMMSetup plugin), if any."""
-    found = []
     # Plugins passed at worker creation are added after preloads run: look at those too.
     plugins = [*getattr(worker, "plugins", {}).values(), *pending_worker_plugins(worker)]
-    for plugin in plugins:
-        cls = type(plugin)
-        if cls.__name__ != "RMMSetup" or not cls.__module__.startswith("dask_cuda"):
-            continue
-        for attr, option in DASK_CUDA_OPTIONS.items():
-            value = getattr(plugin, attr, None)
-            if value not in (None, False):
-                found.append(f"{option}={value!r}")
-    return found
+    return [f"{option}={value!r}"
+            for plugin in plugins for option, value in dask_cuda_rmm_settings(plugin).items()]
 
 
 def dask_cuda_message(options: list[str]) -> str:

@@ -1,0 +1,50 @@
+"""Stand-ins for the dask-cuda objects that ``dask_gpu_interop.compat`` knows, shaped as in
+dask-cuda 26.08, for tests on machines without dask-cuda."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+HAVE_DASK_CUDA = importlib.util.find_spec("dask_cuda") is not None
+NO_DASK_CUDA = "dask-cuda is not installed: the check against its own objects runs where it is"
+
+
+class RMMSetup:
+    """``dask_cuda.plugins.RMMSetup``: its constructor and the attributes it sets (its setup,
+    which needs a GPU, is left out)."""
+
+    def __init__(self, initial_pool_size=None, maximum_pool_size=None, managed_memory=False,
+                 async_alloc=False, release_threshold=None, log_directory=None,
+                 track_allocations=False, external_lib_list=None):
+        self.initial_pool_size = initial_pool_size
+        self.maximum_pool_size = maximum_pool_size
+        self.managed_memory = managed_memory
+        self.async_alloc = async_alloc
+        self.release_threshold = release_threshold
+        self.logging = log_directory is not None
+        self.log_directory = log_directory
+        self.rmm_track_allocations = track_allocations
+        self.external_lib_list = external_lib_list
+
+
+RMMSetup.__module__ = "dask_cuda.plugins"
+
+# dask_cuda/initialize.py's dask_setup: the only flags it takes; each call's value in `seen`.
+INITIALIZE_PRELOAD = '''
+import click
+
+seen = []
+
+
+@click.command()
+@click.option("--create-cuda-context/--no-create-cuda-context", default=False)
+def dask_setup(worker, create_cuda_context):
+    seen.append(create_cuda_context)
+'''
+
+
+def write_preload(directory, name: str, source: str = INITIALIZE_PRELOAD) -> None:
+    """Make ``name`` an importable preload module (``directory`` must be on ``sys.path``)."""
+    sys.modules.pop(name, None)
+    (directory / f"{name}.py").write_text(source)
