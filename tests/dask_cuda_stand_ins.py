@@ -3,6 +3,7 @@ dask-cuda 26.08, for tests on machines without dask-cuda."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
 
@@ -48,3 +49,17 @@ def write_preload(directory, name: str, source: str = INITIALIZE_PRELOAD) -> Non
     """Make ``name`` an importable preload module (``directory`` must be on ``sys.path``)."""
     sys.modules.pop(name, None)
     (directory / f"{name}.py").write_text(source)
+
+
+def start_in_process_worker(preload: list[str], preload_argv: list[str]) -> list[str]:
+    """Start an in-process worker with ``preload`` handed ``preload_argv`` each, as dask-cuda
+    starts its workers, and stop it; the names of its plugins."""
+    from distributed import Scheduler, Worker
+
+    async def start():
+        async with Scheduler(dashboard_address=":0") as scheduler:
+            async with Worker(scheduler.address, dashboard_address=":0", preload=preload,
+                              preload_argv=preload_argv) as worker:
+                return sorted(worker.plugins)
+
+    return asyncio.run(start())

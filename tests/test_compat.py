@@ -14,7 +14,13 @@ from distributed.protocol.cuda import cuda_serialize
 from distributed.protocol.serialize import dask_serialize
 
 from dask_gpu_interop import compat
-from tests.dask_cuda_stand_ins import HAVE_DASK_CUDA, NO_DASK_CUDA, RMMSetup, write_preload
+from tests.dask_cuda_stand_ins import (
+    HAVE_DASK_CUDA,
+    NO_DASK_CUDA,
+    RMMSetup,
+    start_in_process_worker,
+    write_preload,
+)
 
 
 def test_dispatch_keeps_lazy_registrations_by_module():
@@ -142,7 +148,6 @@ CUTTING_PRELOAD = '''
 import click
 
 from dask_gpu_interop import compat
-from tests.dask_cuda_stand_ins import HAVE_DASK_CUDA, NO_DASK_CUDA, RMMSetup, write_preload
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -157,16 +162,8 @@ def test_a_preload_leaves_a_later_one_only_the_arguments_it_takes(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     write_preload(tmp_path, "probe_cutting", CUTTING_PRELOAD)
     write_preload(tmp_path, "probe_initialize")
-
-    async def check():
-        async with Scheduler(dashboard_address=":0") as scheduler:
-            async with Worker(scheduler.address, dashboard_address=":0",
-                              preload=["probe_cutting", "probe_initialize"],
-                              preload_argv=["--gpu-pool-size", "0.5", "--create-cuda-context"],
-                              ):
-                pass
-
-    asyncio.run(check())
+    start_in_process_worker(["probe_cutting", "probe_initialize"],
+                            ["--gpu-pool-size", "0.5", "--create-cuda-context"])
     seen = sys.modules.pop("probe_initialize").seen
     sys.modules.pop("probe_cutting")
     assert seen == [True], (

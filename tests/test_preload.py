@@ -15,7 +15,7 @@ from dask_gpu_interop import GPUMemoryPlugin
 from dask_gpu_interop.memory.config import OPTIONS
 from dask_gpu_interop.options import given_memory
 from dask_gpu_interop.preload import PREFIX, dask_setup
-from tests.dask_cuda_stand_ins import write_preload
+from tests.dask_cuda_stand_ins import start_in_process_worker, write_preload
 
 DASK = [sys.executable, "-m", "dask"]
 
@@ -173,24 +173,13 @@ def test_dask_cudas_preload_after_ours_gets_only_its_own_flag(tmp_path, monkeypa
     """As ``dask cuda worker --preload dask_gpu_interop.preload --gpu-pool-size 0.5`` starts a
     worker: dask-cuda's preload comes after ours with the same arguments, and would refuse
     ours (a stand-in for it here, shaped as dask-cuda's)."""
-    import asyncio
-
-    from distributed import Scheduler, Worker
-
     from dask_gpu_interop import preload as preload_mod
 
     monkeypatch.syspath_prepend(str(tmp_path))
     write_preload(tmp_path, "probe_dask_cuda_initialize")
     monkeypatch.setattr(preload_mod, "DASK_CUDA_PRELOAD", "probe_dask_cuda_initialize")
-
-    async def start():
-        async with Scheduler(dashboard_address=":0") as scheduler:
-            async with Worker(scheduler.address, dashboard_address=":0",
-                              preload=["dask_gpu_interop.preload", "probe_dask_cuda_initialize"],
-                              preload_argv=["--gpu-pool-size", "0.5", "--create-cuda-context"],
-                              ) as worker:
-                return sorted(worker.plugins)
-
-    plugins = asyncio.run(start())
+    plugins = start_in_process_worker(
+        ["dask_gpu_interop.preload", "probe_dask_cuda_initialize"],
+        ["--gpu-pool-size", "0.5", "--create-cuda-context"])
     assert sys.modules.pop("probe_dask_cuda_initialize").seen == [True]
     assert GPUMemoryPlugin(pool_size="0.5").name in plugins
