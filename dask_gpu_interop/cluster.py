@@ -39,9 +39,34 @@ def _gpu_stack_missing() -> list[str]:
 
 
 def resolve_device(device: str = "auto") -> str:
-    """``"gpu"`` or ``"cpu"`` for a requested ``device``; raises when a GPU is asked but absent.
+    """The device a local cluster would use here: ``"gpu"`` or ``"cpu"``.
 
-    "auto" is "gpu" when this machine has a GPU and the GPU stack (cuDF, CuPy, dask-cuda).
+    Parameters
+    ----------
+    device : {"auto", "gpu", "cpu"}
+        What is asked for. "auto" is "gpu" when this machine has a CUDA GPU and the GPU
+        stack (cuDF, CuPy, dask-cuda), else "cpu".
+
+    Returns
+    -------
+    str
+        ``"gpu"`` or ``"cpu"``.
+
+    Raises
+    ------
+    ClusterError
+        ``device="gpu"`` where no GPU is visible or the GPU stack is not installed; the
+        message says what to install or to change.
+    ValueError
+        ``device`` is none of the three.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import resolve_device
+    >>> resolve_device("cpu")
+    'cpu'
+    >>> resolve_device("auto") in ("gpu", "cpu")
+    True
     """
     if device not in DEVICES:
         raise ValueError(f"device={device!r}: choose one of {', '.join(DEVICES)}")
@@ -89,10 +114,47 @@ def local_cluster(
 ):
     """A local cluster for ``device``: GPU workers with the memory plugin, or CPU workers.
 
-    ``device="gpu"``: a dask-cuda ``LocalCUDACluster``, one worker per GPU (or ``n_workers``),
-    each starting with the plugin's preload and ``memory`` (``GPUMemoryPlugin`` options).
-    ``device="cpu"``: a ``LocalCluster`` of up to 4 processes sharing the cores. "auto": GPUs
-    when present. Bad options raise here, before any process starts.
+    Bad options raise here, before any process starts.
+
+    Parameters
+    ----------
+    device : {"auto", "gpu", "cpu"}
+        "gpu": a dask-cuda ``LocalCUDACluster``, each worker starting with the plugin's
+        preload (every framework bound before its first allocation). "cpu": a
+        ``LocalCluster`` of processes. "auto": GPUs when present (:func:`resolve_device`).
+    n_workers : int, optional
+        Workers: by default one per GPU, or up to 4 processes sharing the cores.
+    threads_per_worker : int, optional
+        Threads of each worker: by default 1 on GPUs, the cores shared out on CPUs.
+    protocol : {"tcp", "ucx", "tls", "inproc"}
+        How the workers talk; "ucx" (NVLink, InfiniBand) is for GPU clusters.
+    memory : dict, optional
+        :class:`GPUMemoryPlugin` options for every GPU worker, e.g. ``{"pool_size": "0.8"}``.
+    dashboard_address : str, optional
+        Where the scheduler's dashboard listens (":0": any free port; None: none).
+    security : distributed.Security, optional
+        Certificates for ``protocol="tls"``; for a local cluster every role's, as
+        :func:`dask_gpu_interop.tls.local_security` gives them.
+
+    Returns
+    -------
+    distributed.LocalCluster or dask_cuda.LocalCUDACluster
+        The started cluster; close it (or use it as a context manager) when done.
+
+    Raises
+    ------
+    OptionError
+        A ``memory`` option is not valid.
+    ClusterError
+        The device or protocol cannot be had here.
+
+    Examples
+    --------
+    >>> from distributed import Client
+    >>> from dask_gpu_interop import local_cluster
+    >>> with local_cluster("cpu", n_workers=2) as cluster, Client(cluster) as client:  # doctest: +SKIP
+    ...     client.submit(sum, [1, 2]).result()
+    3
     """
     plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
     device = check_local(device, protocol)
@@ -171,12 +233,38 @@ def cluster_client(
     security=None,
     memory_plot=None,
 ):
-    """Yield ``(client, device)``: a Client and the device ("gpu"/"cpu") its workers use.
+    """A Client, and the device its workers use, for the length of a ``with`` block.
 
-    Without ``scheduler``: on a :func:`local_cluster`, closed at the end of the block. With
-    one: on that running cluster, where ``memory`` (when given) is registered as a
-    ``GPUMemoryPlugin``. ``memory_plot``: a PNG path; each worker's memory over the block is
-    plotted there.
+    Parameters
+    ----------
+    scheduler : str, optional
+        A running cluster's scheduler address; its workers decide the device, and
+        ``memory`` (when given) is registered on them as a :class:`GPUMemoryPlugin`. Without
+        it a :func:`local_cluster` starts, and is closed at the end of the block.
+    device, n_workers, threads_per_worker, protocol, memory, security
+        As :func:`local_cluster` takes them (``device`` is checked against a running
+        cluster's workers too).
+    memory_plot : str, optional
+        A PNG path: each worker's device memory over the block is plotted there.
+
+    Yields
+    ------
+    tuple of (distributed.Client, str)
+        The client, and ``"gpu"`` or ``"cpu"``.
+
+    Raises
+    ------
+    OptionError
+        A ``memory`` option is not valid (before anything starts or connects).
+    ClusterError
+        No scheduler answers at ``scheduler``, or the device asked for cannot be had.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import cluster_client
+    >>> with cluster_client(device="auto", memory={"pool_size": "0.8"}) as (client, device):  # doctest: +SKIP
+    ...     print(device)
+    gpu
     """
     if scheduler is not None:
         plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting

@@ -27,8 +27,6 @@ PUBLIC = [name for name in dask_gpu_interop.__all__ if name != "__version__"]
 # The module's public functions, documented on the page beside __all__.
 CONVERT = ["convert", "to_cupy", "to_torch", "to_numba", "to_jax", "to_cudf", "library_of",
            "ZeroCopyError"]
-# Docstrings not in numpydoc form yet: they live in cluster.py and memory/report.py.
-PENDING = {"cluster_client", "local_cluster", "resolve_device", "memory_report", "MemoryReport"}
 
 
 def documented() -> dict[str, str]:
@@ -90,10 +88,7 @@ def test_everything_the_api_page_names_exists():
 
 
 def _numpydoc_cases() -> list:
-    pending = pytest.mark.xfail(reason="docstring not yet in numpydoc form")
-    cases = [pytest.param(getattr(dask_gpu_interop, name), id=name,
-                          marks=[pending] if name in PENDING else [])
-             for name in PUBLIC]
+    cases = [pytest.param(getattr(dask_gpu_interop, name), id=name) for name in PUBLIC]
     return cases + [pytest.param(getattr(convert, name), id=f"convert.{name}") for name in CONVERT]
 
 
@@ -136,6 +131,8 @@ RUNNABLE = [
     dask_gpu_interop.MemoryConfig,
     dask_gpu_interop.MemoryConfig.from_options,
     convert.library_of,
+    dask_gpu_interop.resolve_device,
+    dask_gpu_interop.MemoryReport,
 ]
 
 

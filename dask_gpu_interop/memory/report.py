@@ -75,7 +75,24 @@ def worker_snapshot(dask_worker=None) -> dict:
 
 
 class MemoryReport(dict):
-    """``{worker address: snapshot}``, printed as a table."""
+    """Each worker's GPU memory: ``{worker address: snapshot}``, printed as a table.
+
+    A snapshot holds the worker's device, its resource stack, the pool's size, current and
+    peak bytes and buffer counts, each framework's state and bytes, and the task prefixes by
+    peak; :meth:`to_frame` and :meth:`tasks_frame` give them as pandas tables.
+
+    Parameters
+    ----------
+    snapshots : dict
+        ``{worker address: snapshot}``, as :func:`memory_report` gathers them.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import MemoryReport
+    >>> report = MemoryReport({"tcp://10.0.0.5:40000": {"gpu": False}})
+    >>> sorted(report)
+    ['tcp://10.0.0.5:40000']
+    """
 
     def __str__(self) -> str:
         lines = []
@@ -213,6 +230,25 @@ def _task_lines(tasks: dict | None) -> list[str]:
 
 
 def memory_report(client, workers=None) -> MemoryReport:
-    """The memory state of every worker (or of ``workers``) of ``client``'s cluster."""
+    """The GPU memory of every worker (or of ``workers``) of ``client``'s cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A client of the cluster.
+    workers : list of str, optional
+        The workers' addresses to ask; all of them by default.
+
+    Returns
+    -------
+    MemoryReport
+        Each worker's snapshot; ``print`` it for a table per worker.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import memory_report
+    >>> print(memory_report(client))  # doctest: +SKIP
+    tcp://127.0.0.1:40121 ...
+    """
     results = client.run(worker_snapshot, workers=workers)
     return MemoryReport(results)
