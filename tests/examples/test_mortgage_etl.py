@@ -358,7 +358,7 @@ def test_chunks_cover_each_piece_once_at_line_starts(tmp_path):
         for piece in pieces:
             mine = [p for p in flat if p.path == piece.path]
             assert (mine[0].start, mine[-1].stop) == (piece.start, piece.stop)
-            assert all(a.stop == b.start for a, b in zip(mine, mine[1:]))  # no gap, no overlap
+            assert all(a.stop == b.start for a, b in zip(mine, mine[1:], strict=False))  # no gap, no overlap
         assert all(data[p.start - 1:p.start] == b"\n" for p in flat if p.path == big)
         assert all(sum(p.nbytes for p in g) <= limit + longest for g in groups)
     assert len(files.chunks(pieces, total)) == 1

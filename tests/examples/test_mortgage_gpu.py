@@ -247,14 +247,14 @@ def test_the_etl_command_on_gpus_gives_the_cpus_table(dataset, tmp_path):
     """The `etl` command as a user runs it: local GPU workers with two threads, each on its
     own stream, and a task waiting for its stream before another reads its result."""
     tables = {}
-    for device in ("gpu", "cpu"):
-        out = tmp_path / f"{device}.parquet"
+    for which in ("gpu", "cpu"):
+        out = tmp_path / f"{which}.parquet"
         done = subprocess.run(
             [sys.executable, "-m", "examples.mortgage", "etl", "--data",
-             dataset.directory_of("classic"), "--out", str(out), "--device", device,
+             dataset.directory_of("classic"), "--out", str(out), "--device", which,
              "--partition-size", "1MiB"], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        tables[device] = pd.read_parquet(out)
+        tables[which] = pd.read_parquet(out)
     assert len(tables["gpu"]) > 0
     pd.testing.assert_frame_equal(tables["gpu"], tables["cpu"], check_exact=True)
 
