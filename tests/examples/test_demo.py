@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 from examples.demo.__main__ import demo as main
 
+from .extras import requirements_of
+
 
 def test_bad_memory_option_fails_before_anything_starts():
     result = CliRunner().invoke(main, ["--device", "cpu", "--pool-size", "-1GB"])
@@ -44,31 +46,6 @@ def test_demo_runs_end_to_end_on_cpus():
     assert "Warning" not in out.stderr, out.stderr[-2000:]  # PyTorch warned of read-only arrays
 
 
-def _requirements_of(extra: str) -> set[str]:
-    """The distributions ``pip install 'dask-gpu-interop[extra]'`` brings beside the core, its
-    own ``dask-gpu-interop[...]`` entries followed; KeyError for an extra pyproject lacks."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-        extras = tomllib.load(f)["project"]["optional-dependencies"]
-    names, todo, seen = set(), [extra], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for requirement in extras[name]:
-            own = re.fullmatch(r"dask-gpu-interop\[([^\]]+)\]", requirement.strip())
-            if own:
-                todo.extend(e.strip() for e in own.group(1).split(","))
-            else:
-                names.add(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower())
-    return names
-
-
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
                     reason="needs an environment without PyTorch (the [test] extra has none)")
 def test_without_pytorch_the_demo_names_an_install_that_brings_it():
@@ -85,12 +62,12 @@ def test_without_pytorch_the_demo_names_an_install_that_brings_it():
     extras = re.findall(r"pip install 'dask-gpu-interop\[([^\]]+)\]'", steps)
     assert extras, steps
     for extra in extras:
-        assert "torch" in _requirements_of(extra), f"[{extra}] brings no PyTorch: {steps}"
+        assert "torch" in requirements_of(extra), f"[{extra}] brings no PyTorch: {steps}"
     # A plain `torch` requirement pulls the CUDA build: without a GPU, the CPU build first.
     assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in steps
 
 
 def test_the_requirements_reader_follows_the_extras():
-    assert "torch" in _requirements_of("ecg")
-    assert "torch" not in _requirements_of("examples")
-    assert "xgboost" in _requirements_of("ecg")  # through [examples]
+    assert "torch" in requirements_of("ecg")
+    assert "torch" not in requirements_of("examples")
+    assert "xgboost" in requirements_of("ecg")  # through [examples]

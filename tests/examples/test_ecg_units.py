@@ -14,6 +14,8 @@ from examples.ecg.embed import EDGE, embed_beats
 from examples.ecg.nms import local_maxima
 from examples.ecg.params import EMBED_SIZE, Params, check_rate
 
+from .extras import requirements_of
+
 CPU = Backend("cpu")
 
 
@@ -341,34 +343,6 @@ def test_a_compressed_recording_is_refused_with_what_to_do(tmp_path):
         reader.read_csv(path, CPU)
 
 
-def _requirements_of(extra: str) -> set[str]:
-    """The distributions ``pip install 'dask-gpu-interop[extra]'`` brings beside the core, its
-    own ``dask-gpu-interop[...]`` entries followed; KeyError for an extra pyproject lacks."""
-    import os
-    import re
-
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-        extras = tomllib.load(f)["project"]["optional-dependencies"]
-    names, todo, seen = set(), [extra], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for requirement in extras[name]:
-            own = re.fullmatch(r"dask-gpu-interop\[([^\]]+)\]", requirement.strip())
-            if own:
-                todo.extend(e.strip() for e in own.group(1).split(","))
-            else:
-                names.add(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower())
-    return names
-
-
 def test_without_pytorch_the_command_names_an_install_that_brings_it(tmp_path, monkeypatch):
     import re
 
@@ -384,7 +358,7 @@ def test_without_pytorch_the_command_names_an_install_that_brings_it(tmp_path, m
     extras = re.findall(r"pip install 'dask-gpu-interop\[([^\]]+)\]'", lines[0])
     assert extras, lines[0]
     for extra in extras:
-        assert "torch" in _requirements_of(extra), f"[{extra}] brings no PyTorch: {lines[0]}"
+        assert "torch" in requirements_of(extra), f"[{extra}] brings no PyTorch: {lines[0]}"
     # A plain `torch` requirement pulls the CUDA build: without a GPU, the CPU build first.
     assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in lines[0]
     assert not (tmp_path / "out").exists()  # said before any work
