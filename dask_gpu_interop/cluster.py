@@ -11,6 +11,7 @@ first allocation. Without GPUs it is a ``LocalCluster`` of processes.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import os
 
@@ -215,10 +216,15 @@ def connect(
             return Client(scheduler_file=scheduler_file, security=security, timeout=timeout)
         return Client(scheduler, security=security, timeout=timeout)
     except (OSError, TimeoutError) as err:
-        where = scheduler or f"the address in {scheduler_file}"
-        raise ClusterError(
-            f"no scheduler answered at {where} within {timeout} ({type(err).__name__}): "
-            "check the address, or start one (python -m dask scheduler)") from None
+        failure = type(err).__name__
+    # The half-built Client is garbage now: finalize it here. Left to a later collection, its
+    # close can run inside another Client's start and wait forever for the lock that start
+    # holds (distributed's LoopRunner lock is one for all clients).
+    gc.collect()
+    where = scheduler or f"the address in {scheduler_file}"
+    raise ClusterError(
+        f"no scheduler answered at {where} within {timeout} ({failure}): "
+        "check the address, or start one (python -m dask scheduler)")
 
 
 @contextlib.contextmanager

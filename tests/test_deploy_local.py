@@ -22,6 +22,8 @@ from distributed import Client
 from dask_gpu_interop import GPUMemoryPlugin, memory_report
 from dask_gpu_interop import tls as tls_mod
 
+from .refused import refused
+
 pytestmark = pytest.mark.slow  # real processes: several seconds
 
 SCRIPT = Path(__file__).resolve().parents[1] / "deploy" / "local" / "dask-gpu-cluster"
@@ -123,19 +125,15 @@ def test_report_command_shows_every_worker(cluster):
 def test_strangers_are_refused(cluster, tmp_path):
     _, address, _, _ = cluster
     host, port = address.removeprefix("tls://").rsplit(":", 1)
-    # (set_as_default=False: a Client that fails to connect would leave itself as dask's
-    # default scheduler for the rest of the session)
     # no certificates at all: a tls:// address needs them
-    with pytest.raises(TypeError, match="ssl_context"):
-        Client(address, timeout=5, set_as_default=False)
+    kind, text = refused(address, timeout=5)
+    assert issubclass(kind, TypeError) and "ssl_context" in text
     # plain TCP to the TLS port
-    with pytest.raises(OSError):
-        Client(f"tcp://{host}:{port}", timeout=5, set_as_default=False)
+    assert issubclass(refused(f"tcp://{host}:{port}", timeout=5)[0], OSError)
     # certificates from another CA
     tls_mod.make_certificates(tmp_path / "other")
-    with pytest.raises(OSError):
-        Client(address, security=tls_mod.security(tmp_path / "other"), timeout=5,
-               set_as_default=False)
+    assert issubclass(
+        refused(address, security=tls_mod.security(tmp_path / "other"), timeout=5)[0], OSError)
     # our CA, but no client certificate: the scheduler demands one
     ctx = ssl.create_default_context(cafile=str(tls_mod.files(cluster[0] / "tls").ca_file))
     ctx.check_hostname = False
