@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import time
@@ -57,6 +58,21 @@ def empty_kernel_caches() -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
+def compiled_kernels() -> dict:
+    """What the runs since the caches were emptied left in them: the files in each cache, and
+    the names of the kernels CuPy compiled (from the sources it saves beside them, with
+    ``CUPY_CACHE_SAVE_CUDA_SOURCE=1``)."""
+    files, names = {}, set()
+    for cache in kernel_caches():
+        found = [os.path.join(d, f) for d, _, fs in os.walk(cache) for f in fs]
+        files[cache] = len(found)
+        for path in found:
+            if path.endswith(".cu"):
+                with open(path, errors="replace") as source:
+                    names.update(re.findall(r"__global__\s+void\s+(\w+)", source.read()))
+    return {"files": files, "cupy kernels": sorted(names)}
+
+
 def etl_command(directory: str, out: str, device: str) -> list[str]:
     return [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite", "--device",
             device]
@@ -76,7 +92,8 @@ def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int) -> dict:
     results = {"gpu fresh": [], "gpu": [], "cpu": []}
     for _ in range(fresh_runs):
         empty_kernel_caches()
-        results["gpu fresh"].append(one_etl(directory, out, "gpu"))
+        results["gpu fresh"].append({**one_etl(directory, out, "gpu"),
+                                     "compiled": compiled_kernels()})
         say(f"etl gpu fresh {os.path.basename(directory)}: {results['gpu fresh'][-1]}")
     for _, name in interleave({"gpu": runs, "cpu": cpu_runs}):
         results[name].append(one_etl(directory, out, name))
@@ -138,6 +155,14 @@ def markdown(payload: dict) -> str:
                 versus = f"{cpu_wall / summary(r['wall'] for r in runs)['median']:.2f}x"
             lines.append(f"| {label} | {size} | {device} | {len(runs)} | {_cell(runs, 'wall')} "
                          f"| {_cell(runs, 'work')} | {_cell(runs, 'fixed')} | {versus} |")
+    compiled = [(layout, run["compiled"]) for layout, runs in payload["etl"].items()
+                for run in runs.get("gpu fresh", []) if "compiled" in run]
+    if compiled:
+        lines += ["", "Compiled at run time by a fresh GPU etl command (files each cache holds "
+                  "after it; CuPy's kernels by name):", ""]
+        lines += [f"- {layout}: {', '.join(f'{path} {n}' for path, n in found['files'].items())}"
+                  f"; CuPy: {', '.join(found['cupy kernels']) or 'none'}"
+                  for layout, found in compiled]
     if payload["help"]:
         lines += ["", "| command | runs | wall |", "| --- | --- | --- |"]
         lines += [f"| `{name}` | {len(runs)} | {_cell(runs, 'wall')} |"
@@ -173,6 +198,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse(argv)
+    os.environ.setdefault("CUPY_CACHE_SAVE_CUDA_SOURCE", "1")  # names what a fresh run compiles
     info = machine()
     payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,

@@ -13,6 +13,9 @@ per-loan features and the forward-looking label need no shuffle between workers.
   finds, for every row, the loan's next "bad" row;
 - **the feature table**: each row with its loan's acquisition fields, the 45 features as
   float32 (missing: -1, as the reader writes a blank) and the label as int32.
+
+On GPUs the same steps run as libcudf's precompiled operations (features_gpu.py): written on
+CuPy arrays, each would be a kernel compiled on a machine's first run.
 """
 
 from __future__ import annotations
@@ -75,14 +78,30 @@ def _ordered(loan, month) -> bool:
     return bool(((step > 0) | ((step == 0) & (month[1:] > month[:-1]))).all())
 
 
+def on_gpu(frame) -> bool:
+    """Whether ``frame`` (or a Series) is cuDF's."""
+    return hasattr(frame, "to_pylibcudf")
+
+
+def _column(series):
+    """A cuDF Series' libcudf column (a view)."""
+    return series.to_pylibcudf()[0]
+
+
 def in_order(perf) -> bool:
     """Whether rows are in strictly increasing (loan, month) order, as in the files."""
+    if on_gpu(perf):
+        from . import features_gpu
+
+        return features_gpu.ordered(_column(perf["loan_id"]), _column(perf[PERIOD]))
     return _ordered(_array(perf["loan_id"]), _array(perf[PERIOD]).astype("int64"))
 
 
 def performance_features(perf):
     """``perf`` with ever_30/90/180 (int8), delinquency_30/90/180 (float32 month numbers,
     NaN when never) and the label delinquency_12 (int8), rows in their original order."""
+    if on_gpu(perf):
+        return _performance_features_gpu(perf)
     loan = _array(perf["loan_id"])
     month = _array(perf[PERIOD]).astype("int64")
     status = _array(perf[STATUS])
@@ -100,6 +119,18 @@ def performance_features(perf):
             values, placed = xp.empty_like(values), values
             values[order] = placed
         work[name] = values
+    return work
+
+
+def _performance_features_gpu(perf):
+    from . import features_gpu
+
+    inputs = [_column(perf[c]) for c in ("loan_id", PERIOD, STATUS, "current_actual_upb")]
+    columns = features_gpu.performance_features(*inputs)
+    work = perf if _plain_index(perf) else perf.reset_index(drop=True)
+    series = type(perf["loan_id"])
+    for name, column in columns.items():
+        work[name] = series.from_pylibcudf(column)
     return work
 
 
@@ -144,12 +175,14 @@ def _first_flagged(xp, flags, at):
 
 @dataclass
 class Acquisitions:
-    """A quarter's acquisition fields, ready to join: the loan ids in order, and the features
-    as one float32 array, a row per column of ``ACQUIRED`` and a column per loan, then a last
-    column of MISSING for rows whose loan has no acquisition row."""
+    """A quarter's acquisition fields, ready to join. On CPUs the loan ids in order (``ids``),
+    and the features as one float32 array (``values``), a row per column of ``ACQUIRED`` and a
+    column per loan, then a last column of MISSING for rows whose loan has no acquisition row.
+    On GPUs ``table``: a cuDF frame of the loan ids and the features as float32, in id order."""
 
-    ids: object
-    values: object
+    ids: object = None
+    values: object = None
+    table: object = None
 
     def rows_of(self, loan_id):
         """For each of ``loan_id``, its column in ``values`` (the first of equal ids)."""
@@ -166,6 +199,13 @@ ACQUIRED = schema.ACQUISITION_READ[1:]  # the acquisition fields that are featur
 
 def acquisitions(frame) -> Acquisitions:
     """The join-ready form of an acquisition frame as read (a row per loan)."""
+    if on_gpu(frame):
+        from . import features_gpu
+
+        table = features_gpu.acquisition_table(_column(frame["loan_id"]),
+                                               [_column(frame[name]) for name in ACQUIRED])
+        return Acquisitions(table=type(frame).from_pylibcudf(
+            table, {"columns": ["loan_id", *ACQUIRED]}))
     ids = _values(frame["loan_id"], -2).astype("int64")
     xp = module_of(ids)
     order = xp.argsort(ids, kind="stable") if xp is np else xp.argsort(ids)
@@ -180,6 +220,8 @@ def feature_table(perf, acq: Acquisitions):
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
     row in its order. The acquisition fields are gathered in one call; ``perf``'s columns are
     taken out as they are used (a float32 one without a copy), to free memory."""
+    if on_gpu(perf):
+        return _feature_table_gpu(perf, acq)
     joined = module_of(acq.values).take(acq.values, acq.rows_of(perf["loan_id"]), axis=1)
     acquired = dict(zip(ACQUIRED, joined, strict=True))
     out = {}
@@ -192,6 +234,21 @@ def feature_table(perf, acq: Acquisitions):
     if isinstance(joined, np.ndarray):
         return module_of(perf).DataFrame(out)
     return module_of(perf).DataFrame(out, nan_as_null=False)  # no NaN: skip cuDF's count
+
+
+def _feature_table_gpu(perf, acq: Acquisitions):
+    import pylibcudf as plc
+
+    from . import features_gpu as gpu
+
+    joined = gpu.join(_column(acq.table["loan_id"]), [_column(acq.table[name]) for name in ACQUIRED],
+                      _column(perf["loan_id"]))
+    acquired = dict(zip(ACQUIRED, joined, strict=True))
+    out = [acquired[name] if name in acquired else
+           gpu.cast(_column(filled(perf.pop(name), np.nan)), gpu.FLOAT32)
+           for name in schema.FEATURES]
+    out.append(gpu.cast(_column(filled(perf.pop(schema.LABEL), 0)), gpu.INT32))
+    return type(perf).from_pylibcudf(plc.Table(out), {"columns": [*schema.FEATURES, schema.LABEL]})
 
 
 def meta():

@@ -174,16 +174,40 @@ def _with_last(items):
 
 def _frame(chunks: list[dict], columns, device: str):
     """One frame of the chunks' columns (arrays), joined a column at a time."""
-    xp = _array_module(device)
-    values = {c: chunks[0][c] if len(chunks) == 1 else xp.concatenate([v[c] for v in chunks])
-              for c in columns}
     if device == "gpu":
         import cudf
 
+        values = {c: chunks[0][c] if len(chunks) == 1 else _concatenate_gpu([v[c] for v in chunks])
+                  for c in columns}
         return cudf.DataFrame(values, nan_as_null=False)  # no NaN: skip cuDF's count
     import pandas as pd
 
+    values = {c: chunks[0][c] if len(chunks) == 1 else np.concatenate([v[c] for v in chunks])
+              for c in columns}
+
     return pd.DataFrame(values, copy=False)  # the arrays as they are: no second copy
+
+
+def _concatenate_gpu(arrays):
+    """CuPy arrays joined by libcudf (a precompiled copy, where CuPy compiles one)."""
+    import pylibcudf as plc
+
+    columns = [_plc_column(a) for a in arrays if a.size] or [_plc_column(arrays[0])]
+    return _cupy(plc.concatenate.concatenate(columns))
+
+
+def _plc_column(array):
+    """A libcudf view of a 1-D CuPy array."""
+    import pylibcudf as plc
+
+    return plc.Column.from_cuda_array_interface(array)
+
+
+def _cupy(column):
+    """A libcudf column's values as a CuPy array (a view)."""
+    import cudf
+
+    return cudf.Series.from_pylibcudf(column).values
 
 
 def _array_module(device: str):
@@ -198,12 +222,34 @@ def _check_unique(ids, seen: set, last: bool) -> None:
     """Raise _Unclean when ``ids`` repeat one another or one of ``seen`` (kept up to date
     unless this is the ``last`` chunk)."""
     xp = module_of(ids)
-    if len(xp.unique(ids)) != len(ids):
-        raise _Unclean("duplicate loan_id")
-    if seen and bool(xp.isin(ids, xp.asarray(sorted(seen), dtype=ids.dtype)).any()):
+    if xp is not np:
+        _check_unique_gpu(ids, seen)
+    elif len(xp.unique(ids)) != len(ids) or (seen and bool(np.isin(ids, sorted(seen)).any())):
         raise _Unclean("duplicate loan_id")
     if not last:  # the ids the next chunks must not repeat
         seen.update((ids.get() if hasattr(ids, "get") else ids).tolist())
+
+
+def _check_unique_gpu(ids, seen: set) -> None:
+    import pylibcudf as plc
+
+    from .features_gpu import BOOL
+
+    if not ids.size:
+        return
+    column = _plc_column(ids)
+    kinds = plc.stream_compaction.DuplicateKeepOption, plc.types.NullEquality
+    distinct = plc.stream_compaction.distinct(
+        plc.Table([column]), [0], kinds[0].KEEP_ANY, kinds[1].EQUAL,
+        plc.types.NanEquality.ALL_EQUAL)
+    if distinct.num_rows() != len(ids):
+        raise _Unclean("duplicate loan_id")
+    if seen:
+        known = plc.Column.from_array(np.array(sorted(seen), dtype=ids.dtype))
+        repeated = plc.reduce.reduce(plc.search.contains(known, column),
+                                     plc.aggregation.any(), BOOL)
+        if repeated.to_py():
+            raise _Unclean("duplicate loan_id")
 
 
 @dataclass(frozen=True)
@@ -282,19 +328,59 @@ def decode(texts: list[str], uniques: list, codes, used, names=None):
             if value is None:
                 raise _Unclean(f"blank {name}" if text is None else f"bad value in {name}")
             table[row, k] = value
-    xp = module_of(codes)
-    return xp.take_along_axis(xp.asarray(table), codes, axis=1)
+    if module_of(codes) is not np:
+        return _lookup_gpu(table, codes)
+    return np.take_along_axis(table, codes, axis=1)
+
+
+def _lookup_gpu(table: np.ndarray, codes):
+    """``table[c, codes[c, j]]`` for every row c and column j of ``codes`` (CuPy), by one
+    libcudf gather."""
+    import pylibcudf as plc
+
+    from .features_gpu import INT32, gather, op
+
+    columns, rows = codes.shape
+    index = op(op(_column_numbers(columns, rows), "MUL", table.shape[1], INT32), "ADD",
+               _plc_column(codes.reshape(-1)), INT32)
+    (values,) = gather([plc.Column.from_array(np.ascontiguousarray(table).reshape(-1))], index)
+    return _cupy(values).reshape(columns, rows)
+
+
+def _column_numbers(columns: int, rows: int):
+    """0 ``rows`` times, then 1 ``rows`` times, ... up to ``columns - 1`` (INT32)."""
+    import pylibcudf as plc
+
+    from .features_gpu import INT32, scalar
+
+    numbers = plc.filling.sequence(columns, scalar(0, INT32), scalar(1, INT32))
+    return plc.filling.repeat(plc.Table([numbers]), rows).columns()[0]
 
 
 def used_texts(codes, count: int) -> np.ndarray:
     """``[c, k]``: whether row ``c`` of ``codes`` holds code ``k`` (on the host)."""
-    xp = module_of(codes)
     if codes.size == 0:
         return np.zeros((codes.shape[0], count), bool)
-    offsets = xp.arange(codes.shape[0], dtype=codes.dtype)[:, None] * count
-    seen = xp.bincount((codes + offsets).ravel(), minlength=codes.shape[0] * count) > 0
-    seen = seen.reshape(codes.shape[0], count)
-    return seen.get() if hasattr(seen, "get") else seen
+    if module_of(codes) is not np:
+        return _used_texts_gpu(codes, count)
+    offsets = np.arange(codes.shape[0], dtype=codes.dtype)[:, None] * count
+    seen = np.bincount((codes + offsets).ravel(), minlength=codes.shape[0] * count) > 0
+    return seen.reshape(codes.shape[0], count)
+
+
+def _used_texts_gpu(codes, count: int) -> np.ndarray:
+    """:func:`used_texts` of CuPy ``codes``: the distinct (row, code) pairs, by libcudf."""
+    import pylibcudf as plc
+
+    columns, rows = codes.shape
+    pairs = plc.stream_compaction.distinct(
+        plc.Table([_column_numbers(columns, rows), _plc_column(codes.reshape(-1))]), [0, 1],
+        plc.stream_compaction.DuplicateKeepOption.KEEP_ANY, plc.types.NullEquality.EQUAL,
+        plc.types.NanEquality.ALL_EQUAL)
+    row, code = (_cupy(column).get() for column in pairs.columns())
+    seen = np.zeros((columns, count), bool)
+    seen[row, code] = True
+    return seen
 
 
 def _convert(kind: str, name: str, text: str, names):
@@ -379,7 +465,6 @@ def read_csv_gpu(source, byte_range, names: list[str], columns):
 def _numbers_gpu(columns, rows: int):
     """The number columns (text) as one float32 array, a row per column: checked and parsed
     in one call each over the columns stacked; a blank or NaN is MISSING."""
-    import cudf
     import cupy
     import pylibcudf as plc
 
@@ -395,10 +480,10 @@ def _numbers_gpu(columns, rows: int):
     single = plc.DataType(plc.TypeId.FLOAT32)
     parsed = plc.unary.cast(floats.to_floats(tall, plc.DataType(plc.TypeId.FLOAT64)), single)
     del tall
-    parsed = plc.replace.replace_nulls(parsed, plc.Scalar.from_py(float(MISSING), single))
-    values = cudf.Series.from_pylibcudf(parsed).values.reshape(-1, rows)
-    cupy.copyto(values, np.float32(MISSING), where=cupy.isnan(values))
-    return values
+    missing = plc.Scalar.from_py(float(MISSING), single)
+    parsed = plc.replace.replace_nulls(parsed, missing)
+    parsed = plc.copying.copy_if_else(missing, parsed, plc.unary.is_nan(parsed))
+    return _cupy(parsed).reshape(-1, rows)
 
 
 def _texts_gpu(columns, rows: int):
