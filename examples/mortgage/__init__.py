@@ -2,7 +2,6 @@
 
 One code for both stacks: cuDF on GPU workers, pandas on CPU workers.
 
-- ``generate``: synthetic files in either layout (classic or current), at any size
 - ``files``: which files a dataset holds, their layout, and the partitions they are cut into
 - ``read``: the files into typed frames (libcudf's CSV reader / pyarrow's), bad rows reported
 - ``gpu_workers``: how local GPU workers run the tasks (two threads, a stream each)
@@ -10,6 +9,9 @@ One code for both stacks: cuDF on GPU workers, pandas on CPU workers.
 - ``etl``: the ETL as a dask DataFrame of one partition per piece of the files
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter
 - ``job``: all of it on a cluster, with timings and memory
+
+``testdata`` makes synthetic files in either layout, at any size, for the tests and the
+``generate`` command; the pipeline does not need it.
 """
 
 import importlib
@@ -19,8 +21,9 @@ import importlib
 _WHERE = {
     "BadRow": ("read", "BadRow"), "BadRowsError": ("read", "BadRowsError"),
     "EtlResult": ("etl", "EtlResult"), "FEATURES": ("schema", "FEATURES"),
-    "LABEL": ("schema", "LABEL"), "PARAMS": ("train", "PARAMS"), "Spec": ("generate", "Spec"),
-    "generate_dataset": ("generate", "generate"), "loans_for_size": ("generate", "loans_for_size"),
+    "LABEL": ("schema", "LABEL"), "PARAMS": ("train", "PARAMS"),
+    "Spec": ("testdata.generate", "Spec"), "generate_dataset": ("testdata.generate", "generate"),
+    "loans_for_size": ("testdata.generate", "loans_for_size"),
     "plan": ("files", "plan"), "run_etl": ("etl", "run"), "train_model": ("train", "train"),
     "write_features": ("etl", "write"),
 }

@@ -21,8 +21,8 @@ from dask_gpu_interop.options import cluster_options, with_options
 
 from . import files, gpu_workers, output, read, schema, train, warm
 
-# The ETL (dask.dataframe) and the generator (pandas, pyarrow) are imported where a command
-# runs, so that --help answers at once.
+# The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
+# command runs, so that --help answers at once.
 
 
 def _years(ctx, param, value):
@@ -55,7 +55,7 @@ def _partition_size(ctx, param, value):
 
 
 def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout):
-    from . import generate as gen
+    from .testdata import generate as gen
 
     if size is not None:
         loans_per_quarter = gen.loans_for_size(size, *years, end_year=end_year, seed=seed,
@@ -75,7 +75,7 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
 
 
 def _check_space(directory: str, spec, layout: str) -> None:
-    from . import generate as gen
+    from .testdata import generate as gen
 
     try:
         gen.check_space(directory, spec, layout)
@@ -201,8 +201,6 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     """
     if ctx.invoked_subcommand is not None:
         return
-    from . import generate as gen
-
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(_shared_pool(cluster), expected)
     try:
@@ -245,6 +243,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         generate_seconds = None
         if spec is not None:
+            from .testdata import generate as gen
+
             click.echo(f"generating {len(spec.quarters)} quarters x "
                        f"{spec.loans_per_quarter:,} loans ...")
             made = _usage(gen.generate, directory, spec, layout=layout,
@@ -299,7 +299,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
 def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part, layout,
              overwrite, scheduler, workers):
     """Write a synthetic dataset in either real layout, one task per file part, in parallel."""
-    from . import generate as gen
+    from .testdata import generate as gen
 
     spec = _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part,
                  "current" if layout == "current" else "classic")

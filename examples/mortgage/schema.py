@@ -166,15 +166,6 @@ def month_number(text: str) -> int | None:
     return year * 12 + month - 1
 
 
-def month_text(number: int, day: bool = False, compact: bool = False) -> str:
-    """The inverse of :func:`month_number`: ``MM/YYYY``, ``MM/01/YYYY`` with ``day``, or the
-    current layout's ``MMYYYY`` with ``compact``."""
-    year, month = divmod(int(number), 12)
-    if compact:
-        return f"{month + 1:02d}{year:04d}"
-    return f"{month + 1:02d}/01/{year:04d}" if day else f"{month + 1:02d}/{year:04d}"
-
-
 def vocabulary(column: str, names: dict[str, str] | None = None) -> tuple[str, ...]:
     """The values whose positions are the codes of ``column`` in the feature table.
 

@@ -45,7 +45,7 @@ def test_the_timeline_of_two_threads():
 
 
 def test_it_records_the_etl_command_on_cpus(tmp_path):
-    from examples.mortgage import generate as gen
+    from examples.mortgage.testdata import generate as gen
 
     made = gen.generate(str(tmp_path / "data"), gen.Spec(2007, 2007, loans_per_quarter=50),
                         layout="current")

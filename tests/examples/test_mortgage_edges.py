@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from examples.mortgage import etl, files, output, read, train
-from examples.mortgage import generate as gen
 from examples.mortgage.cli import mortgage as main
+from examples.mortgage.testdata import generate as gen
 
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
 from .test_mortgage_etl import to_current_layout

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from examples.mortgage import etl, features, files, read, schema
-from examples.mortgage import generate as gen
+from examples.mortgage.testdata import generate as gen
 
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
 

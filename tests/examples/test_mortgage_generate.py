@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from examples.mortgage import generate as gen
 from examples.mortgage import schema
+from examples.mortgage.testdata import generate as gen
 
 SPEC = gen.Spec(2007, 2008, loans_per_quarter=120, loans_per_part=50, end_year=2011, seed=11)
 

@@ -8,7 +8,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from examples.mortgage import etl, files, job, schema, train
-from examples.mortgage import generate as gen
+from examples.mortgage.testdata import generate as gen
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Synthetic Fannie Mae loan data in either real layout, at any size, on the cluster.
+"""Test data: synthetic Fannie Mae loan files in either real layout, at any size.
 
 The classic layout (``perf/Performance_*``, ``acq/Acquisition_*``, ``names.csv``) or the
 current one (``2007Q3.csv``: one 108-column file per quarter, written in parts and joined), or
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import output, schema
+from .. import output, schema
 
 # pandas and pyarrow are imported by the functions that write text, so that the commands can
 # build and check a Spec before the cluster starts without them.
@@ -368,6 +368,15 @@ def _texts(values: list[str], numbers: np.ndarray, mask: np.ndarray | None = Non
     )
 
 
+def month_text(number: int, day: bool = False, compact: bool = False) -> str:
+    """A month number as ``MM/YYYY``, ``MM/01/YYYY`` with ``day``, or the current layout's
+    ``MMYYYY`` with ``compact`` (the inverse of ``schema.month_number``)."""
+    year, month = divmod(int(number), 12)
+    if compact:
+        return f"{month + 1:02d}{year:04d}"
+    return f"{month + 1:02d}/01/{year:04d}" if day else f"{month + 1:02d}/{year:04d}"
+
+
 def _month_texts(months: np.ndarray, day: bool, mask: np.ndarray | None = None,
                  compact: bool = False):
     """Month numbers as ``MM/YYYY`` (or ``MM/01/YYYY``, or ``MMYYYY`` with ``compact``);
@@ -376,7 +385,7 @@ def _month_texts(months: np.ndarray, day: bool, mask: np.ndarray | None = None,
     valid = months if mask is None else months[~mask]
     low = int(valid.min()) if valid.size else 0
     high = int(valid.max()) if valid.size else 0
-    values = [schema.month_text(m, day=day, compact=compact) for m in range(low, high + 1)]
+    values = [month_text(m, day=day, compact=compact) for m in range(low, high + 1)]
     return _texts(values, np.clip(months - low, 0, high - low), mask)
 
 
@@ -783,7 +792,7 @@ def _compute_with_progress(tasks):
         client = get_client()
     except (ImportError, ValueError):
         return dask.compute(*tasks)
-    from .progress import wait
+    from ..progress import wait
 
     futures = client.compute(tasks)
     wait(futures, "files written")
