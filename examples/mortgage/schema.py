@@ -1,15 +1,12 @@
-"""The Fannie Mae loan-level files in both layouts, and the feature table.
+"""The Fannie Mae files in both layouts, and the feature table: one place says what each
+column is, how it is read and what it becomes, so that the reader, the ETL and the tests agree.
 
-Two layouts of the same data: the **classic** one of the RAPIDS notebook (``Acquisition_*``
-files of 25 columns, one row per loan, and ``Performance_*`` files of 31 columns, one row per
-loan and month) and the **current** one Fannie Mae publishes today (one file per quarter, 108
-columns, one row per loan and month with the loan's origination fields repeated; its
-acquisition view is each loan's first row). One place says what each column is, how it is
-read, and what it becomes, so that the reader, the generator, the ETL and the tests cannot
-disagree. Dates become month numbers
-(``year * 12 + month - 1``): integers that pandas and cuDF handle alike and that make "twelve
-months later" plain arithmetic. Categorical columns become integer codes from fixed
-vocabularies, so that a code means the same thing in every partition and on every backend.
+The **classic** layout of the RAPIDS notebook has ``Acquisition_*`` files (25 columns, a row per
+loan) and ``Performance_*`` files (31 columns, a row per loan and month); the **current** one
+Fannie Mae publishes today has one 108-column file per quarter, a row per loan and month with
+the loan's origination fields repeated. Dates become month numbers (``year * 12 + month - 1``),
+the same on pandas and cuDF, and categorical fields codes of fixed vocabularies, the same in
+every partition.
 """
 
 from __future__ import annotations
@@ -27,35 +24,22 @@ CATEGORY = "category"  # a short code or a name, may be blank
 
 
 @dataclass(frozen=True)
-class Column:
-    name: str
-    kind: str
-
-
-@dataclass(frozen=True)
 class Table:
-    """One of the two file kinds: its columns in file order."""
+    """One of the classic layout's two files: its columns in file order, and their kinds."""
 
     name: str
-    columns: tuple[Column, ...]
+    kinds: dict[str, str]
 
     @property
     def names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    def of_kind(self, *kinds: str) -> list[str]:
-        return [c.name for c in self.columns if c.kind in kinds]
+        return list(self.kinds)
 
     def __len__(self) -> int:
-        return len(self.columns)
+        return len(self.kinds)
 
 
 def _table(name: str, spec: str) -> Table:
-    cols = []
-    for item in spec.split():
-        col, kind = item.split(":")
-        cols.append(Column(col, kind))
-    return Table(name, tuple(cols))
+    return Table(name, dict(item.split(":") for item in spec.split()))
 
 
 PERFORMANCE = _table("performance", """
@@ -132,7 +116,8 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
 # Open vocabularies: institution names, mapped through names.csv to short names first.
 NAMED = ("seller_name", "servicer")
 
-# Sellers of the generated data (real names of the era) and their short names (names.csv).
+# Sellers of the era and their short names: the names mapping when no names.csv is given (the
+# test data's sellers).
 SELLERS: dict[str, str] = {
     "BANK OF AMERICA, N.A.": "Bank of America",
     "WELLS FARGO BANK, N.A.": "Wells Fargo",
@@ -158,20 +143,13 @@ def month_number(text: str) -> int | None:
     """``"MM/YYYY"``, ``"MM/DD/YYYY"`` (classic) or ``"MMYYYY"`` (current) ->
     ``year * 12 + month - 1``; None if not a date."""
     match = _DATE.match(text)
-    if match is None:
-        return None
-    month, year = int(match.group(1)), int(match.group(2))
-    if not 1 <= month <= 12:
-        return None
-    return year * 12 + month - 1
+    month, year = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    return year * 12 + month - 1 if 1 <= month <= 12 else None
 
 
 def vocabulary(column: str, names: dict[str, str] | None = None) -> tuple[str, ...]:
-    """The values whose positions are the codes of ``column`` in the feature table.
-
-    Institution names have no closed list: their vocabulary is the sorted short names of the
-    names mapping (names.csv), or of the generator's sellers when there is none.
-    """
+    """The values whose positions are the codes of ``column`` in the feature table
+    (institutions: the sorted short names of the names mapping)."""
     if column in NAMED:
         return tuple(sorted(set((names or SELLERS).values())))
     return VOCABULARIES[column]
@@ -272,13 +250,12 @@ PERFORMANCE_READ = tuple(c for c in PERFORMANCE.names
 ACQUISITION_READ = tuple(c for c in ACQUISITION.names if c == "loan_id" or c in FEATURES)
 
 
+_KINDS = {**PERFORMANCE.kinds, **ACQUISITION.kinds}
+
+
 def kind_of(column: str) -> str:
     """The kind of a classic column (``ID``, ``PERIOD``, ``NUMBER``, ...)."""
-    for table in (PERFORMANCE, ACQUISITION):
-        for col in table.columns:
-            if col.name == column:
-                return col.kind
-    raise KeyError(column)
+    return _KINDS[column]
 
 
 @dataclass(frozen=True)

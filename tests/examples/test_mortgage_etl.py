@@ -93,14 +93,13 @@ def reference_table(perf_rows, acq_rows, names):
     """The 45 features and the label, field by field from the classic text."""
     acq = {row[0]: row for row in acq_rows}
     feats = reference_features(perf_rows)
-    perf_cols, acq_cols = schema.PERFORMANCE.columns, schema.ACQUISITION.columns
-    kinds = {c.name: c.kind for c in perf_cols + acq_cols}
+    kinds = {**schema.PERFORMANCE.kinds, **schema.ACQUISITION.kinds}
     records = []
     for row, f in zip(perf_rows, feats, strict=True):
-        fields = dict(zip([c.name for c in perf_cols], row, strict=True))
+        fields = dict(zip(schema.PERFORMANCE.names, row, strict=True))
         other = acq.get(row[0])
         if other is not None:
-            fields.update(zip([c.name for c in acq_cols[1:]], other[1:], strict=True))
+            fields.update(zip(schema.ACQUISITION.names[1:], other[1:], strict=True))
         record = {}
         for name in schema.FEATURES:
             text = fields.get(name, "")
