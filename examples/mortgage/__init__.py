@@ -36,18 +36,4 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
 
 
-__all__ = [
-    "BadRow",
-    "BadRowsError",
-    "EtlResult",
-    "FEATURES",
-    "LABEL",
-    "PARAMS",
-    "Spec",
-    "generate_dataset",
-    "loans_for_size",
-    "plan",
-    "run_etl",
-    "train_model",
-    "write_features",
-]
+__all__ = sorted(_WHERE)
