@@ -1,16 +1,12 @@
-"""The ETL as a dask DataFrame: one partition per piece of the files, as the notebook does.
+"""The ETL as a dask DataFrame of cuDF or pandas partitions, one per piece of the files.
 
-Each partition's task reads its pieces (``read``), adds the per-loan features and the label,
-joins each row to its loan's acquisition fields and keeps the 45 features and the label
-(``features``). In the classic layout a quarter's acquisition file is read once, by a task of
-its own, and joined by each of the quarter's partitions; in the current layout each
-partition takes its loans' acquisition fields from their first rows. The result is a dask
-DataFrame of cuDF or pandas partitions, in file order, kept in the workers' memory for
-``xgboost.dask`` (or written to Parquet).
+A partition's task reads its pieces, adds the per-loan features and the label and joins each
+row to its loan's acquisition fields: in the classic layout from a task per quarter that reads
+its acquisition file once, in the current layout from the loan's first row. The table stays in
+the workers' memory for ``xgboost.dask``, or is written to Parquet.
 
-Bad rows are counted in the tasks and judged on the client: under ``bad_rows="error"`` the
-ETL raises one :class:`~.read.BadRowsError` naming every bad row's file and line (and no
-worker logs a failed task); under "warn" and "skip" the rows are dropped and counted.
+Bad rows are counted in the tasks and judged on the client: ``bad_rows="error"`` raises one
+``BadRowsError`` naming every bad row's file and line; "warn" and "skip" drop and count them.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import dask.dataframe as dd
 from dask.utils import format_bytes
 
 from . import features, files, gpu_workers, output, read, schema
-from .progress import wait
+from .progress import current_client, wait
 from .read import BadRow
 
 KEPT_BAD_ROWS = 1000  # bad rows a report keeps in full (all are counted)
@@ -119,19 +115,11 @@ class EtlResult:
     partitions: int
     write_seconds: float | None = None  # writing the table out, after the ETL
 
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows / self.seconds if self.seconds else float("nan")
-
-    @property
-    def bytes_per_second(self) -> float:
-        return self.input_bytes / self.seconds if self.seconds else float("nan")
-
     def summary(self) -> str:
+        seconds = self.seconds or float("nan")
         text = (f"{self.rows:,} rows from {format_bytes(self.input_bytes)} of text in "
-                f"{self.partitions} partitions, {self.seconds:.2f} s "
-                f"({self.rows_per_second:,.0f} rows/s, "
-                f"{format_bytes(self.bytes_per_second)}/s)")
+                f"{self.partitions} partitions, {self.seconds:.2f} s ({self.rows / seconds:,.0f} "
+                f"rows/s, {format_bytes(self.input_bytes / seconds)}/s)")
         if self.bad_count:
             text += f"; {self.bad_count:,} bad rows dropped"
         if self.write_seconds is not None:
@@ -141,8 +129,7 @@ class EtlResult:
 
 def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
         progress: bool = False) -> EtlResult:
-    """Run the ETL of ``plan`` on the current cluster (or local threads) and keep the feature
-    table in the workers' memory."""
+    """The ETL of ``plan``, its table kept in the workers' memory (or local threads')."""
     read.check_policy(bad_rows)
     started = time.perf_counter()
     frame, reports = graph(plan, device)
@@ -152,20 +139,11 @@ def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
                      time.perf_counter() - started, len(plan.parts))
 
 
-def check_output(out: str, overwrite: bool = False, inputs=()) -> str:
-    """The absolute path of ``out``, after checking that the feature table may be written
-    there (see :mod:`.output`): FileExistsError or ValueError, with what to do."""
-    return output.check(out, what="feature table", overwrite=overwrite, inputs=inputs)
-
-
 def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
           overwrite: bool = False, progress: bool = False, data=None) -> EtlResult:
-    """Run the ETL and write the feature table to ``out``, a directory of Parquet files
-    written by the workers (``out``'s parent must be visible to them). The table is written
-    beside ``out`` and renamed into place when complete: an ETL that fails or is interrupted
-    leaves nothing behind, and bad rows that stop the ETL leave ``out`` as it was.
-    ``overwrite`` replaces only a feature table an earlier run wrote there; ``data`` (the
-    paths given for the input) and the plan's files may not be, hold or contain ``out``."""
+    """Run the ETL and write the feature table to ``out``, Parquet files written by the workers
+    (who must see ``out``'s parent) and renamed into place when complete (see ``output``).
+    ``data``, the paths given for the input, and the plan's files may not be or hold ``out``."""
     given = [data] if isinstance(data, (str, os.PathLike)) else list(data or ())
     with output.Staged(out, what="feature table", overwrite=overwrite,
                        inputs=[*given, *plan.inputs()]) as staging:
@@ -178,9 +156,8 @@ def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "e
 
 
 def _persist(frame, reports, parts: int, progress: bool, device: str):
-    """Persist the table and compute the reports, on the current client (with progress) or on
-    local threads."""
-    client = _client()
+    """Persist the table and compute the reports: on the current client, or local threads."""
+    client = current_client()
     if client is None:  # local threads: the tables and the reports in one computation
         computed = dask.compute(*frame.to_delayed(), *reports)
         tables, reports = computed[:frame.npartitions], list(computed[frame.npartitions:])
@@ -191,15 +168,6 @@ def _persist(frame, reports, parts: int, progress: bool, device: str):
     if progress:
         wait(futures[:parts], "ETL partitions")
     return frame, client.gather(futures)
-
-
-def _client():
-    try:
-        from distributed import get_client
-
-        return get_client()
-    except (ImportError, ValueError):
-        return None
 
 
 def _judge(reports: list[Report], parts: int, policy: str) -> tuple[int, int, list[BadRow]]:

@@ -1,4 +1,5 @@
-"""What the user sees while the job runs: a bar on a terminal, a line per tenth otherwise."""
+"""What the user sees while the work runs, on the current client: a bar on a terminal, a line
+per tenth otherwise."""
 
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ def wait(futures, what: str, echo=print) -> None:
     shown = Progress(what, len(futures), echo)
     for done, _ in enumerate(as_completed(futures), start=1):
         shown.update(done)
+
+
+def current_client():
+    """This process's dask client, or None: the work then runs on local threads."""
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None

@@ -786,14 +786,11 @@ def _generate(directory: str, spec: Spec, layout: str, progress: bool) -> Genera
 def _compute_with_progress(tasks):
     import dask
 
-    try:
-        from distributed import get_client
+    from ..progress import current_client, wait
 
-        client = get_client()
-    except (ImportError, ValueError):
+    client = current_client()
+    if client is None:
         return dask.compute(*tasks)
-    from ..progress import wait
-
     futures = client.compute(tasks)
     wait(futures, "files written")
     return client.gather(futures)
