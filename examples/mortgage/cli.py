@@ -25,33 +25,35 @@ from . import files, gpu_workers, output, read, schema, train, warm
 # command runs, so that --help answers at once.
 
 
-def _years(ctx, param, value):
+def _bad(param_hint, check, *args):
+    """``check(*args)``, its ValueError as a bad value of the option ``param_hint``."""
     try:
-        return schema.parse_years(value)
+        return check(*args)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint=param_hint) from None
 
 
-def _size(ctx, param, value):
-    if value is None:
-        return None
+def _callback(convert):
+    """A click callback that converts a given value, its ValueError as a bad value."""
+    return lambda ctx, param, value: None if value is None else _bad(None, convert, value)
+
+
+def _size(value: str) -> int:
     try:
         size = parse_bytes(value)
     except ValueError as exc:
-        raise click.BadParameter(f"{value!r}: write a size such as 500MB or 10GB ({exc})") from None
+        raise ValueError(f"{value!r}: write a size such as 500MB or 10GB ({exc})") from None
     if size <= 0:
-        raise click.BadParameter(f"{value!r}: must be positive")
+        raise ValueError(f"{value!r}: must be positive")
     return size
 
 
-def _partition_size(ctx, param, value):
-    if value is None:
-        return None
+def _usage(check, *args, **kwargs):
+    """``check(*args, **kwargs)``, its ValueError or FileExistsError as a usage error."""
     try:
-        files.partition_size_for("cpu", value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    return value
+        return check(*args, **kwargs)
+    except (ValueError, FileExistsError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout):
@@ -67,11 +69,8 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
                 f"{quarters} quarters, and a quarter holds at most "
                 f"{gen.MAX_LOANS_PER_QUARTER:,}: give a smaller size or more --years",
                 param_hint="--size")
-    try:
-        return gen.Spec(*years, loans_per_quarter=loans_per_quarter, seed=seed,
-                        end_year=end_year, loans_per_part=loans_per_part)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    return _usage(gen.Spec, *years, loans_per_quarter=loans_per_quarter, seed=seed,
+                  end_year=end_year, loans_per_part=loans_per_part)
 
 
 def _check_space(directory: str, spec, layout: str) -> None:
@@ -83,12 +82,10 @@ def _check_space(directory: str, spec, layout: str) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _usage(check, *args, **kwargs):
-    """``check(*args, **kwargs)``, its ValueError or FileExistsError as a usage error."""
-    try:
-        return check(*args, **kwargs)
-    except (ValueError, FileExistsError) as exc:
-        raise click.UsageError(str(exc)) from None
+def _generated(result) -> str:
+    return (f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
+            f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
+            f"in {result.directory}")
 
 
 class _Group(click.Group):
@@ -102,19 +99,13 @@ class _Group(click.Group):
         return super().resolve_command(ctx, args)
 
 
-def _generated_lines(result) -> list[str]:
-    where = result.directory
-    return [f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
-            f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
-            f"in {where}"]
-
-
 scale_options = [
-    click.option("--years", default="2006-2007", show_default=True, callback=_years,
+    click.option("--years", default="2006-2007", show_default=True,
+                 callback=_callback(schema.parse_years),
                  help="Vintages: a year or a range, e.g. 2000-2016."),
     click.option("--loans-per-quarter", type=click.IntRange(min=1), default=500,
                  show_default=True, help="Loans per quarter (about 300,000 at full scale)."),
-    click.option("--size", default=None, callback=_size,
+    click.option("--size", default=None, callback=_callback(_size),
                  help="Aim at this much data (e.g. 10GB) instead of --loans-per-quarter."),
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("--end-year", type=int, default=None,
@@ -126,7 +117,8 @@ layout_option = click.option(
     "--layout", type=click.Choice(schema.DATASET_LAYOUTS), default="classic", show_default=True,
     help="classic: Performance_*/Acquisition_* files; current: one 108-column file a quarter.")
 etl_options = [
-    click.option("--partition-size", default=None, callback=_partition_size,
+    click.option("--partition-size", default=None,
+                 callback=_callback(lambda value: files.partition_size_for("cpu", value)),
                  help="Bytes of text per task (small files packed, large ones cut at loan "
                       f"boundaries) [default: {files.PARTITION_SIZES['gpu']} on GPUs, "
                       f"{files.PARTITION_SIZES['cpu']} on CPUs]"),
@@ -147,16 +139,12 @@ def _check_device(cluster: dict) -> str:
         raise click.ClickException(str(exc)) from None
 
 
-MODE_OPTIONS = ("async_alloc", "managed", "pool")
-
-
 def _shared_pool(cluster: dict) -> dict:
-    """The whole job's memory mode on a local GPU cluster: CUDA's async pool, the one pool
-    that cuDF, CuPy and XGBoost all draw from (XGBoost's PyPI wheels stay outside RMM's
-    pool). The ``etl`` command, without XGBoost, keeps the RMM pool: its ETL is faster there.
-    A mode flag the user gives wins; a running cluster (--scheduler) keeps its own setup."""
+    """The whole job on a local GPU cluster: CUDA's async pool, which cuDF, CuPy and XGBoost's
+    PyPI wheels all draw from (the ``etl`` command keeps the RMM pool: its ETL is faster there),
+    unless a mode flag is given or the cluster is running already (--scheduler)."""
     memory = dict(cluster.get("memory") or {})
-    if cluster.get("scheduler") or any(name in memory for name in MODE_OPTIONS):
+    if cluster.get("scheduler") or {"async_alloc", "managed", "pool"} & set(memory):
         return cluster
     return {**cluster, "memory": {**memory, "async_alloc": True}}
 
@@ -167,6 +155,22 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
         return files.plan(data, perf=perf, acq=acq, names=names, partition_size=size)
     except (FileNotFoundError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _cluster(cluster: dict, expected: str, imports, training: bool = False):
+    """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
+    on GPUs); for training, the workers' standard error without XGBoost's rank lines."""
+    for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
+        warm.import_in_background(module)
+    quiet = train.without_rank_lines() if training else contextlib.nullcontext()
+    with contextlib.ExitStack() as stack:
+        with gpu_workers.environ(cluster, expected), quiet:
+            client, device = stack.enter_context(cluster_client(**cluster))
+        if device == "gpu":
+            warm.workers(client)
+        click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
+        yield client, device
 
 
 @click.group(cls=_Group, invoke_without_command=True)
@@ -203,19 +207,13 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         return
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(_shared_pool(cluster), expected)
-    try:
-        params = train.parse_params(xgb_params)
-        train.check_params(params)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--xgb-param") from None
+    params = _bad("--xgb-param", train.parse_params, xgb_params)
+    _bad("--xgb-param", train.check_params, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
     the_plan = _plan(data, None, None, None, expected, partition_size) if data else None
     quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
-    try:
-        train.check_holdout(quarters, holdout)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--holdout") from None
+    _bad("--holdout", train.check_holdout, quarters, holdout)
     if workdir:
         _usage(output.check, workdir, what="generated dataset", overwrite=True)
     if spec is not None:
@@ -230,18 +228,11 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
     started = time.perf_counter()
-    for module in (f"{__package__}.job", "xgboost.dask", *(["cudf"] if expected == "gpu" else [])):
-        warm.import_in_background(module)  # while the cluster starts
     with contextlib.ExitStack() as stack:
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
-        with gpu_workers.environ(cluster, expected), train.without_rank_lines():
-            client, device = stack.enter_context(cluster_client(**cluster))  # its workers'
-            # standard error without XGBoost's rank lines
-        if device == "gpu":
-            warm.workers(client)
-        cluster_start = time.perf_counter() - started
-        click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
-        generate_seconds = None
+        client, device = stack.enter_context(
+            _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
+        first = {"cluster start": time.perf_counter() - started}
         if spec is not None:
             from .testdata import generate as gen
 
@@ -249,9 +240,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                        f"{spec.loans_per_quarter:,} loans ...")
             made = _usage(gen.generate, directory, spec, layout=layout,
                           overwrite=workdir is not None, progress=True)
-            generate_seconds = made.seconds
-            for line in _generated_lines(made):
-                click.echo(line)
+            first["generate"] = made.seconds
+            click.echo(_generated(made))
             the_plan = _plan(directory, None, None, None, device, partition_size)
         elif device != expected and partition_size is None:
             the_plan = _plan(data, None, None, None, device, None)  # the cluster's default
@@ -263,9 +253,6 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                              echo=click.echo)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
-        first = {"cluster start": cluster_start}
-        if generate_seconds is not None:
-            first["generate"] = generate_seconds
         result.stages = {**first, **result.stages}
         if features_out:
             with output.Staged(features_out, what="feature table", overwrite=True,
@@ -308,8 +295,7 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
     n_workers = workers or (None if scheduler else os.cpu_count())
     with cluster_client(scheduler, device="cpu", n_workers=n_workers, threads_per_worker=1):
         made = gen.generate(out, spec, layout=layout, overwrite=overwrite, progress=True)
-    for line in _generated_lines(made):
-        click.echo(line)
+    click.echo(_generated(made))
 
 
 @mortgage.command()
@@ -345,14 +331,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
-    for module in (f"{__package__}.etl", *(["cudf"] if expected == "gpu" else [])):
-        warm.import_in_background(module)  # while the cluster starts
-    with contextlib.ExitStack() as stack:
-        with gpu_workers.environ(cluster, expected):
-            client, device = stack.enter_context(cluster_client(**cluster))
-        if device == "gpu":
-            warm.workers(client)
-        click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
+    with _cluster(cluster, expected, (f"{__package__}.etl",)) as (_, device):
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
         try:
