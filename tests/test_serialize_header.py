@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from dask_gpu_interop.layout import c_strides, is_dense
 from dask_gpu_interop.serialize import dtypes
 from dask_gpu_interop.serialize.header import (
     MAX_EXTENT,
@@ -18,8 +19,6 @@ from dask_gpu_interop.serialize.header import (
     VERSION,
     HeaderError,
     array_header,
-    c_strides,
-    is_dense,
     parse_array,
 )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..layout import c_strides, is_dense
 from .dtypes import DType, lookup
 
 #: The array header layout this version writes and reads.
@@ -51,29 +52,6 @@ class ArraySpec:
     @property
     def c_contiguous(self) -> bool:
         return self.strides == c_strides(self.shape)
-
-
-def c_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides (in elements) of ``shape``."""
-    strides = []
-    step = 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))
-
-
-def is_dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether the elements fill ``numel`` consecutive slots, each once, in some dim order."""
-    if any(d == 0 for d in shape):
-        return True
-    dims = sorted((s, d) for d, s in zip(shape, strides, strict=True) if d != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def array_header(dtype: DType, shape: Sequence[int], strides: Sequence[int]) -> dict:

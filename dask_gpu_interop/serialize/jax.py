@@ -21,31 +21,25 @@ from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
 from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
 from ..compat import registered_types
+from ..layout import CAIView, c_strides
 from . import dlpack, dtypes, placement
-from .header import ArraySpec, HeaderError, array_header, c_strides, field, frame_count, parse_array
+from .header import ArraySpec, HeaderError, array_header, field, frame_count, parse_array
 
 
-class DeviceBytes:
-    """A JAX array's device buffer seen as bytes, for distributed-ucxx to send in place."""
+class DeviceBytes(CAIView):
+    """A JAX array's device buffer seen as bytes, for distributed-ucxx to send in place.
+
+    Its owner (the JAX array) is kept alive until the frame is sent; the array must have been
+    waited on before this is made (the interface names no stream).
+    """
 
     def __init__(self, ptr: int, nbytes: int, owner: object):
+        super().__init__(ptr if nbytes else 0, (nbytes,), None, "|u1", owner)
         self.ptr = ptr
         self.nbytes = nbytes
-        self._owner = owner  # keeps the JAX buffer alive until the frame is sent
 
     def __len__(self) -> int:
         return self.nbytes
-
-    @property
-    def __cuda_array_interface__(self) -> dict:
-        return {
-            "shape": (self.nbytes,),
-            "typestr": "|u1",
-            "data": (self.ptr if self.nbytes else 0, False),
-            "strides": None,
-            "version": 3,
-            "stream": None,  # ready: the array was waited on before this was made
-        }
 
 
 def _device(x: jax.Array):

@@ -13,6 +13,7 @@ import warnings
 
 import dask.config
 
+from .. import layout
 from .header import HeaderError
 
 #: dask config key: what a process with no usable GPU does with received CUDA data:
@@ -47,13 +48,8 @@ def frame_nbytes(frame) -> int:
     for d in shape:
         n *= int(d)
     strides = cai.get("strides")
-    if strides is not None and n > 0:
-        expected, step = [], itemsize
-        for d in reversed(shape):
-            expected.append(step)
-            step *= int(d)
-        if tuple(strides) != tuple(reversed(expected)):
-            raise HeaderError("device frame is not contiguous")
+    if strides is not None and n > 0 and tuple(strides) != layout.c_strides(shape, itemsize):
+        raise HeaderError("device frame is not contiguous")
     return n * itemsize
 
 
