@@ -5,7 +5,9 @@
 
 With GPUs, :func:`local_cluster` is a dask-cuda ``LocalCUDACluster`` whose workers start with
 the plugin's preload, so every framework is bound to the worker's memory resource before its
-first allocation. Without GPUs it is a ``LocalCluster`` of processes.
+first allocation. With one GPU the worker runs in this process instead: a worker process
+would start Python and import the GPU stack a second time, seconds that a command waits for
+and the work does not need. Without GPUs it is a ``LocalCluster`` of processes.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ def local_cluster(
     memory: dict | None = None,
     dashboard_address: str | None = ":0",
     security=None,
+    processes: bool | None = None,
 ):
     """A local cluster for ``device``: GPU workers with the memory plugin, or CPU workers.
 
@@ -136,6 +139,13 @@ def local_cluster(
     security : distributed.Security, optional
         Certificates for ``protocol="tls"``; for a local cluster every role's, as
         :func:`dask_gpu_interop.tls.local_security` gives them.
+    processes : bool, optional
+        GPUs: whether each worker is a process of its own. By default a cluster of one GPU
+        worker (one GPU visible, or ``n_workers=1``) over "tcp" or "inproc" runs it in this
+        process: it shares the client's imports and memory pool, and spills device memory to
+        host as dask-cuda's workers do; ``True`` starts a worker process as dask-cuda does
+        (a task that crashes the process then takes only the worker down). Several GPU
+        workers are always processes, one per GPU. CPUs: processes unless ``False``.
 
     Returns
     -------
@@ -159,6 +169,19 @@ def local_cluster(
     """
     plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
     device = check_local(device, protocol)
+    preload = {"preload": ["dask_gpu_interop.preload"],
+               "preload_argv": plugin.config.argv(PRELOAD_PREFIX)}
+    if device == "gpu" and in_process(n_workers, protocol, processes):
+        return LocalCluster(
+            n_workers=1,
+            threads_per_worker=threads_per_worker or 1,
+            processes=False,
+            protocol=protocol,
+            dashboard_address=dashboard_address,
+            security=security,
+            data=device_spilling(),
+            **preload,
+        )
     if device == "gpu":
         from dask_cuda import LocalCUDACluster
 
@@ -168,8 +191,7 @@ def local_cluster(
             protocol=protocol,
             dashboard_address=dashboard_address,
             security=security,
-            preload=["dask_gpu_interop.preload"],
-            preload_argv=plugin.config.argv(PRELOAD_PREFIX),
+            **preload,
         )
     workers = n_workers or max(1, min(4, os.cpu_count() or 1))
     return LocalCluster(
@@ -178,7 +200,35 @@ def local_cluster(
         protocol=protocol,
         dashboard_address=dashboard_address,
         security=security,
+        processes=processes is not False,
     )
+
+
+def in_process(n_workers: int | None, protocol: str, processes: bool | None) -> bool:
+    """Whether a local GPU cluster runs its worker in this process (see :func:`local_cluster`):
+    one worker, over a protocol that needs no setup of its own, unless ``processes`` says."""
+    if processes is not None:
+        workers = n_workers or device_mod.gpu_count()
+        if not processes and workers > 1:
+            raise ClusterError(
+                "{processes:=} runs one GPU worker in this process, but there would be "
+                f"{workers} (one per GPU): ask for one worker, or leave {{processes}} out",
+                Setting("processes", processes))
+        return not processes
+    if protocol not in ("tcp", "inproc"):
+        return False
+    return (n_workers or device_mod.gpu_count()) == 1
+
+
+def device_spilling():
+    """The data store of an in-process GPU worker: dask-cuda's, which moves results from
+    device to host memory above 80% of the device's (then to disk), as ``LocalCUDACluster``
+    gives its workers."""
+    from distributed.system import MEMORY_LIMIT
+
+    from .compat import device_host_file
+
+    return device_host_file(0.8, MEMORY_LIMIT)
 
 
 def workers_device(client, device: str = "auto") -> str:
@@ -238,6 +288,7 @@ def cluster_client(
     memory: dict | None = None,
     security=None,
     memory_plot=None,
+    processes: bool | None = None,
 ):
     """A Client, and the device its workers use, for the length of a ``with`` block.
 
@@ -247,7 +298,7 @@ def cluster_client(
         A running cluster's scheduler address; its workers decide the device, and
         ``memory`` (when given) is registered on them as a :class:`GPUMemoryPlugin`. Without
         it a :func:`local_cluster` starts, and is closed at the end of the block.
-    device, n_workers, threads_per_worker, protocol, memory, security
+    device, n_workers, threads_per_worker, protocol, memory, security, processes
         As :func:`local_cluster` takes them (``device`` is checked against a running
         cluster's workers too).
     memory_plot : str, optional
@@ -281,11 +332,11 @@ def cluster_client(
             with _recording(client, memory_plot):
                 yield client, device
         return
+    device = check_local(device, protocol)
     cluster = local_cluster(
         device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
-        memory=memory, security=security,
+        memory=memory, security=security, processes=processes,
     )
-    device = "gpu" if type(cluster).__name__ == "LocalCUDACluster" else "cpu"
     with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot):
         yield client, device
 

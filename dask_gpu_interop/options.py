@@ -83,8 +83,8 @@ def check_memory(memory: dict, prefix: str = "") -> MemoryConfig:
 
 
 def cluster_options(command):
-    """Add --scheduler/--device/--protocol/--workers/--threads-per-worker, the memory flags
-    and --memory-plot.
+    """Add --scheduler/--device/--protocol/--workers/--threads-per-worker/--processes, the
+    memory flags and --memory-plot.
 
     The command receives ``cluster``: keyword arguments for :func:`.cluster.cluster_client`.
     """
@@ -100,12 +100,16 @@ def cluster_options(command):
     @click.option("--threads-per-worker", type=click.IntRange(min=1), default=None,
                   help="Threads of each local worker (default: 1 per GPU worker unless the "
                        "command sets more; the cores shared out on CPUs).")
+    @click.option("--processes/--no-processes", default=None,
+                  help="GPU workers of a local cluster in processes of their own (default: "
+                       "one GPU's worker runs in the command's process; several GPUs' always "
+                       "in processes).")
     @memory_options()
     @click.option("--memory-plot", type=click.Path(dir_okay=False), default=None, metavar="PNG",
                   help="Plot each worker's device memory over the run into this PNG.")
     @functools.wraps(command)
-    def wrapper(*args, scheduler, device, protocol, n_workers, threads_per_worker, memory,
-                memory_plot, **kwargs):
+    def wrapper(*args, scheduler, device, protocol, n_workers, threads_per_worker, processes,
+                memory, memory_plot, **kwargs):
         if scheduler is None:
             try:
                 check_local(device, protocol)
@@ -114,7 +118,7 @@ def cluster_options(command):
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
             threads_per_worker=threads_per_worker, memory=memory or None,
-            memory_plot=memory_plot,
+            memory_plot=memory_plot, processes=processes,
         )
         try:
             return command(*args, cluster=cluster, **kwargs)

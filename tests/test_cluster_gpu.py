@@ -1,0 +1,55 @@
+"""A local GPU cluster on real GPUs: one GPU's worker in the client's process, with the plugin
+and dask-cuda's spilling store; ``processes=True`` a dask-cuda worker process. Each cluster
+runs in a Python process of its own, as a command would (an in-process worker sets up the
+GPU memory of the process it runs in). Skipped without a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+SCRIPT = """
+import json, os, sys
+from dask_gpu_interop import cluster_client, memory_report
+
+def total():
+    import cudf
+    return int(cudf.Series(range(100)).sum())
+
+with cluster_client(device="gpu", n_workers=1, processes={processes},
+                    memory={{"pool_size": "0.25"}}) as (client, device):
+    (snap,) = memory_report(client).values()
+    print(json.dumps({{
+        "device": device,
+        "in_process": set(client.run(os.getpid).values()) == {{os.getpid()}},
+        "store": sorted(set(client.run(lambda dask_worker: type(dask_worker.data).__name__)
+                            .values())),
+        "total": client.submit(total).result(),
+        "status": snap["status"], "mode": snap["mode"],
+    }}))
+"""
+
+
+def _cluster_facts(processes) -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT.format(processes=processes)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_one_gpus_worker_runs_in_the_clients_process_with_the_plugin_and_spilling():
+    facts = _cluster_facts(None)
+    assert facts == {"device": "gpu", "in_process": True, "store": ["DeviceHostFile"],
+                     "total": 4950, "status": "active", "mode": "pool"}
+
+
+def test_processes_true_gives_a_dask_cuda_worker_process():
+    facts = _cluster_facts(True)
+    assert facts["in_process"] is False
+    assert (facts["device"], facts["total"], facts["status"], facts["mode"]) == (
+        "gpu", 4950, "active", "pool")

@@ -1,0 +1,74 @@
+"""Where a local cluster's workers run: one GPU's worker in this process, several GPUs' in
+processes of their own, and what --processes/--no-processes change."""
+
+from __future__ import annotations
+
+import os
+
+import click
+import pytest
+from click.testing import CliRunner
+from distributed import Client
+
+from dask_gpu_interop import cluster, device
+from dask_gpu_interop.options import cluster_options
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    def visible(count: int):
+        monkeypatch.setattr(device, "gpu_count", lambda: count)
+
+    return visible
+
+
+def test_one_gpus_worker_runs_in_this_process_by_default(gpus):
+    gpus(1)
+    assert cluster.in_process(None, "tcp", None)
+    assert cluster.in_process(1, "inproc", None)
+    assert not cluster.in_process(None, "ucx", None)  # UCX sets up each worker process
+    assert not cluster.in_process(None, "tls", None)
+    assert not cluster.in_process(None, "tcp", True)
+
+
+def test_several_gpus_keep_a_worker_process_each_unless_one_worker_is_asked_for(gpus):
+    gpus(4)
+    assert not cluster.in_process(None, "tcp", None)
+    assert not cluster.in_process(2, "tcp", None)
+    assert cluster.in_process(1, "tcp", None)
+    assert cluster.in_process(1, "tcp", False)
+
+
+def test_no_processes_for_several_gpu_workers_is_refused_in_the_users_words(gpus):
+    gpus(2)
+    with pytest.raises(cluster.ClusterError) as refused:
+        cluster.in_process(None, "tcp", False)
+    assert str(refused.value) == ("processes=False runs one GPU worker in this process, but "
+                                  "there would be 2 (one per GPU): ask for one worker, or "
+                                  "leave processes out")
+    assert refused.value.message(flags="").startswith("--no-processes runs one GPU worker")
+
+
+@pytest.mark.parametrize("flags, processes", [([], None), (["--processes"], True),
+                                              (["--no-processes"], False)])
+def test_the_commands_processes_flag_reaches_the_cluster(flags, processes):
+    seen = {}
+
+    @click.command()
+    @cluster_options
+    def command(cluster):
+        seen.update(cluster)
+
+    result = CliRunner().invoke(command, ["--device", "cpu", *flags], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert seen["processes"] is processes
+
+
+def test_cpu_workers_are_processes_unless_told():
+    with cluster.local_cluster("cpu", n_workers=1, threads_per_worker=1,
+                               dashboard_address=None, processes=False) as threads, \
+            Client(threads) as client:
+        assert set(client.run(os.getpid).values()) == {os.getpid()}
+    with cluster.local_cluster("cpu", n_workers=1, threads_per_worker=1,
+                               dashboard_address=None) as processes, Client(processes) as client:
+        assert os.getpid() not in set(client.run(os.getpid).values())
