@@ -201,3 +201,16 @@ def _task_state(worker, key):
             "distributed.Worker has no state.tasks any more: update "
             "dask_gpu_interop.compat.task_error for this distributed release")
     return tasks.get(key)
+
+
+def device_host_file(device_fraction: float, host_bytes: int) -> tuple:
+    """dask-cuda's spilling data store for a worker of device 0, as a Worker's ``data=``:
+    results move from device to host memory above ``device_fraction`` of the device's, and to
+    disk above ``host_bytes``. dask-cuda builds it inside ``LocalCUDACluster``; its
+    ``DeviceHostFile`` and ``parse_device_memory_limit`` are the parts that every release
+    has."""
+    from dask_cuda.device_host_file import DeviceHostFile
+    from dask_cuda.utils import parse_device_memory_limit
+
+    limit = parse_device_memory_limit(device_fraction, device_index=0)
+    return DeviceHostFile, {"device_memory_limit": limit, "memory_limit": host_bytes}
