@@ -16,13 +16,7 @@ def lazy_registrations(dispatch) -> dict:
     Private: ``Dispatch._lazy``. We chain our serializers onto distributed's own lazy
     registrations, which the public ``register_lazy`` would silently replace.
     """
-    lazy = getattr(dispatch, "_lazy", None)
-    if not isinstance(lazy, dict):
-        raise RuntimeError(
-            "dask.utils.Dispatch has no _lazy dict any more: update "
-            "dask_gpu_interop.compat.lazy_registrations for this dask release"
-        )
-    return lazy
+    return _dispatch_table(dispatch, "_lazy", "lazy_registrations")
 
 
 def registered_types(dispatch) -> dict:
@@ -31,13 +25,18 @@ def registered_types(dispatch) -> dict:
     Private: ``Dispatch._lookup``. Needed to drop lookups cached for tensor subclasses before
     our serializers were registered, and to tell whether ours are the ones in force.
     """
-    lookup = getattr(dispatch, "_lookup", None)
-    if not isinstance(lookup, dict):
+    return _dispatch_table(dispatch, "_lookup", "registered_types")
+
+
+def _dispatch_table(dispatch, attribute: str, reader: str) -> dict:
+    """The private dict ``dispatch.<attribute>``, or an error naming the ``reader`` to update."""
+    table = getattr(dispatch, attribute, None)
+    if not isinstance(table, dict):
         raise RuntimeError(
-            "dask.utils.Dispatch has no _lookup dict any more: update "
-            "dask_gpu_interop.compat.registered_types for this dask release"
+            f"dask.utils.Dispatch has no {attribute} dict any more: update "
+            f"dask_gpu_interop.compat.{reader} for this dask release"
         )
-    return lookup
+    return table
 
 
 def pending_worker_plugins(worker) -> tuple:
