@@ -1,20 +1,14 @@
 """Which files a dataset holds, in which layout, and how they are cut into partitions.
 
-A dataset is a file, a directory or a glob (or the classic ``--perf``/``--acq`` pair). Each
-file's layout is told from the data: the number of fields on its first line (31: classic
-performance, 25: classic acquisition, 108: current). The quarter comes from the file's name.
+A dataset is a file, a directory or a glob (or the classic ``--perf``/``--acq`` pair). A file's
+layout is told from its lines' field counts (31: classic performance, 25: classic acquisition,
+108: current), its quarter from its name. A zip archive's data members (``ARCHIVE::MEMBER``) and
+gzip, bzip2 or xz files are read decompressed, each whole in one partition (they cannot be cut
+at byte offsets).
 
-Files may be compressed as Fannie Mae and users keep them: a zip archive (``2007Q3.zip``
-holding ``2007Q3.csv``; each member that holds data is a file of the dataset, named
-``ARCHIVE::MEMBER``), or gzip, bzip2 or xz (``Performance_2007Q3.txt.gz``). A compressed file
-cannot be cut at byte offsets, so each is one partition however large, decompressed as a
-stream and read in chunks (``text_blocks``); unpack large ones to spread a quarter over
-several tasks.
-
-Partitions are sized by bytes, not by files: a quarter's small files are packed together up to
-the partition size, and a large file is cut into pieces that end at loan boundaries, so that
-every loan's whole history is in one partition (the per-loan features and the forward-looking
-label need it, and no shuffle is needed).
+Partitions are sized by bytes: a quarter's small files packed together, a large file cut into
+pieces that end at loan boundaries, so that every loan's history is in one partition (the
+per-loan features and the forward-looking label need it, and no shuffle does).
 """
 
 from __future__ import annotations
@@ -78,9 +72,8 @@ def open_text(path: str):
 
 
 def text_size(path: str) -> int:
-    """Bytes of ``path``'s text: its size; decompressed, for a compressed file (gzip records
-    it modulo 4 GiB: the smallest value at least the compressed size; bzip2 and xz do not
-    record it: the compressed size)."""
+    """Bytes of ``path``'s text, decompressed (gzip records it modulo 4 GiB: the smallest such
+    value at least the compressed size; bzip2 and xz do not: the compressed size)."""
     if MEMBER in path:
         archive, member = path.split(MEMBER, 1)
         with zipfile.ZipFile(archive) as zipped:
@@ -95,32 +88,25 @@ def text_size(path: str) -> int:
 
 
 def text_blocks(path: str, size: int):
-    """``(text, first line)`` of a compressed file: blocks of whole lines of about ``size``
-    bytes, decompressed as a stream, with the 0-based number of each block's first line."""
-    line = 0
+    """A compressed file's text as ``(block, first line)``: whole lines, about ``size`` bytes
+    a block, decompressed as a stream; the first line's number 0-based."""
+    line, rest = 0, b""
     with open_text(path) as f:
-        rest = b""
-        while True:
-            data = f.read(size)
-            if not data:
-                break
+        while data := f.read(size):
             data = rest + data
             end = data.rfind(b"\n") + 1
-            if end == 0:  # no line ends in it yet
-                rest = data
-                continue
             block, rest = data[:end], data[end:]
-            yield block, line
-            line += block.count(b"\n")
-        if rest:
-            yield rest, line
+            if block:  # else no line ends in it yet
+                yield block, line
+                line += block.count(b"\n")
+    if rest:
+        yield rest, line
 
 
 @dataclass(frozen=True)
 class Piece:
     """Bytes ``[start, stop)`` of one file's text, from a line start to a line start (a
-    partition's pieces start and end at loan boundaries); a compressed file's piece is all
-    of it."""
+    compressed file's piece is all of it)."""
 
     path: str
     start: int
@@ -150,7 +136,7 @@ class Part:
 
 @dataclass
 class Plan:
-    """What the ETL reads: the partitions, and for the classic layout each quarter's
+    """What the ETL reads: the partitions, and in the classic layout each quarter's
     acquisition files (key None: files without a quarter in their names, joined to all)."""
 
     layout: schema.Layout  # the layout of the partitions' files
@@ -181,9 +167,8 @@ def _natural(path: str):
 
 
 def find_files(spec) -> list[str]:
-    """The files named by ``spec``: a file, a directory (its files, and those of its perf/ and
-    acq/ folders), a glob, or a list of those; in natural order (quarter, then part). A zip
-    archive stands for its members (``ARCHIVE::MEMBER``)."""
+    """The files of ``spec``, a file, a directory (with its perf/ and acq/ folders), a glob or a
+    list of those, in natural order (quarter, then part); a zip archive as its members."""
     specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
     found = []
     for item in map(os.fspath, specs):
@@ -201,12 +186,11 @@ def find_files(spec) -> list[str]:
     if not files:
         raise FileNotFoundError(f"no files found for {spec!r}: give a file, a directory or a "
                                 "glob of Fannie Mae files (either layout)")
-    return [path for f in files for path in (_members(f) if _is_zip(f) else [f])]
+    return [path for f in files for path in (_members(f) if f.lower().endswith(".zip") else [f])]
 
 
 def _no_files_in(directory: str) -> None:
-    """Raise FileNotFoundError for a directory without files, naming its folders that hold
-    some (``generate --layout both`` writes classic/ and current/: one dataset each)."""
+    """FileNotFoundError for a directory without files, naming its folders that hold some."""
     folders = sorted(entry.name for entry in os.scandir(directory)
                      if entry.is_dir() and not entry.name.startswith(".")
                      and any(f.is_file() for f in os.scandir(entry.path)))
@@ -219,13 +203,9 @@ def _no_files_in(directory: str) -> None:
                             "of Fannie Mae files (either layout)")
 
 
-def _is_zip(path: str) -> bool:
-    return path.lower().endswith(".zip")
-
-
 def _members(archive: str) -> list[str]:
-    """The data files a zip archive holds, as ``ARCHIVE::MEMBER``; ValueError when it holds
-    none (naming what it holds)."""
+    """A zip archive's data files as ``ARCHIVE::MEMBER``; ValueError, naming what it holds,
+    when there are none."""
     try:
         with zipfile.ZipFile(archive) as zipped:
             names = [info.filename for info in zipped.infolist() if not info.is_dir()]
@@ -244,8 +224,8 @@ def _members(archive: str) -> list[str]:
 
 
 def layout_of(path: str, lines: int = 20) -> schema.Layout | None:
-    """The layout of a data file, from the field counts of its first lines (the most common
-    one, so that a bad first line does not hide the layout); None: not a data file."""
+    """A data file's layout, from the most common field count of its first lines (a bad line
+    does not hide it); None: not a data file."""
     if os.path.basename(path) == "names.csv":
         return None
     try:
@@ -273,10 +253,8 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
     if not given:
         raise FileNotFoundError("no files given: pass a directory, a file or a glob of Fannie "
                                 "Mae files (either layout), or the classic perf and acq files")
-    specs = []
-    for item in given:
-        specs += [item] if isinstance(item, (str, os.PathLike)) else list(item)
-    files = find_files(specs)
+    files = find_files([x for item in given
+                        for x in ([item] if isinstance(item, (str, os.PathLike)) else item)])
     by_layout: dict[str, list[str]] = {}
     for path in files:
         layout = layout_of(path)
@@ -313,10 +291,15 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
     return Plan(layout, parts, acquisitions, read_names(names), total)
 
 
-def _acquisitions_by_quarter(acquisition: list[str], performance: list[str]) -> dict:
+def _by_quarter(paths: list[str]) -> dict[str | None, list[str]]:
     by_quarter: dict[str | None, list[str]] = {}
-    for path in acquisition:
+    for path in paths:
         by_quarter.setdefault(schema.quarter_of(path), []).append(path)
+    return by_quarter
+
+
+def _acquisitions_by_quarter(acquisition: list[str], performance: list[str]) -> dict:
+    by_quarter = _by_quarter(acquisition)
     known = {q for q in by_quarter if q is not None}
     for path in performance:
         quarter = schema.quarter_of(path)
@@ -330,11 +313,8 @@ def _acquisitions_by_quarter(acquisition: list[str], performance: list[str]) -> 
 def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
     """Partitions of about ``size`` bytes: a quarter's small files together, large files in
     pieces that end at loan boundaries; a compressed file whole."""
-    by_quarter: dict[str | None, list[str]] = {}
-    for path in paths:
-        by_quarter.setdefault(schema.quarter_of(path), []).append(path)
     groups: list[tuple[str | None, list[Piece]]] = []
-    for quarter, files in by_quarter.items():
+    for quarter, files in _by_quarter(paths).items():
         pending: list[Piece] = []
         for path in files:
             file_size = text_size(path)
@@ -357,8 +337,8 @@ def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
 
 
 def chunks(pieces, size: int) -> list[list[Piece]]:
-    """``pieces`` regrouped into chunks of at most about ``size`` bytes, in order: small pieces
-    together, a larger piece cut at line starts (a chunk need not hold whole loans)."""
+    """``pieces`` regrouped in order into chunks of about ``size`` bytes at most: small pieces
+    together, a larger one cut at line starts (a chunk need not hold whole loans)."""
     groups: list[list[Piece]] = []
     pending: list[Piece] = []
     for piece in pieces:
@@ -389,10 +369,8 @@ def line_start(f, offset: int, stop: int) -> int:
 
 
 def loan_boundary(f, offset: int, size: int, loan_field: int = 0) -> int:
-    """The first line start at or after ``offset`` that begins a new loan.
-
-    Both neighbours of a cut compute the same boundary, so each loan lands whole in exactly
-    one piece."""
+    """The first line start at or after ``offset`` that begins a new loan: both sides of a cut
+    find the same one, so each loan lands whole in one piece."""
     if offset <= 0:
         return 0
     if offset >= size:
