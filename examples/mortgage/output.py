@@ -1,11 +1,10 @@
 """Where the commands write, and what they may replace: never a file they did not write.
 
-An output directory (the feature table, a generated dataset) is built in a hidden sibling
-(``.NAME.partial-*``) and renamed into place once complete, so a run that fails or is
-interrupted leaves no half-written output that a later run would take for data. A finished
-output holds a marker file listing every file the command wrote; ``overwrite`` replaces an
-output only when the marker is there and the directory holds nothing else, and no output may be
-an input, lie inside one or hold one.
+An output directory is built in a hidden sibling (``.NAME.partial-*``) and renamed into place
+once complete, so that a run that fails or is interrupted leaves nothing a later run would take
+for data. A finished output holds a marker listing the files the command wrote: ``overwrite``
+replaces an output only when the marker is there and the directory holds nothing else, and no
+output may be an input, lie inside one or hold one.
 
     with output.Staged(out, what="feature table", overwrite=True, inputs=[data]) as staging:
         frame.to_parquet(staging)     # renamed to ``out`` when the block ends without error
@@ -41,8 +40,8 @@ def _shown(names: list[str], count: int = 4) -> str:
     return ", ".join(names[:count]) + more
 
 
-def written_here(directory: str) -> list[str] | None:
-    """The files this module's marker in ``directory`` lists, or None when there is none."""
+def _written_here(directory: str) -> list[str] | None:
+    """The files the marker in ``directory`` lists; None without a marker."""
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8") as f:
             return list(json.load(f)["files"])
@@ -50,51 +49,48 @@ def written_here(directory: str) -> list[str] | None:
         return None
 
 
-def check(target: str, *, what: str, overwrite: bool = False, inputs=(),
-          flag: str = "--overwrite") -> str:
-    """The absolute path of ``target``, after checking that ``what`` may be written there:
-    FileExistsError (with what to do) when it would replace anything an earlier run of these
-    commands did not write, or an earlier output without ``overwrite``; ValueError when it
-    is or holds an input or the working directory, or cannot be written."""
+def check(target: str, *, what: str, overwrite: bool = False, inputs=()) -> str:
+    """The absolute path of ``target`` once ``what`` may be written there: FileExistsError
+    where it would replace what these commands did not write (or an earlier output without
+    ``overwrite``), ValueError where it is or holds an input or the working directory, or
+    cannot be written; each says what to do."""
     target = os.path.abspath(target)
     real = os.path.realpath(target)
     for given in inputs:
         source = os.path.realpath(given)
         if real == source or _inside(real, source) or _inside(source, real):
-            relation = ("is" if real == source else
-                        "is inside" if _inside(real, source) else "holds")
+            relation = "is" if real == source else "is inside" if _inside(real, source) else "holds"
             raise ValueError(f"{target} {relation} the input {given}: write the {what} "
                              "somewhere else")
     here = os.path.realpath(os.getcwd())
     if real == here or _inside(here, real):
         raise ValueError(f"{target} is or holds the working directory: write the {what} to a "
                          "directory of its own")
-    if os.path.lexists(target):
-        if os.path.islink(target) or not os.path.isdir(target):
-            raise FileExistsError(f"{target} exists and is not a directory: give a new or empty "
-                             f"directory for the {what}")
-        present = _files(target)
-        if present:
-            listed = written_here(target)
-            if listed is None:
-                raise FileExistsError(
-                    f"{target} holds files these commands did not write ({_shown(present)}): "
-                    f"give a new or empty directory for the {what}; nothing was changed")
-            foreign = [name for name in present if name not in listed and name != MARKER]
-            if foreign:
-                raise FileExistsError(
-                    f"{target} holds an earlier {what} and files it did not write "
-                    f"({_shown(foreign)}): move those away, or give another directory")
-            if not overwrite:
-                raise FileExistsError(f"{target} holds an earlier {what}: pass {flag} to replace "
-                                 "it, or give another directory")
+    if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+        raise FileExistsError(f"{target} exists and is not a directory: give a new or empty "
+                              f"directory for the {what}")
+    present = _files(target) if os.path.lexists(target) else []
+    if present:
+        listed = _written_here(target)
+        if listed is None:
+            raise FileExistsError(
+                f"{target} holds files these commands did not write ({_shown(present)}): "
+                f"give a new or empty directory for the {what}; nothing was changed")
+        foreign = [name for name in present if name not in listed and name != MARKER]
+        if foreign:
+            raise FileExistsError(
+                f"{target} holds an earlier {what} and files it did not write "
+                f"({_shown(foreign)}): move those away, or give another directory")
+        if not overwrite:
+            raise FileExistsError(f"{target} holds an earlier {what}: pass --overwrite to "
+                                  "replace it, or give another directory")
     writable(target)
     return target
 
 
 def writable(target: str) -> None:
-    """ValueError unless ``target`` can be created: its nearest existing parent is a
-    directory this process may write into."""
+    """ValueError unless ``target`` can be created: its nearest existing parent is a directory
+    this process may write into."""
     parent = os.path.dirname(os.path.abspath(target))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
@@ -106,14 +102,13 @@ def writable(target: str) -> None:
 
 
 class Staged:
-    """An output directory built in a hidden sibling: the ``with`` block gets the sibling's
-    path; at the end it is renamed to ``target`` (replacing an earlier output of these
-    commands), or removed when the block raises (or is interrupted)."""
+    """An output directory built in a hidden sibling, whose path the ``with`` block gets: renamed
+    to ``target`` at the end (replacing an earlier output of these commands), or removed when
+    the block raises or is interrupted."""
 
-    def __init__(self, target: str, *, what: str, overwrite: bool = False, inputs=(),
-                 flag: str = "--overwrite"):
-        self.what, self.overwrite, self.inputs, self.flag = what, overwrite, inputs, flag
-        self.target = check(target, what=what, overwrite=overwrite, inputs=inputs, flag=flag)
+    def __init__(self, target: str, *, what: str, overwrite: bool = False, inputs=()):
+        self.what, self.overwrite, self.inputs = what, overwrite, inputs
+        self.target = check(target, what=what, overwrite=overwrite, inputs=inputs)
         self.staging: str | None = None
         self._made: str | None = None  # the first parent folder this created
 
@@ -126,8 +121,8 @@ class Staged:
             if not os.path.exists(parent):
                 os.makedirs(parent)
                 self._made = missing
-            name = os.path.basename(self.target)
-            self.staging = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
+            self.staging = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.partial-",
+                                            dir=parent)
         except OSError as exc:
             self._remove_made()
             raise ValueError(f"{self.target} cannot be written ({exc.strerror}): give "
@@ -135,24 +130,17 @@ class Staged:
         return self.staging
 
     def __exit__(self, kind, value, traceback):
-        if kind is not None:
-            self.abort()
-            return False
-        self.commit()
-        return False
-
-    def abort(self) -> None:
-        """Remove what was written (the sibling, and the parent folders this created)."""
-        if self.staging is not None:
+        if kind is None:
+            self.commit()
+        else:  # remove what was written: the sibling, and the parent folders this created
             shutil.rmtree(self.staging, ignore_errors=True)
             self.staging = None
-        self._remove_made()
+            self._remove_made()
+        return False
 
     def _remove_made(self) -> None:
-        if self._made is None:
-            return
         folder = os.path.dirname(self.target)
-        while True:
+        while self._made is not None:
             try:
                 os.rmdir(folder)
             except OSError:
@@ -168,10 +156,8 @@ class Staged:
         listed = [name for name in _files(staging) if name != MARKER]
         with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
             json.dump({"what": self.what, "files": listed}, f, indent=0)
-        try:
-            # again: the directory may have changed while the work ran
-            check(self.target, what=self.what, overwrite=self.overwrite, inputs=self.inputs,
-                  flag=self.flag)
+        try:  # again: the directory may have changed while the work ran
+            check(self.target, what=self.what, overwrite=self.overwrite, inputs=self.inputs)
         except (ValueError, FileExistsError):
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -191,13 +177,28 @@ class Staged:
         shutil.rmtree(earlier)  # an earlier output of these commands, and nothing else
 
 
-def replace_file(target: str, write, *, what: str, accept=None) -> str:
-    """Write a file through ``write(path)`` into a sibling, then rename it to ``target``. An
-    existing ``target`` is replaced only when ``accept(path)`` says an earlier run wrote it."""
-    target = check_file(target, what=what, accept=accept)
+def check_file(target: str, *, what: str, accept=None) -> str:
+    """The absolute path of ``target`` once ``what`` may be written there (over an existing
+    file only when ``accept(path)``); ValueError or FileExistsError, saying what to do."""
+    target = os.path.abspath(target)
+    if os.path.isdir(target):
+        raise ValueError(f"{target} is a directory: give a file name for the {what}")
+    if os.path.lexists(target) and not (accept and accept(target)):
+        raise FileExistsError(f"{target} exists and is not an earlier {what}: give another file "
+                              "name; nothing was changed")
     folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise ValueError(f"{target} cannot be written: the folder {folder} does not exist")
+    writable(target)
+    return target
+
+
+def replace_file(target: str, write, *, what: str, accept=None) -> str:
+    """``write(path)`` into a sibling of ``target``, then renamed to it (see ``check_file``)."""
+    target = check_file(target, what=what, accept=accept)
     handle, partial = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.partial-",
-                                       suffix=os.path.splitext(target)[1], dir=folder)
+                                       suffix=os.path.splitext(target)[1],
+                                       dir=os.path.dirname(target))
     os.close(handle)
     try:
         write(partial)
@@ -206,20 +207,4 @@ def replace_file(target: str, write, *, what: str, accept=None) -> str:
         if os.path.exists(partial):
             os.remove(partial)
         raise
-    return target
-
-
-def check_file(target: str, *, what: str, accept=None) -> str:
-    """The absolute path of ``target``, after checking that ``what`` may be written there
-    (an existing file only when ``accept(path)``); ValueError with what to do."""
-    target = os.path.abspath(target)
-    if os.path.isdir(target):
-        raise ValueError(f"{target} is a directory: give a file name for the {what}")
-    if os.path.lexists(target) and not (accept and accept(target)):
-        raise FileExistsError(f"{target} exists and is not an earlier {what}: give another file "
-                         "name; nothing was changed")
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise ValueError(f"{target} cannot be written: the folder {folder} does not exist")
-    writable(target)
     return target
