@@ -6,13 +6,13 @@
 # Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
 #           cluster-start-bench compat-tests serialize-tests convert-tests mortgage-tests
 #           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
-#           mortgage-stages-bench mortgage-timeline-bench mortgage-bench wall-clock-bench
-#           ecg-bench
+#           mortgage-stages-bench mortgage-timeline-bench mortgage-bench etl-ceiling-bench
+#           wall-clock-bench ecg-bench
 #           (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # What each benchmark section measures, and its current results file: benchmarks/README.md.
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
 # VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS,
-# WALL_CLOCK_ARGS, ECG_ARGS;
+# ETL_CEILING_ARGS, WALL_CLOCK_ARGS, ECG_ARGS;
 # MORTGAGE_DATA: where the mortgage benchmarks generate their datasets (default
 # /tmp/mortgage-bench), MORTGAGE_STAGES_SIZE: the stages' dataset per layout (default 10GB).
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
@@ -123,7 +123,8 @@ want mortgage-timeline-bench benchmarks/mortgage_timeline.py && section mortgage
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
 want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 benchmarks/shuffle.py --out "$OUT/results" ${SHUFFLE_ARGS:-}
 want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 benchmarks/mortgage.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
-want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 benchmarks/wall_clock.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}/wall-clock" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
+want etl-ceiling-bench benchmarks/etl_ceiling.py && section etl-ceiling-bench 900 python3 benchmarks/etl_ceiling.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
+want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 benchmarks/wall_clock.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
 want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results" ${ECG_ARGS:-}
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
