@@ -1,8 +1,5 @@
-"""The whole job on a cluster: ETL, training, and what it cost (time, memory).
-
-Shared by ``python -m examples.mortgage`` and ``benchmarks/mortgage.py`` so that what the
-command prints and what the benchmark records are measured the same way.
-"""
+"""The whole job on a cluster: ETL, training, and what it cost (time, memory), measured one
+way for the command and the benchmarks."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from . import etl, train
 
 
 def _host_memory(dask_worker=None) -> dict:
-    """This worker process's resident memory: now, and the highest seen."""
+    """This worker process's resident memory: now, and the highest since it started."""
     import resource
 
     import psutil
@@ -28,11 +25,6 @@ def _host_memory(dask_worker=None) -> dict:
     monitor = getattr(dask_worker, "monitor", None)
     seen = max(monitor.quantities["memory"], default=0) if monitor is not None else 0
     return {"rss": int(rss), "peak_rss": int(max(peak, seen, rss))}
-
-
-def host_memory(client) -> dict[str, dict]:
-    """``{worker: {"rss", "peak_rss"}}``: the peak is since the worker process started."""
-    return client.run(_host_memory)
 
 
 @dataclass
@@ -85,7 +77,7 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
         etl=result,
         training=trained,
         memory=memory_report(client),
-        host=host_memory(client),
+        host=client.run(_host_memory),
         stages={"ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
                 "training": trained.train_seconds},
     )

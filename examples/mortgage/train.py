@@ -1,8 +1,5 @@
-"""XGBoost on the ETL's partitions, where they lie: train on some quarters, test on one.
-
-``xgboost.dask`` builds its matrices from the persisted partitions on each worker (cuDF on
-GPUs, pandas on CPUs); nothing but the model and the evaluation history reaches the client.
-"""
+"""XGBoost on the ETL's partitions where they lie (cuDF on GPUs, pandas on CPUs): train on
+some quarters, test on one; only the model and its evaluation reach the client."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ from dataclasses import dataclass
 from dask_gpu_interop import xgboost_config
 
 from . import schema
+from .progress import Progress
 
 # The classic notebook's parameters (its reg:linear objective made binary:logistic).
 PARAMS = {
@@ -37,8 +35,6 @@ PARAMS = {
 ROUNDS = 100
 TEST_SHARE = 0.2  # of rows, when there is a single quarter to learn from
 
-# Lossguide trees grow one node at a time, and on several workers each node is a collective
-# operation that waits for all of them; depthwise trees grow a level per collective.
 SEVERAL_WORKERS_HINT = (
     "the notebook's lossguide trees train slower on several GPUs than on one (each new leaf "
     "waits for all of them); grow_policy='depthwise' (--xgb-param grow_policy=depthwise) grows "
@@ -46,8 +42,7 @@ SEVERAL_WORKERS_HINT = (
 
 
 def parse_params(items) -> dict:
-    """XGBoost parameters from ``KEY=VALUE`` strings; a value is read as JSON when it is one
-    (numbers, true/false), else kept as text."""
+    """XGBoost parameters from ``KEY=VALUE`` strings, a value read as JSON where it is one."""
     import json
 
     params = {}
@@ -75,9 +70,8 @@ def is_model(path: str) -> bool:
 
 
 def check_params(params: dict) -> None:
-    """Raise ValueError (naming the parameter and XGBoost's reason) unless XGBoost accepts
-    ``params`` over the notebook's: checked in milliseconds by one round on a tiny matrix on
-    the client, before any work, instead of failing on every worker after the ETL."""
+    """ValueError, naming the parameter and XGBoost's reason, unless XGBoost accepts ``params``
+    over the notebook's: one round on a tiny matrix here, before any work on the workers."""
     import warnings
 
     import numpy as np
@@ -135,10 +129,8 @@ def check_holdout(quarters, holdout: str | None) -> list[str]:
 
 
 def split(frame, quarters: list[str | None], holdout: str | None = None):
-    """(train, test, description): test is the ``holdout`` quarter (default: the latest).
-
-    With a single quarter the last fifth of every partition's rows is held out instead.
-    """
+    """(train, test, description): test is the ``holdout`` quarter (default: the latest), or
+    with a single quarter the last fifth of every partition's rows."""
     known = check_holdout(quarters, holdout)
     if len(known) >= 2 or holdout is not None:
         test_quarter = holdout or known[-1]
@@ -146,11 +138,11 @@ def split(frame, quarters: list[str | None], holdout: str | None = None):
         train = [i for i, q in enumerate(quarters) if q != test_quarter]
         return frame.partitions[train], frame.partitions[test], f"quarter {test_quarter}"
 
-    def head(part, share=TEST_SHARE):
-        return part.iloc[: len(part) - int(len(part) * share)]
+    def head(part):
+        return part.iloc[: len(part) - int(len(part) * TEST_SHARE)]
 
-    def tail(part, share=TEST_SHARE):
-        return part.iloc[len(part) - int(len(part) * share):]
+    def tail(part):
+        return part.iloc[len(part) - int(len(part) * TEST_SHARE):]
 
     return (frame.map_partitions(head), frame.map_partitions(tail),
             f"the last {TEST_SHARE:.0%} of each partition (one quarter only)")
@@ -171,10 +163,9 @@ def _check_classes(name: str, rows: int, positives: int, what: str) -> None:
 TOPIC = "mortgage-training"
 
 
-def round_progress(rounds: int):
-    """An XGBoost callback that reports each finished round, from the first worker to the
-    client, through distributed's events (``log_event`` here, ``subscribe_topic`` on the
-    client)."""
+def round_progress():
+    """An XGBoost callback that sends each finished round from the first worker to the client,
+    as a distributed event."""
     import xgboost
 
     class RoundProgress(xgboost.callback.TrainingCallback):
@@ -182,42 +173,24 @@ def round_progress(rounds: int):
             from distributed import get_worker
 
             if xgboost.collective.get_rank() == 0:
-                get_worker().log_event(TOPIC, {"round": epoch + 1, "rounds": rounds})
+                get_worker().log_event(TOPIC, {"round": epoch + 1})
             return False
 
     return RoundProgress()
 
 
-def _show_rounds(echo):
-    """A handler of the round events: the rounds' progress, as the ETL's partitions show."""
-    from .progress import Progress
-
-    shown = {}
-
-    def show(event):
-        _, message = event
-        if "bar" not in shown:
-            shown["bar"] = Progress("training rounds", message["rounds"], echo)
-        shown["bar"].update(message["round"])
-
-    return show
-
-
 def ranked_workers(client) -> list[str]:
-    """The workers' addresses in the order of their XGBoost ranks: xgboost.dask ranks
-    workers by their names (``[xgboost.dask-NAME]:ADDRESS``), which stay the same from one
-    run to the next while the addresses do not."""
+    """The workers' addresses in the order of their XGBoost ranks, which xgboost.dask gives
+    by name (``[xgboost.dask-NAME]:ADDRESS``)."""
     workers = client.scheduler_info()["workers"]
     return sorted(workers, key=lambda address: f"[xgboost.dask-{workers[address]['name']}]"
                                                f":{address}")
 
 
 def spread(client, part):
-    """``part`` with its partitions in a fixed place: partition ``i`` on the worker of rank
-    ``i`` modulo the workers (at least one partition each). xgboost.dask builds each
-    worker's matrix from the partitions it holds, so this placement makes training, and its
-    AUC, the same for the same data and seed on any number of workers, however the ETL's
-    tasks were spread; a worker without partitions would train on an empty matrix."""
+    """``part`` with partition ``i`` on the worker of rank ``i`` modulo the workers, at least
+    one each: xgboost.dask trains each worker on the partitions it holds, so the same data and
+    seed give the same model on any number of workers, and no worker's matrix is empty."""
     import dask.dataframe as dd
 
     workers = ranked_workers(client)
@@ -237,19 +210,16 @@ _RANK_LINE = re.compile(rb"\[[\d:]+\] Task \[xgboost\.dask-[^\]]*\]:\S+ got rank
 
 
 def _dropped(text: bytes) -> bytes:
-    """``text`` without the rank lines, nor the empty lines they leave (workers writing at
-    once may interleave a line's text and its newline)."""
+    """``text`` without the rank lines, nor the empty lines they leave."""
     text, count = _RANK_LINE.subn(b"", text)
     return re.sub(rb"(?m)^\n", b"", text) if count else text
 
 
 @contextlib.contextmanager
 def without_rank_lines():
-    """Drop XGBoost's "got rank" lines from the standard error of the processes started in the
-    block (a local cluster's workers, which inherit it); everything else they write there
-    passes. Each worker's XGBoost writes that line from C++ when training starts, straight to
-    file descriptor 2, past Python's streams and XGBoost's verbosity. This process's own
-    standard error is itself again when the block ends."""
+    """Drop XGBoost's "got rank" lines, which each worker writes from C++ to file descriptor 2,
+    from the standard error of the processes started in the block (a local cluster's workers);
+    everything else passes, and this process's standard error is itself again after it."""
     try:
         saved = os.dup(2)
     except OSError:  # no standard error to filter
@@ -300,9 +270,10 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     train_rows, train_positives, test_rows, test_positives = (int(c) for c in counts)
     _check_classes("training", train_rows, train_positives, "the data not held out")
     _check_classes("test", test_rows, test_positives, what)
-    callbacks = [round_progress(rounds)] if progress else []
+    callbacks = [round_progress()] if progress else []
     if progress:
-        client.subscribe_topic(TOPIC, _show_rounds(echo))
+        bar = Progress("training rounds", rounds, echo)
+        client.subscribe_topic(TOPIC, lambda event: bar.update(event[1]["round"]))
     try:
         with xgboost.config_context(**xgboost_config(client)):
             started = time.perf_counter()
