@@ -255,11 +255,7 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
                                 "Mae files (either layout), or the classic perf and acq files")
     files = find_files([x for item in given
                         for x in ([item] if isinstance(item, (str, os.PathLike)) else item)])
-    by_layout: dict[str, list[str]] = {}
-    for path in files:
-        layout = layout_of(path)
-        if layout is not None:
-            by_layout.setdefault(layout.name, []).append(path)
+    by_layout = _grouped(files, lambda path: getattr(layout_of(path), "name", None))
     if names is None:
         names = next((f for f in files if os.path.basename(f) == "names.csv"), None)
     current = by_layout.get(schema.CURRENT.name, [])
@@ -291,15 +287,16 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
     return Plan(layout, parts, acquisitions, read_names(names), total)
 
 
-def _by_quarter(paths: list[str]) -> dict[str | None, list[str]]:
-    by_quarter: dict[str | None, list[str]] = {}
+def _grouped(paths: list[str], key) -> dict:
+    """``paths`` by ``key(path)``, in order."""
+    groups: dict = {}
     for path in paths:
-        by_quarter.setdefault(schema.quarter_of(path), []).append(path)
-    return by_quarter
+        groups.setdefault(key(path), []).append(path)
+    return groups
 
 
 def _acquisitions_by_quarter(acquisition: list[str], performance: list[str]) -> dict:
-    by_quarter = _by_quarter(acquisition)
+    by_quarter = _grouped(acquisition, schema.quarter_of)
     known = {q for q in by_quarter if q is not None}
     for path in performance:
         quarter = schema.quarter_of(path)
@@ -314,7 +311,7 @@ def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
     """Partitions of about ``size`` bytes: a quarter's small files together, large files in
     pieces that end at loan boundaries; a compressed file whole."""
     groups: list[tuple[str | None, list[Piece]]] = []
-    for quarter, files in _by_quarter(paths).items():
+    for quarter, files in _grouped(paths, schema.quarter_of).items():
         pending: list[Piece] = []
         for path in files:
             file_size = text_size(path)
