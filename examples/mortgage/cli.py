@@ -60,15 +60,8 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
     from .testdata import generate as gen
 
     if size is not None:
-        loans_per_quarter = gen.loans_for_size(size, *years, end_year=end_year, seed=seed,
-                                               layout=layout)
-        if loans_per_quarter > gen.MAX_LOANS_PER_QUARTER:
-            quarters = 4 * (years[1] - years[0] + 1)
-            raise click.BadParameter(
-                f"{format_bytes(size)} takes about {loans_per_quarter:,} loans in each of "
-                f"{quarters} quarters, and a quarter holds at most "
-                f"{gen.MAX_LOANS_PER_QUARTER:,}: give a smaller size or more --years",
-                param_hint="--size")
+        loans_per_quarter = _bad("--size", gen.loans_for_size, size, *years, end_year, seed,
+                                 layout)
     return _usage(gen.Spec, *years, loans_per_quarter=loans_per_quarter, seed=seed,
                   end_year=end_year, loans_per_part=loans_per_part)
 

@@ -799,10 +799,20 @@ def _compute_with_progress(tasks):
 def loans_for_size(target_bytes: int, first_year: int, last_year: int,
                    end_year: int | None = None, seed: int = 0, layout: str = "classic") -> int:
     """Loans per quarter that make about ``target_bytes`` of files in ``layout`` (measured on
-    a sample; with "both", of each layout's files: the larger, current one)."""
+    a sample; with "both", of each layout's files: the larger, current one); ValueError when
+    a quarter cannot hold them."""
     per_loan = _bytes_per_loan(first_year, last_year, end_year, seed,
                                "classic" if layout == "classic" else "current")
-    return max(1, int(target_bytes / (per_loan * 4 * (last_year - first_year + 1))))
+    quarters = 4 * (last_year - first_year + 1)
+    loans = max(1, int(target_bytes / (per_loan * quarters)))
+    if loans > MAX_LOANS_PER_QUARTER:
+        from dask.utils import format_bytes
+
+        raise ValueError(
+            f"{format_bytes(target_bytes)} takes about {loans:,} loans in each of {quarters} "
+            f"quarters, and a quarter holds at most {MAX_LOANS_PER_QUARTER:,}: give a smaller "
+            "size or more --years")
+    return loans
 
 
 @functools.lru_cache(maxsize=16)
