@@ -2,12 +2,14 @@
 start to prompt, beside the work its lines report, GPU and CPUs alternating in one run.
 
     python benchmarks/wall_clock.py --data DIR [--size 1GB] [--layouts classic,current]
-        [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2]
+        [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
+        [--ecg-hours 20]
 
 For each layout the README's ``etl`` command runs on a dataset made by its ``generate``: first
 on the GPU as on a fresh machine (the kernel caches emptied: CuPy's, the CUDA driver's,
 Numba's), then warm (the caches filled by that run), alternating with the CPUs. Then the default job
-(``python -m examples.mortgage``), GPU and CPUs alternating, and each command's ``--help``.
+(``python -m examples.mortgage``), GPU and CPUs alternating, the ECG example's command
+(``python -m examples.ecg --hours H``, each stage it prints) and each command's ``--help``.
 Per command: the wall clock, the work the command's own lines report (the ETL and the write;
 the job's generate, ETL, DMatrix and training stages), and the fixed cost between them
 (imports, the cluster's start and stop, first calls). The harness (benchmarks/common.py)
@@ -114,6 +116,25 @@ def job_runs(runs: int) -> dict:
     return results
 
 
+ECG = [sys.executable, "-m", "examples.ecg"]
+STAGE = re.compile(r"^  (\w[\w ]*?) +([\d.]+) s", re.M)
+
+
+def ecg_runs(runs: int, hours: float, out: str) -> dict:
+    """The ECG example's README command, GPU and CPUs alternating: the wall clock, each stage
+    it prints, and the pipeline (read to score) as its work."""
+    results = {"gpu": [], "cpu": []}
+    for _, name in interleave({"gpu": runs, "cpu": runs}):
+        text, wall = run([*ECG, "--hours", str(hours), "--device", name, "--out", out])
+        stages = {m[1]: float(m[2]) for m in STAGE.finditer(text)}
+        work = stages.get("pipeline", 0.0)
+        results[name].append({"wall": wall, "work": work, "fixed": wall - work,
+                              "stages": stages, "graphed": "CUDA graph" in text})
+        say(f"ecg {name}: {results[name][-1]}")
+    shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
 HELP = {"python -m examples.mortgage --help": [*EXAMPLE, "--help"],
         "python -m examples.mortgage etl --help": [*EXAMPLE, "etl", "--help"],
         "python -m examples.mortgage generate --help": [*EXAMPLE, "generate", "--help"]}
@@ -163,11 +184,34 @@ def markdown(payload: dict) -> str:
         lines += [f"- {layout}: {', '.join(f'{path} {n}' for path, n in found['files'].items())}"
                   f"; CuPy: {', '.join(found['cupy kernels']) or 'none'}"
                   for layout, found in compiled]
+    if payload.get("ecg"):
+        lines += ecg_table(payload["ecg"], payload.get("ecg_hours"))
     if payload["help"]:
         lines += ["", "| command | runs | wall |", "| --- | --- | --- |"]
         lines += [f"| `{name}` | {len(runs)} | {_cell(runs, 'wall')} |"
                   for name, runs in payload["help"].items()]
     return "\n".join(lines) + "\n"
+
+
+def ecg_table(runs: dict, hours) -> list[str]:
+    """The ECG command's wall clock and each stage, GPU against CPUs."""
+    names = list(dict.fromkeys(n for device in runs.values() for r in device for n in r["stages"]))
+    lines = ["", f"`python -m examples.ecg --hours {hours:g}`: the wall clock, and each stage "
+             "the command prints (work: the pipeline, read to score).", "",
+             "| stage | GPU | CPU | CPU / GPU |", "| --- | --- | --- | --- |"]
+    for name in ["wall", *names]:
+        cells = []
+        for device in ("gpu", "cpu"):
+            values = [r["wall"] if name == "wall" else r["stages"].get(name) for r in runs[device]]
+            cells.append([v for v in values if v is not None])
+        if not all(cells):
+            continue
+        gpu, cpu = (summary(c)["median"] for c in cells)
+        lines.append(f"| {name} | {median_range(cells[0])} | {median_range(cells[1])} | "
+                     f"{cpu / gpu:.1f}x |" if gpu else f"| {name} | | | |")
+    graphed = {r["graphed"] for r in runs["gpu"]}
+    lines.append(f"\nThe GPU's VAE steps ran as a CUDA graph: {'yes' if graphed == {True} else 'no'}.")
+    return lines
 
 
 def parser() -> argparse.ArgumentParser:
@@ -182,6 +226,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--job-runs", type=int, default=2,
                         help="Runs of the default job per device (0: skip).")
     parser.add_argument("--help-runs", type=int, default=3, help="Runs of each --help.")
+    parser.add_argument("--ecg-runs", type=int, default=0,
+                        help="Runs of the ECG example's command per device (0: skip).")
+    parser.add_argument("--ecg-hours", type=float, default=20.0, help="The ECG's --hours.")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
     parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
@@ -217,6 +264,10 @@ def main(argv=None) -> dict:
         save()
     if args.job_runs:
         payload["jobs"] = job_runs(args.job_runs)
+        save()
+    if args.ecg_runs:
+        payload["ecg_hours"] = args.ecg_hours
+        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours, os.path.join(args.data, "ecg"))
         save()
     if args.help_runs:
         payload["help"] = help_runs(args.help_runs)

@@ -78,7 +78,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         click.echo(f"written to {csv_path} ({_size(csv_path)})")
     csv_path = Path(csv_path).resolve()
 
-    with cluster_client(**cluster) as (client, device):
+    with cluster_client(**_shared_pool(cluster)) as (client, device):
         workers = len(client.scheduler_info()["workers"])
         click.echo(f"cluster: {workers} workers, device={device}")
         try:
@@ -107,8 +107,9 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
     if doubts:
         click.echo("warning: these detections do not look like a heartbeat ("
                    + "; ".join(doubts) + "): check --rate and --column, and the recording")
+    graph = " (each a CUDA graph)" if result.model.get("graphed") else ""
     click.echo(f"VAE: {int(result.train.sum()):,} beats trained on, {result.model['steps']} "
-               f"steps, loss {result.model['history'][0]:.1f} -> {result.model['history'][-1]:.1f}; "
+               f"steps{graph}, loss {result.model['history'][0]:.1f} -> {result.model['history'][-1]:.1f}; "
                f"{int(result.test.sum()):,} held out")
     held_flagged = int((result.flagged & result.test).sum())
     click.echo(f"outliers flagged: {int(result.flagged.sum()):,} of all embedded beats, "
@@ -129,6 +130,17 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         click.echo(f"  {path}")
     click.echo("\nmemory:")
     click.echo(str(report))
+
+
+def _shared_pool(cluster: dict) -> dict:
+    """A local cluster's GPU worker on CUDA's async pool, unless a mode flag is given: cuDF,
+    CuPy and Numba draw from it through RMM and PyTorch through its own cudaMallocAsync
+    backend, which can capture the VAE's training step as a CUDA graph (RMM's allocator for
+    PyTorch cannot). A running cluster (--scheduler) keeps its own setup."""
+    memory = dict(cluster.get("memory") or {})
+    if cluster.get("scheduler") or {"async_alloc", "managed", "pool"} & set(memory):
+        return cluster
+    return {**cluster, "memory": {**memory, "async_alloc": True}}
 
 
 def _bpm(result) -> float:

@@ -6,6 +6,12 @@ and abnormal ones badly or only from codes far from the prior, so the negative E
 mean is a map of the beats that can be plotted. The beats arrive as CuPy or NumPy arrays and
 enter PyTorch by DLPack, without a copy.
 
+On a GPU a training step of a model this small is a few hundred kernel launches of a few
+microseconds each: the step's time is the host's, launching them. So after a few ordinary
+steps the whole step (the batch's gather, forward, backward and Adam's update) is captured
+once as a CUDA graph and replayed, one launch a step. Where capture is not possible (PyTorch
+allocating through a pluggable allocator such as RMM's), the steps stay ordinary ones.
+
 The trained model travels between processes as a dict of plain NumPy arrays: distributed by
 itself has no serializer for a CUDA ``torch.Tensor``, and NumPy arrays unpickle everywhere,
 also on a client without a GPU.
@@ -38,6 +44,7 @@ def check_installed() -> None:
 CHANNELS = (8, 16)  # convolution widths
 HIDDEN = 64
 SCORE_BATCH = 8192
+WARMUP_STEPS = 3  # ordinary steps before a step is captured (PyTorch's recipe asks for some)
 
 
 @functools.cache
@@ -102,12 +109,15 @@ def _as_tensor(beats, backend: Backend):
     return to_torch(beats)
 
 
-def train(beats, params: Params, device: str, threads: int | None = None) -> dict:
+def train(beats, params: Params, device: str, threads: int | None = None,
+          graphed: bool | None = None) -> dict:
     """Fit the VAE to ``beats`` ((n, 256) CuPy/NumPy); returns the model state as NumPy.
 
     The state holds the weights, the input scale (the beats' standard deviation, so the
-    network sees unit-scale inputs whatever the recording's units) and the loss history.
-    ``threads``: PyTorch's CPU threads while training (default: as they are).
+    network sees unit-scale inputs whatever the recording's units), the loss history and
+    whether the steps ran as a CUDA graph. ``threads``: PyTorch's CPU threads while training
+    (default: as they are). ``graphed``: replay each step as a CUDA graph (default: on GPUs,
+    where capture is possible); False keeps ordinary steps.
     """
     import torch
 
@@ -115,12 +125,77 @@ def train(beats, params: Params, device: str, threads: int | None = None) -> dic
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(beats, params, device)
+        return _train(beats, params, device, graphed)
     finally:
         torch.set_num_threads(before)
 
 
-def _train(beats, params: Params, device: str) -> dict:
+class _Steps:
+    """The training steps of one model: ``run(order, k)`` takes the batch of rows
+    ``order[k * batch:(k + 1) * batch]`` and adds its loss to ``epoch_loss``. Graphed, the
+    first WARMUP_STEPS are ordinary ones on a side stream, as PyTorch's capture recipe asks;
+    the next is captured and every step from then on replays it. The noise of a graphed
+    step comes from the device's default generator (which capture supports), seeded too."""
+
+    def __init__(self, model, x, scale: float, batch: int, params: Params, generator,
+                 graphed: bool):
+        import torch
+
+        self.torch, self.model, self.x, self.scale = torch, model, x, scale
+        self.kl_weight, self.seeded = params.kl_weight, generator
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate,
+                                          capturable=graphed)
+        self.graphed, self.graph, self.done = graphed, None, 0
+        self.generator = None if graphed else generator
+        self.rows = torch.zeros(batch, dtype=torch.int64, device=x.device)
+        self.epoch_loss = torch.zeros((), device=x.device)
+
+    def step(self) -> None:
+        xb = self.x[self.rows] / self.scale
+        recon, mu, logvar = self.model(xb, self.generator)
+        loss = _loss(recon, xb, mu, logvar, self.kl_weight).mean()
+        loss.backward()
+        self.optimizer.step()
+        self.epoch_loss += loss.detach()  # no sync with the GPU per step
+
+    def run(self, order, k: int) -> None:
+        torch = self.torch
+        batch = self.rows.shape[0]
+        self.rows.copy_(order[k * batch:(k + 1) * batch])
+        if self.graphed and self.graph is None and self.done >= WARMUP_STEPS:
+            self._capture()
+        self.done += 1
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        if not self.graphed:
+            self.step()
+            return
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.step()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def _capture(self) -> None:
+        """Record one step (without running it) as a CUDA graph; where PyTorch cannot (its
+        allocator cannot allocate to a graph's pool), go on with ordinary steps."""
+        torch = self.torch
+        stream = torch.cuda.current_stream()
+        self.optimizer.zero_grad(set_to_none=True)  # the captured backward writes the grads
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.step()
+        except RuntimeError:
+            torch.cuda.set_stream(stream)  # a capture refused at its start leaves its stream
+            self.graphed, self.generator = False, self.seeded
+            return
+        self.graph = graph
+
+
+def _train(beats, params: Params, device: str, graphed: bool | None = None) -> dict:
     import torch
 
     backend = Backend(device)
@@ -132,31 +207,28 @@ def _train(beats, params: Params, device: str) -> dict:
     generator = torch.Generator(device=x.device).manual_seed(params.seed)
     model = _model_class()().to(x.device)
     scale = float(x.std()) or 1.0
-    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
     batch = min(params.batch_size, n)
     per_epoch = max(1, n // batch)
     steps = min(params.epochs * per_epoch, params.max_steps)
+    if graphed is None:
+        graphed = steps > 2 * WARMUP_STEPS
+    runner = _Steps(model, x, scale, batch, params, generator, graphed and x.is_cuda)
     history = []
     model.train()
     step = 0
     while step < steps:
         order = torch.randperm(n, generator=generator, device=x.device)
-        epoch_loss = torch.zeros((), device=x.device)
+        runner.epoch_loss.zero_()
         for k in range(per_epoch):
             if step >= steps:
                 break
-            xb = x[order[k * batch:(k + 1) * batch]] / scale
-            recon, mu, logvar = model(xb, generator)
-            loss = _loss(recon, xb, mu, logvar, params.kl_weight).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            epoch_loss += loss.detach()  # no sync with the GPU per step
+            runner.run(order, k)
             step += 1
-        history.append(float(epoch_loss) / per_epoch)
+        history.append(float(runner.epoch_loss) / per_epoch)
     state = {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
     return {"weights": state, "scale": scale, "kl_weight": params.kl_weight,
-            "history": history, "steps": steps, "train_beats": n}
+            "history": history, "steps": steps, "train_beats": n,
+            "graphed": runner.graph is not None}
 
 
 def _loss(recon, x, mu, logvar, kl_weight):

@@ -122,6 +122,21 @@ def test_embeddings_enter_the_vae_without_a_copy(gpu, ecg):
     assert tensor.data_ptr() == data_pointer(emb)
 
 
+def test_the_vae_steps_replay_as_a_cuda_graph_and_learn_as_ordinary_ones(gpu, ecg):
+    signal = gpu.xp.asarray(ecg.signal)
+    table = detect.beat_table(ecg.peaks, RATE, Params(), len(ecg.signal))
+    kept = np.flatnonzero(table.kept)
+    emb = embed_beats(signal, table.starts[kept], table.ends[kept], gpu)
+    params = Params(max_steps=200, batch_size=64)
+    graphed = vae.train(emb, params, "gpu")
+    plain = vae.train(emb, params, "gpu", graphed=False)
+    assert (graphed["graphed"], plain["graphed"]) == (True, False)
+    assert graphed["steps"] == plain["steps"] == 200
+    for state in (graphed, plain):
+        assert state["history"][-1] < 0.5 * state["history"][0], state["history"]
+    assert abs(graphed["history"][-1] - plain["history"][-1]) < 0.25 * plain["history"][-1]
+
+
 def test_kernels_read_and_write_cupy_memory_in_place(gpu):
     """The NMS kernel writes its mask into a CuPy array through a Numba view of it."""
     r = gpu.xp.asarray(np.array([0, 1, 3, 1, 0, 0, 5, 5, 1, 0], dtype=np.float32))
@@ -166,12 +181,13 @@ def test_beats_found_agree_within_one_sample(gpu, ecg):
 
 
 def test_whole_pipeline_on_a_gpu_cluster(gpu, ecg, csv_file):
-    """On dask-cuda workers with the memory plugin: scores, agreement, and every framework
-    allocating from the worker's RMM resource."""
+    """On a dask-cuda worker process with the memory plugin (this test process has used
+    PyTorch on the GPU already, which an in-process worker could not bind): scores,
+    agreement, and every framework allocating from the worker's RMM resource."""
     from dask_gpu_interop import memory_report
     from dask_gpu_interop.cluster import cluster_client
 
-    with cluster_client(device="gpu", n_workers=1) as (client, dev):
+    with cluster_client(device="gpu", n_workers=1, processes=True) as (client, dev):
         assert dev == "gpu"
         result = run(csv_file, RATE, device="gpu")
         report = memory_report(client)
