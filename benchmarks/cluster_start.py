@@ -8,8 +8,12 @@ Variants, rounds interleaved:
 
 - ``import dask_cuda``: the client's import of dask-cuda alone;
 - ``LocalCUDACluster``: dask-cuda's cluster, one worker, no plugin;
-- ``cluster_client``: the library's local GPU cluster (the plugin's preload, RMM pool);
-- ``cluster_client async``: the same with ``async_alloc=True`` (the mortgage job's default);
+- ``cluster_client``: the library's local GPU cluster (the plugin's preload, RMM pool): one
+  GPU's worker runs in the client's process;
+- ``cluster_client, worker process``: the same with ``processes=True``, a dask-cuda worker
+  process as ``LocalCUDACluster`` starts;
+- ``cluster_client async``: the in-process cluster with ``async_alloc=True`` (the mortgage
+  job's default);
 - ``cuDF imported during the start``: the async cluster with the mortgage command's background
   imports of cuDF (the client's while the cluster starts, then the workers');
 - ``cuDF imported after the start``: both imports started once the cluster is up.
@@ -59,6 +63,12 @@ VARIANTS = {
     "cluster_client": """
         from dask_gpu_interop import cluster_client
         with cluster_client(device="gpu") as (client, device):
+            ready = time.perf_counter()
+        closed = time.perf_counter()
+    """,
+    "cluster_client, worker process": """
+        from dask_gpu_interop import cluster_client
+        with cluster_client(device="gpu", processes=True) as (client, device):
             ready = time.perf_counter()
         closed = time.perf_counter()
     """,
