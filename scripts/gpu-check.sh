@@ -4,7 +4,7 @@
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
 # Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
-#           cluster-start-bench compat-tests serialize-tests convert-tests mortgage-tests
+#           cluster-start-bench compat-tests cluster-tests serialize-tests convert-tests mortgage-tests
 #           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
 #           mortgage-stages-bench mortgage-timeline-bench mortgage-bench etl-ceiling-bench
 #           wall-clock-bench ecg-bench
@@ -91,7 +91,7 @@ want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocat
 eval "vs_args=(${VS_DASK_CUDA_ARGS:-})"  # shell words: --configs 'plugin async;...' keeps its quotes
 want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 benchmarks/vs_dask_cuda.py --out "$OUT/results" "${vs_args[@]}"
 want cluster-start-bench benchmarks/cluster_start.py && section cluster-start-bench 600 python3 benchmarks/cluster_start.py --out "$OUT/results"
-for name in compat serialize convert mortgage ecg demo; do
+for name in compat cluster serialize convert mortgage ecg demo; do
   files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
