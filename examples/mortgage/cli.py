@@ -153,13 +153,15 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
 @contextlib.contextmanager
 def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
-    on GPUs); for training, the workers' standard error without XGBoost's rank lines."""
-    for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
-        warm.import_in_background(module)
-    quiet = train.without_rank_lines() if training else contextlib.nullcontext()
+    on GPUs), the GPU workers' environment set first; for training, the workers' standard
+    error without XGBoost's rank lines (a worker in this process writes them to this one's)."""
     with contextlib.ExitStack() as stack:
-        with gpu_workers.environ(cluster, expected), quiet:
-            client, device = stack.enter_context(cluster_client(**cluster))
+        stack.enter_context(gpu_workers.environ(cluster, expected))
+        for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
+            warm.import_in_background(module)
+        if training:
+            stack.enter_context(train.without_rank_lines())
+        client, device = stack.enter_context(cluster_client(**cluster))
         if device == "gpu":
             warm.workers(client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")

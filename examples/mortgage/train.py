@@ -218,8 +218,9 @@ def _dropped(text: bytes) -> bytes:
 @contextlib.contextmanager
 def without_rank_lines():
     """Drop XGBoost's "got rank" lines, which each worker writes from C++ to file descriptor 2,
-    from the standard error of the processes started in the block (a local cluster's workers);
-    everything else passes, and this process's standard error is itself again after it."""
+    from this process's standard error and that of the processes started in the block (a local
+    cluster's workers, in this process or their own); everything else passes, and this
+    process's standard error is itself again after it."""
     try:
         saved = os.dup(2)
     except OSError:  # no standard error to filter
@@ -241,12 +242,16 @@ def without_rank_lines():
         os.close(read_end)
         os.close(saved)
 
-    threading.Thread(target=forward, name="stderr-filter", daemon=True).start()
+    forwarder = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    forwarder.start()
     try:
         yield
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
+        # the last lines, where nothing else holds the pipe (a process started in the block,
+        # such as multiprocessing's resource tracker, may hold it until this one exits)
+        forwarder.join(0.2)
 
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 
-import dask
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -168,13 +167,17 @@ def _given_to_the_cluster(monkeypatch, args) -> dict:
 
     def fake_cluster_client(**cluster):
         seen.update(cluster)
-        seen["environ"] = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
+        seen["environ"] = {name: os.environ.get(name) for name in gpu_workers.ENVIRON}
         raise _Started
+
+    def imported(name):
+        seen.setdefault("environ at imports", {name: os.environ.get(name)
+                                               for name in gpu_workers.ENVIRON})
 
     monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
     monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
     monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")
-    monkeypatch.setattr(cli.warm, "import_in_background", lambda name: None)
+    monkeypatch.setattr(cli.warm, "import_in_background", imported)
     with pytest.raises(_Started):
         CliRunner().invoke(main, args, catch_exceptions=False)
     return seen
@@ -227,24 +230,26 @@ def test_cpu_workers_and_running_clusters_keep_their_threads():
 @pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
 def test_local_gpu_workers_start_with_per_thread_streams_and_eight_io_threads(
         monkeypatch, command):
+    """The command's environment has the workers' settings before it imports a GPU library
+    (a worker in the command's process reads them there), and not after the command."""
     for name in gpu_workers.ENVIRON:
         monkeypatch.delenv(name, raising=False)
-    before = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))  # distributed's own
     args = [*command[:1], "--device", "gpu", *command[1:]]
-    assert _given_to_the_cluster(monkeypatch, args)["environ"] == {**before, **gpu_workers.ENVIRON}
-    assert dask.config.get("distributed.nanny.pre-spawn-environ") == before  # restored
+    seen = _given_to_the_cluster(monkeypatch, args)
+    assert seen["environ"] == seen["environ at imports"] == gpu_workers.ENVIRON
+    assert not set(gpu_workers.ENVIRON) & set(os.environ)  # restored
 
 
 def test_the_workers_environment_yields_to_what_is_set_already(monkeypatch):
+    for name in gpu_workers.ENVIRON:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("KVIKIO_NTHREADS", "32")
     local = {"scheduler": None}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"CUDF_PER_THREAD_STREAM": "0",
-                                                                  "OTHER": "x"}}):
-        with gpu_workers.environ(local, "gpu"):
-            got = dask.config.get("distributed.nanny.pre-spawn-environ")
-    assert got == {"CUDF_PER_THREAD_STREAM": "0", "OTHER": "x",
-                   "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1", "CUPY_ACCELERATORS": ""}
-    before = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    with gpu_workers.environ(local, "gpu"):
+        got = {name: os.environ.get(name) for name in gpu_workers.ENVIRON}
+    assert got == {**gpu_workers.ENVIRON, "KVIKIO_NTHREADS": "32"}
+    assert os.environ["KVIKIO_NTHREADS"] == "32"
+    assert not (set(gpu_workers.ENVIRON) - {"KVIKIO_NTHREADS"}) & set(os.environ)
     for cluster, device in (({"scheduler": "tcp://somewhere:8786"}, "gpu"), (local, "cpu")):
         with gpu_workers.environ(cluster, device):
-            assert dask.config.get("distributed.nanny.pre-spawn-environ") == before
+            assert os.environ.get("CUDF_PER_THREAD_STREAM") is None
