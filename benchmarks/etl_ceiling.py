@@ -151,7 +151,7 @@ def layout_runs(directory: str, runs: int, reader_runs: int) -> dict:
         result[device].append({"wall": wall, "etl": found["seconds"],
                                "write": found.get("write_seconds")})
         say(f"etl {device} {os.path.basename(directory)}: {result[device][-1]}")
-    result["gpu to_parquet"] = in_child("", f"m.gpu_write({out!r}, {out + '.scratch'!r})", 2)
+    result["gpu to_parquet"] = in_child("pass", f"m.gpu_write({out!r}, {out + '.scratch'!r})", 2)
     shutil.rmtree(out, ignore_errors=True)
     return result
 
