@@ -1,11 +1,14 @@
 """The Fannie Mae mortgage pipeline on Dask: the classic RAPIDS notebook's ETL and XGBoost.
 
-One code for both stacks: cuDF on GPU workers, pandas on CPU workers.
+One code for both stacks: cuDF on GPU workers, pandas on CPU workers; on GPUs the features'
+array steps are libcudf's precompiled operations (``features_gpu``), which a fresh machine
+need not compile.
 
 - ``files``: which files a dataset holds, their layout, and the partitions they are cut into
 - ``read``: the files into typed frames (libcudf's CSV reader / pyarrow's), bad rows reported
 - ``gpu_workers``: how local GPU workers run the tasks (two threads, a stream each)
 - ``features``: the per-loan features, the label and the feature table
+- ``features_gpu``: the same steps as pylibcudf calls, for cuDF frames
 - ``etl``: the ETL as a dask DataFrame of one partition per piece of the files
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter
 - ``job``: all of it on a cluster, with timings and memory
