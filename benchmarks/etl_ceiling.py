@@ -7,7 +7,8 @@ is built on, on the same files, in one run.
 For each layout, on a dataset made by the README's ``generate`` command:
 
 - the GPU's ceiling: ``cudf.read_csv`` of the ETL's columns as text (the loan id as int64),
-  every file in 1 GiB byte ranges, in one warm process (the first pass discarded);
+  every file in 1 GiB byte ranges, in one warm process (the first pass discarded), with the
+  environment the etl command gives its GPU workers (kvikio's I/O threads among it);
 - the CPUs' ceiling: pyarrow's multithreaded CSV reader, the same columns as text, every core;
 - the README's ``etl --data DIR --out OUT --device gpu|cpu``, alternating: its ETL stage (the
   line it prints) as GB/s of input text, and that as a share of its own device's reader;
@@ -120,25 +121,27 @@ def gpu_write(table_directory: str, scratch: str) -> float:
     return seconds
 
 
-def in_child(setup: str, call: str, runs: int) -> list[float]:
-    """The seconds ``call`` returns, in a fresh process after ``setup`` (this module is ``m``):
-    ``runs`` + 1 calls, the first (the process's warm-up) discarded."""
+def in_child(setup: str, call: str, runs: int, env: dict | None = None) -> list[float]:
+    """The seconds ``call`` returns, in a fresh process after ``setup`` (this module is ``m``)
+    with ``env`` added to the environment: ``runs`` + 1 calls, the first (the process's
+    warm-up) discarded."""
     code = (f"import json, sys; sys.path[:0] = {[HERE, ROOT]!r}; import etl_ceiling as m; "
             f"{setup}; {call}; print(json.dumps([{call} for _ in range({runs})]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False, cwd=ROOT)
+                         check=False, cwd=ROOT, env={**os.environ, **(env or {})})
     if out.returncode:
         raise RuntimeError(f"{call} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def layout_runs(directory: str, runs: int, reader_runs: int) -> dict:
-    from examples.mortgage import files
+    from examples.mortgage import files, gpu_workers
 
+    workers_env = {k: v for k, v in gpu_workers.ENVIRON.items() if k not in os.environ}
     input_bytes = files.plan(directory, partition_size=RANGE).input_bytes
     jobs = f"jobs = m.read_jobs({directory!r})"
     result = {"input_bytes": input_bytes,
-              "gpu reader": in_child(jobs, "m.gpu_reader(jobs)", reader_runs),
+              "gpu reader": in_child(jobs, "m.gpu_reader(jobs)", reader_runs, workers_env),
               "cpu reader": in_child(jobs, "m.cpu_reader(jobs)", reader_runs),
               "gpu": [], "cpu": []}
     say(f"readers {os.path.basename(directory)}: gpu {result['gpu reader']}, "
@@ -165,7 +168,7 @@ def markdown(payload: dict) -> str:
                      payload["command"], payload["machine"], payload["commit"],
                      payload.get("date")), "",
              "GB/s of input text (10^9 bytes), median (range). Readers: one warm process, the "
-             "ETL's columns as text. ETL: the stage line of the README's etl command (whole "
+             "ETL's columns as text (the GPU's with the etl command's worker environment). ETL: the stage line of the README's etl command (whole "
              "process: imports, cluster start, write excluded). Share: the ETL's median over "
              "its own device's reader's.", "",
              "| layout | input | GPU reader | GPU ETL | GPU share | CPU reader | CPU ETL | "
