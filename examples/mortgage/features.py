@@ -218,22 +218,22 @@ def acquisitions(frame) -> Acquisitions:
 def feature_table(perf, acq: Acquisitions):
     """The feature table of ``perf`` (with :func:`performance_features`) joined to ``acq``:
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
-    row in its order. The acquisition fields are gathered in one call; ``perf``'s columns are
-    taken out as they are used (a float32 one without a copy), to free memory."""
+    row in its order. Each feature is written once into the float32 block the table keeps (on
+    CPUs), and ``perf``'s columns are taken out as they are used, to free memory."""
     if on_gpu(perf):
         return _feature_table_gpu(perf, acq)
-    joined = module_of(acq.values).take(acq.values, acq.rows_of(perf["loan_id"]), axis=1)
-    acquired = dict(zip(ACQUIRED, joined, strict=True))
-    out = {}
-    for name in schema.FEATURES:
-        if name in acquired:
-            out[name] = acquired[name]
+    rows = acq.rows_of(perf["loan_id"])
+    # the 45 features as one float32 block, a row per feature: pandas keeps it as it is
+    block = np.empty((len(schema.FEATURES), len(perf)), np.float32)
+    where = {name: k for k, name in enumerate(ACQUIRED)}
+    for row, name in enumerate(schema.FEATURES):
+        if name in where:
+            np.take(acq.values[where[name]], rows, out=block[row])
         else:
-            out[name] = _values(perf.pop(name)).astype(np.float32, copy=False)
-    out[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype(np.int32)
-    if isinstance(joined, np.ndarray):
-        return module_of(perf).DataFrame(out)
-    return module_of(perf).DataFrame(out, nan_as_null=False)  # no NaN: skip cuDF's count
+            block[row] = _values(perf.pop(name))
+    table = module_of(perf).DataFrame(block.T, columns=list(schema.FEATURES), copy=False)
+    table[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype(np.int32)
+    return table
 
 
 def _feature_table_gpu(perf, acq: Acquisitions):
