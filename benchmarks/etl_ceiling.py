@@ -36,20 +36,23 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)  # examples/
 
 from common import (  # noqa: E402
-    choices,
-    command_line,
-    commit,
     header,
     interleave,
-    machine,
-    machine_name,
     median_range,
     output_options,
     say,
     summary,
     write_results,
 )
-from mortgage import EXAMPLE, generate, parse_etl, run  # noqa: E402
+from mortgage import (  # noqa: E402
+    EXAMPLE,
+    dataset_options,
+    generate,
+    parse_etl,
+    parse_with_layouts,
+    run,
+    run_record,
+)
 
 RANGE = 2**30  # the GPU reader's byte range
 
@@ -199,31 +202,21 @@ def markdown(payload: dict) -> str:
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
-    parser.add_argument("--size", default="9GB", help="The dataset per layout.")
-    parser.add_argument("--layouts", default="classic,current")
+    dataset_options(parser, "9GB")
     parser.add_argument("--runs", type=int, default=2, help="etl commands per device and layout.")
     parser.add_argument("--reader-runs", type=int, default=3, help="Timed passes per reader.")
-    parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
 
 def parse(argv=None) -> argparse.Namespace:
     """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.layouts = choices(parser_, "--layouts", args.layouts, ("classic", "current"))
-    return args
+    return parse_with_layouts(parser(), argv)
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    info = machine()
-    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-               "machine_name": args.machine or machine_name(info, 1), "layouts": {}}
+    payload = {**run_record(__file__, argv, args), "layouts": {}}
     stem = os.path.join(args.out, f"mortgage-etl-ceiling-{payload['machine_name']}")
     for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")

@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 
 from common import (  # noqa: E402
     alternate,
+    choices,
     command_line,
     commit,
     header,
@@ -119,6 +120,31 @@ def generate(directory: str, size: str, layout: str, workers: int | None) -> dic
     say(text.strip().splitlines()[-1])
     return {"directory": directory, "reused": False, "seconds": seconds,
             "command": " ".join(command[1:]), "said": text.strip().splitlines()[-1]}
+
+
+def dataset_options(parser, size: str, what: str = "The dataset per layout.") -> None:
+    """--data, --size, --layouts and --workers: where and how the scripts generate the
+    datasets they run on (the README's ``generate`` command), and --commit."""
+    parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
+    parser.add_argument("--size", default=size, help=what)
+    parser.add_argument("--layouts", default="classic,current")
+    parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
+
+
+def parse_with_layouts(parser_, argv) -> argparse.Namespace:
+    """``parser_``'s arguments with --layouts checked and made a list; nothing runs."""
+    args = parser_.parse_args(argv)
+    args.layouts = choices(parser_, "--layouts", args.layouts, ("classic", "current"))
+    return args
+
+
+def run_record(script: str, argv, args) -> dict:
+    """A results payload's first keys: the command, the commit, the date, the machine."""
+    info = machine()
+    return {"command": command_line(script, argv), "commit": args.commit or commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
+            "machine_name": args.machine or machine_name(info, 1)}
 
 
 ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
@@ -252,9 +278,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
-    parser.add_argument("--size", default="10GB", help="The ETL's dataset per layout.")
-    parser.add_argument("--layouts", default="classic,current")
+    dataset_options(parser, "10GB", "The ETL's dataset per layout.")
     parser.add_argument("--runs", type=int, default=3, help="GPU ETL runs per layout.")
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU ETL runs per layout.")
     parser.add_argument("--gpu-workers", default="1",
@@ -267,8 +291,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,cudamalloc",
                         help="GPU memory setups beside the default (async): pool, cudamalloc ('': none).")
-    parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 

@@ -23,27 +23,30 @@ import os
 import re
 import shutil
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 
 from common import (  # noqa: E402
-    choices,
-    command_line,
-    commit,
     header,
     interleave,
-    machine,
-    machine_name,
     median_range,
     output_options,
     say,
     summary,
     write_results,
 )
-from mortgage import EXAMPLE, generate, parse_etl, parse_job, run  # noqa: E402
+from mortgage import (  # noqa: E402
+    EXAMPLE,
+    dataset_options,
+    generate,
+    parse_etl,
+    parse_job,
+    parse_with_layouts,
+    run,
+    run_record,
+)
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
 def kernel_caches() -> list[str]:
@@ -216,9 +219,7 @@ def ecg_table(runs: dict, hours) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
-    parser.add_argument("--size", default="1GB", help="The etl command's dataset per layout.")
-    parser.add_argument("--layouts", default="classic,current")
+    dataset_options(parser, "1GB", "The etl command's dataset per layout.")
     parser.add_argument("--runs", type=int, default=2, help="Warm GPU etl runs per layout.")
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU etl runs per layout.")
     parser.add_argument("--fresh-runs", type=int, default=1,
@@ -229,27 +230,19 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--ecg-runs", type=int, default=0,
                         help="Runs of the ECG example's command per device (0: skip).")
     parser.add_argument("--ecg-hours", type=float, default=20.0, help="The ECG's --hours.")
-    parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
 
 def parse(argv=None) -> argparse.Namespace:
     """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.layouts = choices(parser_, "--layouts", args.layouts, ("classic", "current"))
-    return args
+    return parse_with_layouts(parser(), argv)
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
     os.environ.setdefault("CUPY_CACHE_SAVE_CUDA_SOURCE", "1")  # names what a fresh run compiles
-    info = machine()
-    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-               "machine_name": args.machine or machine_name(info, 1), "datasets": {},
+    payload = {**run_record(__file__, argv, args), "datasets": {},
                "etl": {}, "jobs": {}, "help": {}}
     stem = os.path.join(args.out, f"wall-clock-{payload['machine_name']}")
 
