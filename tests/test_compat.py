@@ -235,3 +235,39 @@ def test_only_dask_cudas_plugin_is_read_as_dask_cudas():
     other = type("CPUAffinity", (), {"__module__": "dask_cuda.plugins"})()
     other.initial_pool_size = "1GB"
     assert compat.dask_cuda_rmm_settings(other) == {}
+
+
+def test_an_in_process_gpu_workers_store_is_dask_cudas_device_host_file(monkeypatch):
+    """The store is built from dask-cuda's two parts as LocalCUDACluster builds it: here with
+    stand-ins of them (the real limit needs a GPU's size), below against their signatures."""
+    calls = []
+
+    class DeviceHostFile:
+        pass
+
+    def parse_device_memory_limit(limit, device_index=0, alignment_size=1):
+        calls.append((limit, device_index))
+        return int(limit * 1000)
+
+    for name, members in (("dask_cuda.device_host_file", {"DeviceHostFile": DeviceHostFile}),
+                          ("dask_cuda.utils",
+                           {"parse_device_memory_limit": parse_device_memory_limit})):
+        module = types.ModuleType(name)
+        module.__dict__.update(members)
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "dask_cuda", types.ModuleType("dask_cuda"))
+    assert compat.device_host_file(0.8, 12345) == (
+        DeviceHostFile, {"device_memory_limit": 800, "memory_limit": 12345})
+    assert calls == [(0.8, 0)]
+
+
+@pytest.mark.skipif(not HAVE_DASK_CUDA, reason=NO_DASK_CUDA)
+def test_dask_cudas_device_host_file_takes_what_the_store_gives_it():
+    import inspect
+
+    from dask_cuda.device_host_file import DeviceHostFile
+    from dask_cuda.utils import parse_device_memory_limit
+
+    taken = inspect.signature(DeviceHostFile).parameters
+    assert {"worker_local_directory", "device_memory_limit", "memory_limit"} <= set(taken)
+    assert "device_index" in inspect.signature(parse_device_memory_limit).parameters
