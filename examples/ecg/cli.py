@@ -135,8 +135,8 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
 def _shared_pool(cluster: dict) -> dict:
     """A local cluster's GPU worker on CUDA's async pool, unless a mode flag is given: cuDF,
     CuPy and Numba draw from it through RMM and PyTorch through its own cudaMallocAsync
-    backend, which can capture the VAE's training step as a CUDA graph (RMM's allocator for
-    PyTorch cannot). A running cluster (--scheduler) keeps its own setup."""
+    backend, with which the VAE's training step is captured as a CUDA graph. A running
+    cluster (--scheduler) keeps its own setup."""
     memory = dict(cluster.get("memory") or {})
     if cluster.get("scheduler") or {"async_alloc", "managed", "pool"} & set(memory):
         return cluster

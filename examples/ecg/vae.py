@@ -6,11 +6,10 @@ and abnormal ones badly or only from codes far from the prior, so the negative E
 mean is a map of the beats that can be plotted. The beats arrive as CuPy or NumPy arrays and
 enter PyTorch by DLPack, without a copy.
 
-On a GPU a training step of a model this small is a few hundred kernel launches of a few
-microseconds each: the step's time is the host's, launching them. So after a few ordinary
-steps the whole step (the batch's gather, forward, backward and Adam's update) is captured
-once as a CUDA graph and replayed, one launch a step. Where capture is not possible (PyTorch
-allocating through a pluggable allocator such as RMM's), the steps stay ordinary ones.
+On a GPU a training step of a model this small is a few hundred short kernels, each launched
+by the host. So after a few ordinary steps the whole step (the batch's gather, forward,
+backward and Adam's update) is captured once as a CUDA graph and replayed, one launch a step.
+Where PyTorch refuses the capture, the steps stay ordinary ones.
 
 The trained model travels between processes as a dict of plain NumPy arrays: distributed by
 itself has no serializer for a CUDA ``torch.Tensor``, and NumPy arrays unpickle everywhere,
@@ -179,8 +178,8 @@ class _Steps:
         torch.cuda.current_stream().wait_stream(side)
 
     def _capture(self) -> None:
-        """Record one step (without running it) as a CUDA graph; where PyTorch cannot (its
-        allocator cannot allocate to a graph's pool), go on with ordinary steps."""
+        """Record one step (without running it) as a CUDA graph; where PyTorch refuses, go on
+        with ordinary steps."""
         torch = self.torch
         stream = torch.cuda.current_stream()
         self.optimizer.zero_grad(set_to_none=True)  # the captured backward writes the grads
@@ -189,7 +188,7 @@ class _Steps:
             with torch.cuda.graph(graph):
                 self.step()
         except RuntimeError:
-            torch.cuda.set_stream(stream)  # a capture refused at its start leaves its stream
+            torch.cuda.set_stream(stream)  # in case the refused capture left its stream current
             self.graphed, self.generator = False, self.seeded
             return
         self.graph = graph
