@@ -15,6 +15,8 @@ Positions are R peaks (the largest deflection) in samples.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,18 +159,34 @@ def _baseline(t, wander, rng):
 
 
 def write_csv(path, signal, *, header: str | None = "ecg", decimals: int = 4) -> None:
-    """Write a single-column CSV (``header`` on the first line unless None), as devices export.
+    """Write a single-column CSV (``header`` on the first line unless None), as devices export:
+    each value rounded to ``decimals`` places, written as its shortest text (``0.1``, ``-1.25``).
 
-    Formats in blocks so that 20 hours (18M rows) neither needs pandas nor a large string.
+    pyarrow formats the numbers in C++, a block per thread, without pandas or one large string.
     """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     signal = np.asarray(signal)
     if signal.ndim != 1:
         raise ValueError(f"write_csv: expected a 1-D signal, got shape {signal.shape}")
-    fmt = f"%.{int(decimals)}f"
-    with open(path, "w", encoding="ascii", newline="\n") as f:
+    options = pacsv.WriteOptions(include_header=False, quoting_style="none",
+                                 batch_size=_CSV_BLOCK)
+
+    def text(lo: int) -> bytes:
+        block = np.round(signal[lo:lo + _CSV_BLOCK].astype(np.float64), int(decimals)) + 0.0
+        sink = pa.BufferOutputStream()  # + 0.0 above: no "-0"
+        pacsv.write_csv(pa.table({"v": block}), sink, options)
+        return sink.getvalue().to_pybytes()
+
+    starts = range(0, len(signal), _CSV_BLOCK)
+    threads = min(16, os.cpu_count() or 1)
+    with open(path, "wb") as f, ThreadPoolExecutor(threads) as pool:
         if header is not None:
-            f.write(f"{header}\n")
-        for lo in range(0, len(signal), 1 << 20):
-            block = signal[lo:lo + (1 << 20)]
-            f.write("\n".join(np.char.mod(fmt, block).tolist()))
-            f.write("\n")
+            f.write(f"{header}\n".encode("ascii"))
+        for first in range(0, len(starts), threads):  # a few blocks in memory at a time
+            for chunk in pool.map(text, starts[first:first + threads]):
+                f.write(chunk)
+
+
+_CSV_BLOCK = 1 << 20  # rows a thread formats at once

@@ -417,3 +417,17 @@ def test_write_csv_round_trips(tmp_path):
     np.testing.assert_allclose(back, x, atol=5e-5)
     with pytest.raises(ValueError, match="1-D"):
         synthetic.write_csv(path, np.zeros((2, 2)))
+
+
+def test_write_csv_keeps_the_order_across_blocks_and_writes_plain_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(synthetic, "_CSV_BLOCK", 7)  # many blocks, more than threads
+    x = np.arange(200, dtype=np.float64) / 3 - 30
+    x[:3] = [-0.00001, 0.00004, 1e-4]
+    path = tmp_path / "x.csv"
+    synthetic.write_csv(path, x, header=None)
+    lines = path.read_text().splitlines()
+    assert len(lines) == len(x)
+    assert lines[:3] == ["0", "0", "0.0001"]  # rounded to 4 places, no "-0", no exponent
+    np.testing.assert_allclose(np.array(lines, dtype=float), np.round(x, 4), atol=1e-12)
+    synthetic.write_csv(path, np.empty(0), header="ecg")
+    assert path.read_text() == "ecg\n"
