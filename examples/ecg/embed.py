@@ -83,7 +83,7 @@ def _cuda_kernel():
 
     from numba import cuda, float32
 
-    @cuda.jit
+    @cuda.jit(cache=True)  # compiled once per machine, then loaded from disk
     def embed(x, starts, ends, out):
         b = cuda.blockIdx.x
         j = cuda.threadIdx.x

@@ -72,7 +72,7 @@ def _cpu_function():
 def _cuda_kernel():
     from numba import cuda
 
-    @cuda.jit
+    @cuda.jit(cache=True)  # compiled once per machine, then loaded from disk
     def nms(r, lo, hi, w, out):
         i = cuda.grid(1) + lo
         if i >= hi:
