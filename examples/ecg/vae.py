@@ -142,8 +142,7 @@ class _Steps:
 
         self.torch, self.model, self.x, self.scale = torch, model, x, scale
         self.kl_weight, self.seeded = params.kl_weight, generator
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate,
-                                          capturable=graphed)
+        self.optimizer = Adam(model.parameters(), lr=params.learning_rate)
         self.graphed, self.graph, self.done = graphed, None, 0
         self.generator = None if graphed else generator
         self.rows = torch.zeros(batch, dtype=torch.int64, device=x.device)
@@ -167,7 +166,7 @@ class _Steps:
         if self.graph is not None:
             self.graph.replay()
             return
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         if not self.graphed:
             self.step()
             return
@@ -182,7 +181,7 @@ class _Steps:
         with ordinary steps."""
         torch = self.torch
         stream = torch.cuda.current_stream()
-        self.optimizer.zero_grad(set_to_none=True)  # the captured backward writes the grads
+        self.optimizer.zero_grad()  # the captured backward writes the grads
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
@@ -192,6 +191,44 @@ class _Steps:
             self.graphed, self.generator = False, self.seeded
             return
         self.graph = graph
+
+
+class Adam:
+    """Adam (Kingma and Ba), the update ``torch.optim.Adam`` makes with its defaults, in
+    PyTorch's multi-tensor ops. ``torch.optim``'s optimizers import ``torch._dynamo`` the first
+    time they run, which takes seconds in a new process: longer than this model's whole
+    training on a GPU. The step count is a tensor on the parameters' device, so a step
+    captured in a CUDA graph corrects the bias of every replay by its own count."""
+
+    def __init__(self, parameters, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        import torch
+
+        self.torch = torch
+        self.params = [p for p in parameters if p.requires_grad]
+        self.lr, (self.beta1, self.beta2), self.eps = lr, betas, eps
+        self.mean = [torch.zeros_like(p) for p in self.params]
+        self.square = [torch.zeros_like(p) for p in self.params]
+        self.count = torch.zeros((), device=self.params[0].device)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        torch = self.torch
+        with torch.no_grad():
+            grads = [p.grad for p in self.params]
+            self.count += 1
+            torch._foreach_lerp_(self.mean, grads, 1 - self.beta1)
+            torch._foreach_mul_(self.square, self.beta2)
+            torch._foreach_addcmul_(self.square, grads, grads, value=1 - self.beta2)
+            step_size = self.lr / (1 - self.beta1 ** self.count)
+            denominator = torch._foreach_sqrt(self.square)
+            torch._foreach_div_(denominator, (1 - self.beta2 ** self.count).sqrt())
+            torch._foreach_add_(denominator, self.eps)
+            update = torch._foreach_div(self.mean, denominator)
+            torch._foreach_mul_(update, step_size)
+            torch._foreach_sub_(self.params, update)
 
 
 def _train(beats, params: Params, device: str, graphed: bool | None = None) -> dict:

@@ -431,3 +431,44 @@ def test_write_csv_keeps_the_order_across_blocks_and_writes_plain_numbers(tmp_pa
     np.testing.assert_allclose(np.array(lines, dtype=float), np.round(x, 4), atol=1e-12)
     synthetic.write_csv(path, np.empty(0), header="ecg")
     assert path.read_text() == "ecg\n"
+
+
+def test_the_vae_s_adam_makes_torch_optim_adam_s_update():
+    torch = pytest.importorskip("torch")
+    from examples.ecg.vae import Adam
+
+    generator = torch.Generator().manual_seed(0)
+    ours = [torch.randn(7, 5, generator=generator, requires_grad=True) for _ in range(3)]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    adam, reference = Adam(ours, lr=2e-3), torch.optim.Adam(theirs, lr=2e-3)
+    for step in range(50):
+        scale = 1.0 if step % 3 == 0 else 1e-3  # gradients of changing size: the bias matters
+        grads = [scale * torch.randn(7, 5, generator=generator) for _ in ours]
+        for params, optimizer in ((ours, adam), (theirs, reference)):
+            optimizer.zero_grad()
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+    moved = max(float((p - q).abs().max()) for p, q in zip(ours, theirs, strict=True))
+    start = [p.detach() for p in ours]
+    assert moved < 1e-5
+    assert float(adam.count) == 50
+    adam.zero_grad()
+    assert all(p.grad is None for p in ours)
+    assert all(torch.equal(p, q) for p, q in zip(ours, start, strict=True))
+
+
+def test_training_the_vae_imports_no_torch_dynamo():
+    pytest.importorskip("torch")
+    code = (
+        "import sys\n"
+        "from dataclasses import replace\n"
+        "import numpy as np\n"
+        "from examples.ecg import vae\n"
+        "from examples.ecg.params import Params\n"
+        "beats = np.random.default_rng(0).standard_normal((600, 256), dtype=np.float32)\n"
+        "state = vae.train(beats, replace(Params(), max_steps=6), 'cpu')\n"
+        "print(state['steps'], 'torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["6", "False"]
