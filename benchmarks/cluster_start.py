@@ -80,21 +80,20 @@ VARIANTS = {
     """,
     "cuDF imported during the start": """
         from dask_gpu_interop import cluster_client
-        from examples.mortgage import warm
-        warm.import_in_background("cudf")
+        from dask_gpu_interop import import_in_background
+        import_in_background("cudf")
         with cluster_client(device="gpu", memory={"async_alloc": True}) as (client, device):
-            warm.workers(client)
+            import_in_background("cudf", client=client)
             ready = time.perf_counter()
             client.run(importlib.import_module, "cudf"); import cudf
             cudf_ready = time.perf_counter()
         closed = time.perf_counter()
     """,
     "cuDF imported after the start": """
-        from dask_gpu_interop import cluster_client
-        from examples.mortgage import warm
+        from dask_gpu_interop import cluster_client, import_in_background
         with cluster_client(device="gpu", memory={"async_alloc": True}) as (client, device):
-            warm.workers(client)
-            warm.import_in_background("cudf")
+            import_in_background("cudf", client=client)
+            import_in_background("cudf")
             ready = time.perf_counter()
             client.run(importlib.import_module, "cudf"); import cudf
             cudf_ready = time.perf_counter()

@@ -18,6 +18,7 @@ from .serialize import register as _register_serializers  # noqa: E402
 
 _register_serializers()  # lazily: no torch/JAX import until one of their objects is sent
 
+from ._imports import import_in_background  # noqa: E402
 from .cluster import cluster_client, local_cluster, resolve_device  # noqa: E402
 from .frameworks.xgboost import xgboost_config  # noqa: E402
 from .memory import (  # noqa: E402
@@ -45,6 +46,7 @@ __all__ = [
     "MemoryTimeline",
     "OptionError",
     "cluster_client",
+    "import_in_background",
     "local_cluster",
     "memory_report",
     "record_memory",

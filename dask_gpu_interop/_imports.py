@@ -104,3 +104,34 @@ _finder = _PostImportFinder()
 def _install_finder() -> None:
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+
+
+def import_in_background(*modules: str, client=None) -> None:
+    """Start importing ``modules`` (one after the other) in a daemon thread and return at once:
+    in this process, or with ``client`` in every worker of its cluster.
+
+    A command often waits seconds for its cluster, then seconds more for imports its first
+    tasks need (cuDF, PyTorch): started while the cluster starts, or as soon as the workers are
+    up, the imports overlap that wait instead of following it. Python's import lock makes a
+    later ``import`` of a module wait for the one in flight, so nothing is imported twice. An
+    import that fails is left to fail again where the module is used, with that code's
+    context.
+
+    >>> import_in_background("cudf")                             # doctest: +SKIP
+    >>> import_in_background("torch", client=client)             # doctest: +SKIP
+    """
+    if client is not None:
+        client.run(_start_importing, modules)
+        return
+    _start_importing(modules)
+
+
+def _start_importing(modules) -> None:
+    def run():
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the code that needs it raises it with its own context
+                pass
+
+    threading.Thread(target=run, name="import-" + ",".join(modules), daemon=True).start()

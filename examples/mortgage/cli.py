@@ -16,10 +16,10 @@ import time
 import click
 from dask.utils import format_bytes, parse_bytes
 
-from dask_gpu_interop import cluster_client, resolve_device
+from dask_gpu_interop import cluster_client, import_in_background, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import files, gpu_workers, output, read, schema, train, warm
+from . import files, gpu_workers, output, read, schema, train
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -158,12 +158,12 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     with contextlib.ExitStack() as stack:
         stack.enter_context(gpu_workers.environ(cluster, expected))
         for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
-            warm.import_in_background(module)
+            import_in_background(module)
         if training:
             stack.enter_context(train.without_rank_lines())
         client, device = stack.enter_context(cluster_client(**cluster))
         if device == "gpu":
-            warm.workers(client)
+            import_in_background("cudf", client=client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         yield client, device
 

@@ -177,7 +177,7 @@ def _given_to_the_cluster(monkeypatch, args) -> dict:
     monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
     monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
     monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")
-    monkeypatch.setattr(cli.warm, "import_in_background", imported)
+    monkeypatch.setattr(cli, "import_in_background", imported)
     with pytest.raises(_Started):
         CliRunner().invoke(main, args, catch_exceptions=False)
     return seen
