@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -45,8 +46,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
 
     from . import detect, plots, vae
     from .params import Params
-    from .pipeline import evaluate, run
-    from .synthetic import make_ecg, write_csv
+    from .pipeline import evaluate, run, warm_up_in_background
 
     try:
         vae.check_installed()
@@ -62,33 +62,30 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         raise click.ClickException(str(err)) from err
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    truth = None
-    prep = {}
-    if csv_path is None:
-        seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
-        rate = rate or DEFAULT_RATE
-        t0 = time.perf_counter()
-        truth = make_ecg(seconds, rate, seed=seed)
-        prep["generate"] = time.perf_counter() - t0
-        csv_path = out / "ecg.csv"
-        t0 = time.perf_counter()
-        write_csv(csv_path, truth.signal)
-        prep["write csv"] = time.perf_counter() - t0
-        click.echo(f"synthetic ECG: {truth.summary()}")
-        click.echo(f"written to {csv_path} ({_size(csv_path)})")
-    csv_path = Path(csv_path).resolve()
-
-    with cluster_client(**_shared_pool(cluster)) as (client, device):
-        workers = len(client.scheduler_info()["workers"])
-        click.echo(f"cluster: {workers} workers, device={device}")
-        try:
-            result = run(csv_path, rate, device=device, params=Params(seed=seed), column=column,
-                         blocksize=blocksize)
-        except ValueError as err:  # the recording cannot be used: say why, without a traceback
-            text = str(err)
-            raise click.ClickException(
-                text if text.startswith(str(csv_path)) else f"{csv_path}: {text}") from None
-        report = memory_report(client)
+    with ThreadPoolExecutor(1) as background:
+        made = None
+        if csv_path is None:  # made and written while the cluster starts
+            seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
+            rate = rate or DEFAULT_RATE
+            made = background.submit(_synthetic, out / "ecg.csv", seconds, rate, seed)
+        with cluster_client(**_shared_pool(cluster)) as (client, device):
+            client.run(warm_up_in_background, device)
+            workers = len(client.scheduler_info()["workers"])
+            click.echo(f"cluster: {workers} workers, device={device}")
+            truth, prep = None, {}
+            if made is not None:
+                truth, csv_path, prep = made.result()
+                click.echo(f"synthetic ECG: {truth.summary()}")
+                click.echo(f"written to {csv_path} ({_size(csv_path)})")
+            csv_path = Path(csv_path).resolve()
+            try:
+                result = run(csv_path, rate, device=device, params=Params(seed=seed),
+                             column=column, blocksize=blocksize)
+            except ValueError as err:  # the recording cannot be used: say why, no traceback
+                text = str(err)
+                raise click.ClickException(
+                    text if text.startswith(str(csv_path)) else f"{csv_path}: {text}") from None
+            report = memory_report(client)
 
     t0 = time.perf_counter()
     pictures = plots.write_all(result, out, truth)
@@ -130,6 +127,18 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         click.echo(f"  {path}")
     click.echo("\nmemory:")
     click.echo(str(report))
+
+
+def _synthetic(path: Path, seconds: float, rate: float, seed: int):
+    """A synthetic recording with known beats, written to ``path`` as CSV: (truth, path, the
+    two steps' seconds)."""
+    from .synthetic import make_ecg, write_csv
+
+    started = time.perf_counter()
+    truth = make_ecg(seconds, rate, seed=seed)
+    made = time.perf_counter()
+    write_csv(path, truth.signal)
+    return truth, path, {"generate": made - started, "write csv": time.perf_counter() - made}
 
 
 def _shared_pool(cluster: dict) -> dict:

@@ -24,6 +24,7 @@ that is how the benchmark times the steps without the cluster's overheads.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -308,6 +309,39 @@ def _score(parts: list[_Part], state: dict, n_beats: int, backend: Backend):
         scores[part.beats] = s
         latent[part.beats] = z
     return scores, latent
+
+
+# -- a worker's first tasks, prepared ahead ---------------------------------------------------
+
+def warm_up_in_background(device: str) -> None:
+    """On this worker, in a daemon thread: each stage's kernels run once on ten seconds of a
+    synthetic wave (CuPy's and Numba's GPU kernels compile at first use, or load from their
+    disk caches), then PyTorch is imported (seconds). Started as the cluster comes up, this
+    overlaps what the first tasks would wait for with what the client does meanwhile (making
+    or reading the data). An error is left for the stage that meets it."""
+    import threading
+
+    threading.Thread(target=_warm_up, args=(device,), name="ecg-warm-up", daemon=True).start()
+
+
+def _warm_up(device: str) -> None:
+    try:
+        backend = Backend(device)
+        rate, params = 250.0, Params()
+        wave = np.sin(np.arange(2500, dtype=np.float32) * np.float32(2 * np.pi / 200))
+        signal = backend.xp.asarray(wave)
+        kernel = detect.ricker(params.ricker_sigma(rate), params.ricker_half_width(rate),
+                               backend.xp)
+        response = detect.convolve(signal, kernel, backend)
+        positions, _ = detect.candidates(response, 0, len(response),
+                                         params.nms_half_window(rate), backend)
+        backend.to_host(positions)
+        beats = _embed_window(signal, np.array([100.0, 300.0]), np.array([300.0, 500.0]), device)
+        backend.xp.concatenate([_rows(beats, np.array([1]), device), beats])
+    except Exception:  # the stage that meets it raises it with its own context
+        pass
+    with contextlib.suppress(Exception):
+        import torch  # noqa: F401
 
 
 # -- helpers ---------------------------------------------------------------------------------

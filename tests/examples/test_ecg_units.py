@@ -449,7 +449,7 @@ def test_the_vae_s_adam_makes_torch_optim_adam_s_update():
             for p, g in zip(params, grads, strict=True):
                 p.grad = g.clone()
             optimizer.step()
-    moved = max(float((p - q).abs().max()) for p, q in zip(ours, theirs, strict=True))
+    moved = max(float((p - q).detach().abs().max()) for p, q in zip(ours, theirs, strict=True))
     start = [p.detach() for p in ours]
     assert moved < 1e-5
     assert float(adam.count) == 50
@@ -472,3 +472,19 @@ def test_training_the_vae_imports_no_torch_dynamo():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["6", "False"]
+
+
+def test_the_warm_up_runs_the_stages_kernels_then_imports_torch():
+    pytest.importorskip("torch")
+    code = (
+        "import sys, threading\n"
+        "from examples.ecg import embed, nms, pipeline\n"
+        "pipeline.warm_up_in_background('cpu')\n"
+        "for thread in threading.enumerate():\n"
+        "    if thread.name == 'ecg-warm-up':\n"
+        "        thread.join()\n"
+        "print(nms._cpu_function.cache_info().currsize, embed._cpu_function.cache_info().currsize,"
+        " 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1", "True"]
