@@ -12,6 +12,7 @@ import contextlib
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import click
 from dask.utils import format_bytes, parse_bytes
@@ -79,6 +80,15 @@ def _generated(result) -> str:
     return (f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
             f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
             f"in {result.directory}")
+
+
+def _generate(directory, spec, layout, overwrite, processes):
+    """The job's dataset: with ``processes``, in a pool of local processes (while the cluster
+    starts, which a local cluster's workers could not do yet); else on the cluster."""
+    from .testdata import generate as gen
+
+    return gen.generate(directory, spec, layout=layout, overwrite=overwrite,
+                        progress=not processes, processes=processes)
 
 
 class _Group(click.Group):
@@ -225,17 +235,21 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
+        generating = None
+        if spec is not None:
+            click.echo(f"generating {len(spec.quarters)} quarters x "
+                       f"{spec.loans_per_quarter:,} loans ...")
+            if not cluster.get("scheduler"):  # local processes, while the cluster starts
+                generating = stack.enter_context(ThreadPoolExecutor(1)).submit(
+                    _generate, directory, spec, layout, workdir is not None, os.cpu_count())
         client, device = stack.enter_context(
             _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
         first = {"cluster start": time.perf_counter() - started}
         if spec is not None:
-            from .testdata import generate as gen
-
-            click.echo(f"generating {len(spec.quarters)} quarters x "
-                       f"{spec.loans_per_quarter:,} loans ...")
-            made = _usage(gen.generate, directory, spec, layout=layout,
-                          overwrite=workdir is not None, progress=True)
-            first["generate"] = made.seconds
+            waiting = time.perf_counter()
+            made = _usage(generating.result) if generating else _usage(
+                _generate, directory, spec, layout, workdir is not None, None)
+            first["generate"] = time.perf_counter() - waiting  # beyond the cluster's start
             click.echo(_generated(made))
             the_plan = _plan(directory, None, None, None, device, partition_size)
         elif device != expected and partition_size is None:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 import pytest
@@ -253,3 +254,28 @@ def test_the_workers_environment_yields_to_what_is_set_already(monkeypatch):
     for cluster, device in (({"scheduler": "tcp://somewhere:8786"}, "gpu"), (local, "cpu")):
         with gpu_workers.environ(cluster, device):
             assert os.environ.get("CUDF_PER_THREAD_STREAM") is None
+
+
+@pytest.mark.parametrize("flags, processes", [([], os.cpu_count()),
+                                              (["--scheduler", "tcp://127.0.0.1:1"], None)])
+def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_starts(
+        monkeypatch, flags, processes):
+    import examples.mortgage.cli as cli
+
+    calls, generating = [], threading.Event()
+
+    def generate(directory, spec, layout, overwrite, processes):
+        calls.append(processes)
+        generating.set()
+        raise _Started
+
+    def cluster_client(**cluster):
+        generating.wait(10 if processes else 0.5)  # a generation begun before the cluster
+        calls.append("cluster start")
+
+    monkeypatch.setattr(cli, "_generate", generate)
+    monkeypatch.setattr(cli, "cluster_client", cluster_client)
+    with pytest.raises((_Started, TypeError)):
+        CliRunner().invoke(main, ["--device", "cpu", *flags], catch_exceptions=False)
+    # A local cluster: the generation was started before the cluster; a running one does it.
+    assert calls[0] == (processes if processes else "cluster start")

@@ -85,6 +85,17 @@ def test_parallel_on_threads_gives_the_same_bytes(made, tmp_path):
     assert _digest(tmp_path / "threads") == _digest(made.directory)
 
 
+def test_in_a_pool_of_local_processes_gives_the_same_bytes_whatever_the_client(made, tmp_path):
+    from distributed import Client, get_task_stream
+
+    with Client(processes=False, n_workers=1, dashboard_address=None) as client, \
+            get_task_stream(client) as stream:
+        made_here = gen.generate(str(tmp_path / "processes"), SPEC, processes=2)
+    assert stream.data == []  # no task ran on the client's cluster
+    assert _digest(tmp_path / "processes") == _digest(made.directory)
+    assert made_here.loans == made.loans
+
+
 def test_an_existing_dataset_is_kept_unless_overwrite(made, tmp_path):
     _make(tmp_path / "d", gen.Spec(2007, 2007, loans_per_quarter=5))
     with pytest.raises(FileExistsError, match="overwrite"):

@@ -725,22 +725,25 @@ def check_space(directory: str, spec: Spec, layout: str = "classic") -> None:
 
 
 def generate(directory: str, spec: Spec | None = None, *, layout: str = "classic",
-             overwrite: bool = False, progress: bool = False) -> Generated:
+             overwrite: bool = False, progress: bool = False,
+             processes: int | None = None) -> Generated:
     """Write ``spec``'s dataset under ``directory`` in ``layout`` ("classic", "current" or
     "both"), one task per file part.
 
     Runs on the current Dask client when there is one (the files are written by the workers:
-    ``directory`` must be visible to them), else on local threads.
+    ``directory`` must be visible to them), else on local threads; with ``processes``, in a
+    pool of that many local processes (at most one per file part), whatever the client.
     """
     spec = spec or Spec()
     directory = os.path.abspath(directory)
     _roots(directory, layout)
     with output.Staged(directory, what="generated dataset", overwrite=overwrite) as staging:
-        made = _generate(staging, spec, layout, progress)
+        made = _generate(staging, spec, layout, progress, processes)
     return made.moved(staging, directory)
 
 
-def _generate(directory: str, spec: Spec, layout: str, progress: bool) -> Generated:
+def _generate(directory: str, spec: Spec, layout: str, progress: bool,
+              processes: int | None = None) -> Generated:
     import dask
 
     roots = _prepare(directory, layout)
@@ -760,7 +763,13 @@ def _generate(directory: str, spec: Spec, layout: str, progress: bool) -> Genera
             current_path(roots["current"], y, q), parts[y, q], "current")
             for y, q in spec.quarters]
     everything = [*acquisitions, *classic, *current, *tasks]
-    results = _compute_with_progress(everything) if progress else dask.compute(*everything)
+    if processes:
+        results = dask.compute(*everything, scheduler="processes",
+                               num_workers=max(1, min(processes, len(tasks))))
+    elif progress:
+        results = _compute_with_progress(everything)
+    else:
+        results = dask.compute(*everything)
     results = list(results)
     acq = [results.pop(0) for _ in acquisitions]
     classic = [results.pop(0) for _ in classic]
