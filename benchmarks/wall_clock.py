@@ -3,7 +3,7 @@ start to prompt, beside the work its lines report, GPU and CPUs alternating in o
 
     python benchmarks/wall_clock.py --data DIR [--size 1GB] [--layouts classic,current]
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
-        [--ecg-hours 20]
+        [--ecg-hours 20] [--ecg-fresh-runs 0]
 
 For each layout the README's ``etl`` command runs on a dataset made by its ``generate``: first
 on the GPU as on a fresh machine (the kernel caches emptied: CuPy's, the CUDA driver's,
@@ -123,16 +123,25 @@ ECG = [sys.executable, "-m", "examples.ecg"]
 STAGE = re.compile(r"^  (\w[\w ]*?) +([\d.]+) s", re.M)
 
 
-def ecg_runs(runs: int, hours: float, out: str) -> dict:
-    """The ECG example's README command, GPU and CPUs alternating: the wall clock, each stage
-    it prints, and the pipeline (read to score) as its work."""
-    results = {"gpu": [], "cpu": []}
+def one_ecg(hours: float, device: str, out: str) -> dict:
+    text, wall = run([*ECG, "--hours", str(hours), "--device", device, "--out", out])
+    stages = {m[1]: float(m[2]) for m in STAGE.finditer(text)}
+    work = stages.get("pipeline", 0.0)
+    return {"wall": wall, "work": work, "fixed": wall - work, "stages": stages,
+            "graphed": "CUDA graph" in text}
+
+
+def ecg_runs(runs: int, hours: float, out: str, fresh_runs: int = 0) -> dict:
+    """The ECG example's README command: first on the GPU as on a fresh machine (the kernel
+    caches emptied), then GPU and CPUs alternating: the wall clock, each stage it prints, and
+    the pipeline (read to score) as its work."""
+    results = {"gpu fresh": [], "gpu": [], "cpu": []}
+    for _ in range(fresh_runs):
+        empty_kernel_caches()
+        results["gpu fresh"].append({**one_ecg(hours, "gpu", out), "compiled": compiled_kernels()})
+        say(f"ecg gpu fresh: {results['gpu fresh'][-1]}")
     for _, name in interleave({"gpu": runs, "cpu": runs}):
-        text, wall = run([*ECG, "--hours", str(hours), "--device", name, "--out", out])
-        stages = {m[1]: float(m[2]) for m in STAGE.finditer(text)}
-        work = stages.get("pipeline", 0.0)
-        results[name].append({"wall": wall, "work": work, "fixed": wall - work,
-                              "stages": stages, "graphed": "CUDA graph" in text})
+        results[name].append(one_ecg(hours, name, out))
         say(f"ecg {name}: {results[name][-1]}")
     shutil.rmtree(out, ignore_errors=True)
     return results
@@ -199,19 +208,30 @@ def markdown(payload: dict) -> str:
 def ecg_table(runs: dict, hours) -> list[str]:
     """The ECG command's wall clock and each stage, GPU against CPUs."""
     names = list(dict.fromkeys(n for device in runs.values() for r in device for n in r["stages"]))
+    fresh = bool(runs.get("gpu fresh"))
     lines = ["", f"`python -m examples.ecg --hours {hours:g}`: the wall clock, and each stage "
-             "the command prints (work: the pipeline, read to score).", "",
-             "| stage | GPU | CPU | CPU / GPU |", "| --- | --- | --- | --- |"]
+             "the command prints (work: the pipeline, read to score)"
+             + ("; GPU fresh: every kernel cache emptied first" if fresh else "") + ".", "",
+             "| stage |" + (" GPU fresh |" if fresh else "") + " GPU | CPU | CPU / GPU |",
+             "| --- |" + (" --- |" if fresh else "") + " --- | --- | --- |"]
     for name in ["wall", *names]:
-        cells = []
-        for device in ("gpu", "cpu"):
-            values = [r["wall"] if name == "wall" else r["stages"].get(name) for r in runs[device]]
-            cells.append([v for v in values if v is not None])
-        if not all(cells):
+        cells = {}
+        for device in ("gpu fresh", "gpu", "cpu") if fresh else ("gpu", "cpu"):
+            values = [r["wall"] if name == "wall" else r["stages"].get(name)
+                      for r in runs[device]]
+            cells[device] = [v for v in values if v is not None]
+        if not (cells["gpu"] and cells["cpu"]):
             continue
-        gpu, cpu = (summary(c)["median"] for c in cells)
-        lines.append(f"| {name} | {median_range(cells[0])} | {median_range(cells[1])} | "
-                     f"{cpu / gpu:.1f}x |" if gpu else f"| {name} | | | |")
+        gpu, cpu = summary(cells["gpu"])["median"], summary(cells["cpu"])["median"]
+        first = (f" {median_range(cells['gpu fresh'])} |" if cells.get("gpu fresh") else
+                 " |") if fresh else ""
+        lines.append(f"| {name} |{first} {median_range(cells['gpu'])} | "
+                     f"{median_range(cells['cpu'])} | " + (f"{cpu / gpu:.1f}x |" if gpu else " |"))
+    for r in runs.get("gpu fresh", []):
+        c = r["compiled"]
+        lines.append("\nCompiled by the fresh GPU run (files each cache holds after it; CuPy's "
+                     "kernels by name): " + ", ".join(f"{k} {v}" for k, v in c["files"].items())
+                     + "; CuPy: " + (", ".join(c["cupy kernels"]) or "none"))
     graphed = {r["graphed"] for r in runs["gpu"]}
     lines.append(f"\nThe GPU's VAE steps ran as a CUDA graph: {'yes' if graphed == {True} else 'no'}.")
     return lines
@@ -230,6 +250,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--ecg-runs", type=int, default=0,
                         help="Runs of the ECG example's command per device (0: skip).")
     parser.add_argument("--ecg-hours", type=float, default=20.0, help="The ECG's --hours.")
+    parser.add_argument("--ecg-fresh-runs", type=int, default=0,
+                        help="GPU runs of the ECG command as on a fresh machine (caches "
+                             "emptied), before the others.")
     output_options(parser)
     return parser
 
@@ -242,6 +265,9 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse(argv)
     os.environ.setdefault("CUPY_CACHE_SAVE_CUDA_SOURCE", "1")  # names what a fresh run compiles
+    # Numba's cache in one place that a fresh run can empty (by default it writes beside the
+    # sources, in __pycache__).
+    os.environ.setdefault("NUMBA_CACHE_DIR", os.path.expanduser("~/.cache/numba"))
     payload = {**run_record(__file__, argv, args), "datasets": {},
                "etl": {}, "jobs": {}, "help": {}}
     stem = os.path.join(args.out, f"wall-clock-{payload['machine_name']}")
@@ -260,7 +286,8 @@ def main(argv=None) -> dict:
         save()
     if args.ecg_runs:
         payload["ecg_hours"] = args.ecg_hours
-        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours, os.path.join(args.data, "ecg"))
+        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours, os.path.join(args.data, "ecg"),
+                                  args.ecg_fresh_runs)
         save()
     if args.help_runs:
         payload["help"] = help_runs(args.help_runs)
