@@ -20,7 +20,7 @@ from dask.utils import format_bytes, parse_bytes
 from dask_gpu_interop import cluster_client, import_in_background, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import files, gpu_workers, output, read, schema, train
+from . import cpu_workers, files, gpu_workers, output, read, schema, train
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -167,6 +167,7 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     error without XGBoost's rank lines (a worker in this process writes them to this one's)."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(gpu_workers.environ(cluster, expected))
+        stack.enter_context(cpu_workers.environ(cluster, expected))
         for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
             import_in_background(module)
         if training:
