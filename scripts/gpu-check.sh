@@ -12,7 +12,7 @@
 # What each benchmark section measures, and its current results file: benchmarks/README.md.
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
 # VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS,
-# ETL_CEILING_ARGS, WALL_CLOCK_ARGS, ECG_ARGS;
+# ETL_CEILING_ARGS, WALL_CLOCK_ARGS, ECG_ARGS, ECG_TRAIN_ARGS;
 # MORTGAGE_DATA: where the mortgage benchmarks generate their datasets (default
 # /tmp/mortgage-bench), MORTGAGE_STAGES_SIZE: the stages' dataset per layout (default 10GB).
 # On this project's lent machines the RAPIDS stack comes from ../shared/gpukit (see its README):
@@ -126,6 +126,7 @@ want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python
 want etl-ceiling-bench benchmarks/etl_ceiling.py && section etl-ceiling-bench 900 python3 benchmarks/etl_ceiling.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
 want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 benchmarks/wall_clock.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
 want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results" ${ECG_ARGS:-}
+want ecg-train-bench benchmarks/ecg_train.py && section ecg-train-bench 600 python3 benchmarks/ecg_train.py --out "$OUT/results" ${ECG_TRAIN_ARGS:-}
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
 cat "$SUMMARY"
