@@ -115,8 +115,23 @@ def import_in_background(*modules: str, client=None) -> None:
     up, the imports overlap that wait instead of following it. Python's import lock makes a
     later ``import`` of a module wait for the one in flight, so nothing is imported twice. An
     import that fails is left to fail again where the module is used, with that code's
-    context.
+    context. The imports hold the GIL while they run: overlap them with work that waits (a
+    cluster's start, the GPU, files), not with other Python.
 
+    Parameters
+    ----------
+    *modules : str
+        Module names, imported in this order.
+    client : distributed.Client, optional
+        Import on each of its workers (``client.run``) instead of in this process.
+
+    Returns
+    -------
+    None
+        The imports run on after the call returns.
+
+    Examples
+    --------
     >>> import_in_background("cudf")                             # doctest: +SKIP
     >>> import_in_background("torch", client=client)             # doctest: +SKIP
     """
