@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
@@ -42,11 +42,12 @@ DEFAULT_RATE = 250.0
                    "worker, 1 MiB to 256 MiB each].")
 def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
     """Heartbeat outliers in an ECG: cuDF -> CuPy -> Numba -> PyTorch on GPUs, zero-copy."""
-    from dask_gpu_interop import cluster_client, import_in_background, memory_report, resolve_device
+    from dask_gpu_interop import cluster_client, memory_report, resolve_device
 
     from . import detect, plots, vae
     from .params import Params
     from .pipeline import evaluate, run, warm_up_in_background
+    from .synthetic import make_and_write
 
     try:
         vae.check_installed()
@@ -62,14 +63,12 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         raise click.ClickException(str(err)) from err
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # The pictures' drawing code, imported here while the cluster and the pipeline run.
-    import_in_background("matplotlib.figure", "matplotlib.backends.backend_agg")
-    with ThreadPoolExecutor(1) as background:
+    with ProcessPoolExecutor(1, mp_context=_process_context()) as background:
         made = None
-        if csv_path is None:  # made and written while the cluster starts
+        if csv_path is None:  # made and written in another process while the cluster starts
             seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
             rate = rate or DEFAULT_RATE
-            made = background.submit(_synthetic, out / "ecg.csv", seconds, rate, seed)
+            made = background.submit(make_and_write, out / "ecg.csv", seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
             workers = len(client.scheduler_info()["workers"])
@@ -77,7 +76,8 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
             truth, prep = None, {}
             if made is not None:
                 waiting = time.perf_counter()
-                truth, csv_path, took = made.result()
+                truth, took = made.result()
+                csv_path = out / "ecg.csv"
                 prep["data"] = time.perf_counter() - waiting  # beyond the cluster's start
                 click.echo(f"synthetic ECG: {truth.summary()}")
                 click.echo(f"written to {csv_path} ({_size(csv_path)}); made in "
@@ -135,16 +135,16 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
     click.echo(str(report))
 
 
-def _synthetic(path: Path, seconds: float, rate: float, seed: int):
-    """A synthetic recording with known beats, written to ``path`` as CSV: (truth, path, the
-    two steps' seconds)."""
-    from .synthetic import make_ecg, write_csv
+def _process_context():
+    """How the recording's process starts: forked while this process has one thread and no
+    GPU context (at once, sharing the imports), else spawned."""
+    import multiprocessing
+    import sys
+    import threading
 
-    started = time.perf_counter()
-    truth = make_ecg(seconds, rate, seed=seed)
-    made = time.perf_counter()
-    write_csv(path, truth.signal)
-    return truth, path, {"generate": made - started, "write csv": time.perf_counter() - made}
+    if sys.platform == "linux" and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _shared_pool(cluster: dict) -> dict:

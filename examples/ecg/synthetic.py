@@ -176,6 +176,18 @@ def _sine(t, amplitude, frequency, phase):
     return out
 
 
+def make_and_write(path, seconds: float, rate: float, seed: int = 0):
+    """``make_ecg(seconds, rate, seed=seed)`` written to ``path`` as CSV: (the recording, the
+    seconds each step took, as ``{"generate": ..., "write csv": ...}``)."""
+    import time
+
+    started = time.perf_counter()
+    truth = make_ecg(seconds, rate, seed=seed)
+    made = time.perf_counter()
+    write_csv(path, truth.signal)
+    return truth, {"generate": made - started, "write csv": time.perf_counter() - made}
+
+
 def write_csv(path, signal, *, header: str | None = "ecg", decimals: int = 4) -> None:
     """Write a single-column CSV (``header`` on the first line unless None), as devices export:
     each value rounded to ``decimals`` places, written as its shortest text (``0.1``, ``-1.25``).
