@@ -177,15 +177,18 @@ def _sine(t, amplitude, frequency, phase):
 
 
 def make_and_write(path, seconds: float, rate: float, seed: int = 0):
-    """``make_ecg(seconds, rate, seed=seed)`` written to ``path`` as CSV: (the recording, the
-    seconds each step took, as ``{"generate": ..., "write csv": ...}``)."""
+    """``make_ecg(seconds, rate, seed=seed)`` written to ``path`` as CSV, for another process:
+    (the recording's truth without its signal, which the file holds, so that little travels
+    back; its summary; the seconds each step took, ``{"generate": ..., "write csv": ...}``)."""
     import time
+    from dataclasses import replace
 
     started = time.perf_counter()
     truth = make_ecg(seconds, rate, seed=seed)
     made = time.perf_counter()
     write_csv(path, truth.signal)
-    return truth, {"generate": made - started, "write csv": time.perf_counter() - made}
+    took = {"generate": made - started, "write csv": time.perf_counter() - made}
+    return replace(truth, signal=truth.signal[:0]), truth.summary(), took
 
 
 def write_csv(path, signal, *, header: str | None = "ecg", decimals: int = 4) -> None:

@@ -488,3 +488,16 @@ def test_the_warm_up_runs_the_stages_kernels_then_imports_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "1", "True"]
+
+
+def test_make_and_write_sends_back_the_truth_without_the_signal(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "ecg.csv"
+    truth, summary, took = synthetic.make_and_write(path, 30, 250, seed=4)
+    full = synthetic.make_ecg(30, 250, seed=4)
+    assert len(truth.signal) == 0 and summary == full.summary()
+    np.testing.assert_array_equal(truth.peaks, full.peaks)
+    np.testing.assert_array_equal(truth.kinds, full.kinds)
+    np.testing.assert_allclose(pd.read_csv(path)["ecg"].to_numpy(), full.signal, atol=5e-5)
+    assert set(took) == {"generate", "write csv"} and min(took.values()) >= 0
