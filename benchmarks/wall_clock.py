@@ -226,7 +226,7 @@ def ecg_table(runs: dict, hours) -> list[str]:
         first = (f" {median_range(cells['gpu fresh'])} |" if cells.get("gpu fresh") else
                  " |") if fresh else ""
         lines.append(f"| {name} |{first} {median_range(cells['gpu'])} | "
-                     f"{median_range(cells['cpu'])} | " + (f"{cpu / gpu:.1f}x |" if gpu else " |"))
+                     f"{median_range(cells['cpu'])} | " + (f"{cpu / gpu:.1f}x |" if gpu and cpu else " |"))
     for r in runs.get("gpu fresh", []):
         c = r["compiled"]
         lines.append("\nCompiled by the fresh GPU run (files each cache holds after it; CuPy's "
