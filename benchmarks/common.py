@@ -77,6 +77,16 @@ def output_options(parser, out: str | None = None) -> None:
                              "the GPUs, e.g. 1xH100)")
 
 
+def run_record(script: str, argv, args) -> dict:
+    """A results payload's first keys: the command (``script`` and ``argv``), the commit
+    (``args.commit`` or git's), the date, the machine (named ``args.machine`` or after its one
+    GPU used)."""
+    info = machine()
+    return {"command": command_line(script, argv), "commit": args.commit or commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
+            "machine_name": args.machine or machine_name(info, 1)}
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 

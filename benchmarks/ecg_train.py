@@ -34,12 +34,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)  # examples/
 
 from common import (  # noqa: E402
-    command_line,
-    commit,
     header,
-    machine,
-    machine_name,
     output_options,
+    run_record,
     say,
     write_results,
 )
@@ -252,10 +249,7 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
-    info = machine()
-    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-               "machine_name": args.machine or machine_name(info, 1), "beats": args.beats,
+    payload = {**run_record(__file__, argv, args), "beats": args.beats,
                "children": [in_child(argv, allocator) for allocator in ALLOCATORS]}
     text = markdown(payload)
     write_results(os.path.join(args.out, f"ecg-train-{payload['machine_name']}"), text, payload)

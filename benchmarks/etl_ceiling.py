@@ -40,6 +40,7 @@ from common import (  # noqa: E402
     interleave,
     median_range,
     output_options,
+    run_record,
     say,
     summary,
     write_results,
@@ -51,7 +52,6 @@ from mortgage import (  # noqa: E402
     parse_etl,
     parse_with_layouts,
     run,
-    run_record,
 )
 
 RANGE = 2**30  # the GPU reader's byte range

@@ -139,14 +139,6 @@ def parse_with_layouts(parser_, argv) -> argparse.Namespace:
     return args
 
 
-def run_record(script: str, argv, args) -> dict:
-    """A results payload's first keys: the command, the commit, the date, the machine."""
-    info = machine()
-    return {"command": command_line(script, argv), "commit": args.commit or commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-            "machine_name": args.machine or machine_name(info, 1)}
-
-
 ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
 
 

@@ -33,6 +33,7 @@ from common import (  # noqa: E402
     interleave,
     median_range,
     output_options,
+    run_record,
     say,
     summary,
     write_results,
@@ -45,7 +46,6 @@ from mortgage import (  # noqa: E402
     parse_job,
     parse_with_layouts,
     run,
-    run_record,
 )
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
