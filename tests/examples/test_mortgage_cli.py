@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -269,13 +270,20 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
         generating.set()
         raise _Started
 
+    class Client:
+        def scheduler_info(self):
+            return {"workers": {}}
+
     def cluster_client(**cluster):
         generating.wait(10 if processes else 0.5)  # a generation begun before the cluster
         calls.append("cluster start")
+        return contextlib.nullcontext((Client(), "cpu"))
 
     monkeypatch.setattr(cli, "_generate", generate)
     monkeypatch.setattr(cli, "cluster_client", cluster_client)
-    with pytest.raises((_Started, TypeError)):
+    with pytest.raises(_Started):
         CliRunner().invoke(main, ["--device", "cpu", *flags], catch_exceptions=False)
-    # A local cluster: the generation was started before the cluster; a running one does it.
-    assert calls[0] == (processes if processes else "cluster start")
+    # A local cluster: local processes, begun before the cluster's start; a running cluster
+    # generates on its workers once the client is connected.
+    expected = [processes, "cluster start"] if processes else ["cluster start", None]
+    assert calls == expected
