@@ -136,8 +136,8 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
 
 
 def _process_context():
-    """How the recording's process starts: forked while this process has one thread and no
-    GPU context (at once, sharing the imports), else spawned."""
+    """How the recording's process starts: forked while this process has one thread (at once,
+    sharing the imports; the child uses no GPU library), else spawned."""
     import multiprocessing
     import sys
     import threading

@@ -4,9 +4,9 @@ previous task freed, instead of fresh pages from the kernel.
 glibc's malloc gives every allocation above ``MALLOC_MMAP_THRESHOLD_`` a mapping of its own and
 unmaps it when freed, and Dask starts its worker processes with ``MALLOC_TRIM_THRESHOLD_`` at
 64 KiB, so that freed memory goes back to the system at once. A partition's columns are tens
-to hundreds of MB: each task then faults in and zeroes all of its arrays' pages again, for a
-share of its time that grows with the data. With both thresholds at 256 MiB the heap keeps
-that memory for the next task; a worker's resident memory stays nearer its peak in exchange.
+to hundreds of MB: each task then faults in and zeroes all of its arrays' pages again. With
+both thresholds at 256 MiB the heap keeps that memory for the next task; in exchange a worker
+returns freed memory to the system less eagerly.
 
 The commands set this for the local CPU cluster they start (Dask's ``pre-spawn-environ``,
 which its nanny gives each worker process); a running cluster (``--scheduler``) keeps what its
