@@ -171,7 +171,7 @@ def _sine(t, amplitude, frequency, phase):
     def block(lo):
         out[lo:lo + step] = amplitude * np.sin(2 * np.pi * frequency * t[lo:lo + step] + phase)
 
-    with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(_THREADS) as pool:
         list(pool.map(block, range(0, len(t), step)))
     return out
 
@@ -213,13 +213,13 @@ def write_csv(path, signal, *, header: str | None = "ecg", decimals: int = 4) ->
         return sink.getvalue().to_pybytes()
 
     starts = range(0, len(signal), _CSV_BLOCK)
-    threads = min(16, os.cpu_count() or 1)
-    with open(path, "wb") as f, ThreadPoolExecutor(threads) as pool:
+    with open(path, "wb") as f, ThreadPoolExecutor(_THREADS) as pool:
         if header is not None:
             f.write(f"{header}\n".encode("ascii"))
-        for first in range(0, len(starts), threads):  # a few blocks in memory at a time
-            for chunk in pool.map(text, starts[first:first + threads]):
+        for first in range(0, len(starts), _THREADS):  # a few blocks in memory at a time
+            for chunk in pool.map(text, starts[first:first + _THREADS]):
                 f.write(chunk)
 
 
 _CSV_BLOCK = 1 << 20  # rows a thread formats at once
+_THREADS = min(16, os.cpu_count() or 1)  # for NumPy's and pyarrow's blocks (they drop the GIL)
