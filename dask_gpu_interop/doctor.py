@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -265,6 +266,55 @@ def _reinstall(package: str, cuda: int | None) -> str:
             "major that nvidia-smi shows")
 
 
+# The packages a worker imports, by import name, whose compiled bytecode is looked for.
+BYTECODE_PACKAGES = ("numpy", "pandas", "pyarrow", "dask", "distributed", "tornado", "rmm",
+                     "cudf", "pylibcudf", "dask_cudf", "dask_cuda", "cupy", "numba",
+                     "numba_cuda", "torch", "xgboost")
+
+
+def without_bytecode(packages=BYTECODE_PACKAGES) -> dict[str, str]:
+    """``{package: its folder}`` for each installed package whose top-level modules have no
+    compiled bytecode (a ``.pyc`` where this Python looks for it), found without importing it."""
+    found = {}
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        folder = next(iter(spec.submodule_search_locations))
+        try:
+            sources = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py")]
+        except OSError:
+            continue
+        if sources and not any(os.path.exists(importlib.util.cache_from_source(s))
+                               for s in sources):
+            found[name] = folder
+    return found
+
+
+def _bytecode_check(packages=BYTECODE_PACKAGES) -> list[Check]:
+    """Packages without compiled bytecode: compiled from source by every process that imports
+    them, each worker's included, where Python may not write the bytecode it compiles."""
+    missing = without_bytecode(packages)
+    if not missing:
+        return []
+    names = ", ".join(missing)
+    if sys.dont_write_bytecode:
+        why = "PYTHONDONTWRITEBYTECODE (or python -B) keeps Python from writing it"
+    elif not all(os.access(folder, os.W_OK) for folder in missing.values()):
+        why = "their folders are read-only to this process"
+    else:
+        return [Check("bytecode", INFO, f"{names}: not compiled yet; the first process to "
+                                        "import them writes their bytecode")]
+    folders = " ".join(sorted({os.path.dirname(f) for f in missing.values()}))
+    return [Check("bytecode", WARN, f"{names}: no compiled bytecode, and {why}: every process, "
+                                    "each worker's included, compiles them from source as it "
+                                    "imports them",
+                  f"python -m compileall -q -j 0 {folders} (as pip does at install)")]
+
+
 def checks() -> list[dict]:
     """This process's machine, as plain data (run on workers by :func:`report`)."""
     found: list[Check] = [Check("host", INFO, f"{platform.node()}, Python "
@@ -279,6 +329,7 @@ def checks() -> list[dict]:
         found.append(Check("GPU stack", FAIL, f"missing {', '.join(missing)}",
                            "pip install 'dask-gpu-interop[cuda13]' (or [cuda12])"))
     found += _import_checks(versions, cuda)
+    found += _bytecode_check()
     if count:
         for framework, (how, fix) in SHARING.items():
             if versions.get(framework):

@@ -211,3 +211,47 @@ def test_a_gpu_worker_says_how_its_memory_is_set_up_or_how_to_set_it_up(monkeypa
     active.mode, plan.initial, plan.maximum = "pool", 2**30, None
     assert doctor.plugin_check(worker).detail == (
         "set up, pool mode (RMM pool), pool 1.00 GiB up to the device")
+
+
+def _package(root, name: str):
+    """A package of two modules under ``root``, importable, never imported."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "__init__.py").write_text("VALUE = 1\n")
+    (folder / "part.py").write_text("PART = 2\n")
+    return folder
+
+
+def test_packages_without_bytecode_are_found_without_importing_them(tmp_path, monkeypatch):
+    import compileall
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    folder = _package(tmp_path, "bytecode_probe_pkg")
+    importlib.invalidate_caches()
+    assert doctor.without_bytecode(("bytecode_probe_pkg", "no_such_package_here")) == {
+        "bytecode_probe_pkg": str(folder)}
+    assert "bytecode_probe_pkg" not in sys.modules
+    assert compileall.compile_dir(str(folder), quiet=1)
+    assert doctor.without_bytecode(("bytecode_probe_pkg",)) == {}
+
+
+def test_no_bytecode_where_python_may_not_write_it_warns_with_the_fix_that_works(
+        tmp_path, monkeypatch):
+    import importlib
+    import subprocess
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _package(tmp_path, "bytecode_probe_pkg2")
+    importlib.invalidate_caches()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    [written] = doctor._bytecode_check(("bytecode_probe_pkg2",))
+    assert written.verdict == doctor.INFO and "first process" in written.detail
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    [check] = doctor._bytecode_check(("bytecode_probe_pkg2",))
+    assert check.verdict == doctor.WARN and "bytecode_probe_pkg2" in check.detail
+    assert "PYTHONDONTWRITEBYTECODE" in check.detail
+    command = check.fix.split(" (")[0].split()
+    assert command[:3] == ["python", "-m", "compileall"] and command[-1] == str(tmp_path)
+    subprocess.run([sys.executable, *command[1:]], check=True)
+    assert doctor._bytecode_check(("bytecode_probe_pkg2",)) == []
