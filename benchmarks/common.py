@@ -137,7 +137,16 @@ def machine() -> dict:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "python": platform.python_version(),
         "versions": versions,
+        "bytecode": bytecode(),
     }
+
+
+def bytecode() -> dict:
+    """Which installed packages have no compiled bytecode, and whether Python may write it: a
+    process compiles such packages from source as it imports them (pip compiles at install)."""
+    from dask_gpu_interop.doctor import without_bytecode
+
+    return {"missing": sorted(without_bytecode()), "written": not sys.dont_write_bytecode}
 
 
 def _gpu_names(info: dict) -> list[str]:
@@ -182,7 +191,16 @@ def machine_lines(info: dict, used: int | None = None) -> list[str]:
         parts.append(f"GPUs: {'; '.join(info['gpus'])}")
     if info.get("cuda_visible_devices"):
         parts.append(f"CUDA_VISIBLE_DEVICES={info['cuda_visible_devices']}")
-    return [f"- machine: {machine_label(info, used)} ({', '.join(parts)})"]
+    lines = [f"- machine: {machine_label(info, used)} ({', '.join(parts)})"]
+    code = info.get("bytecode")
+    if code is not None:
+        lines.append("- bytecode: " + (
+            "compiled for every package of the stack" if not code["missing"] else
+            f"none for {', '.join(code['missing'])}; "
+            + ("Python writes it at their first import" if code["written"] else
+               "Python may not write it (PYTHONDONTWRITEBYTECODE): every process compiles "
+               "them from source")))
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

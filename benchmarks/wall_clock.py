@@ -3,7 +3,7 @@ start to prompt, beside the work its lines report, GPU and CPUs alternating in o
 
     python benchmarks/wall_clock.py --data DIR [--size 1GB] [--layouts classic,current]
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
-        [--ecg-hours 20] [--ecg-fresh-runs 0]
+        [--ecg-hours 20] [--ecg-fresh-runs 0] [--source-runs 0]
 
 For each layout the README's ``etl`` command runs on a dataset made by its ``generate``: first
 on the GPU as on a fresh machine (the kernel caches emptied: CuPy's, the CUDA driver's,
@@ -12,7 +12,9 @@ Numba's), then warm (the caches filled by that run), alternating with the CPUs. 
 (``python -m examples.ecg --hours H``, each stage it prints) and each command's ``--help``.
 Per command: the wall clock, the work the command's own lines report (the ETL and the write;
 the job's generate, ETL, DMatrix and training stages), and the fixed cost between them
-(imports, the cluster's start and stop, first calls). The harness (benchmarks/common.py)
+(imports, the cluster's start and stop, first calls). ``--source-runs`` adds etl and --help
+runs whose processes compile every module from source, as on a machine whose packages were
+installed without bytecode where Python may not write it. The harness (benchmarks/common.py)
 writes ``--out``/wall-clock-MACHINE.md (and .json) with the machine and the commit.
 """
 
@@ -23,6 +25,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -83,24 +86,45 @@ def etl_command(directory: str, out: str, device: str) -> list[str]:
             device]
 
 
-def one_etl(directory: str, out: str, device: str) -> dict:
-    text, wall = run(etl_command(directory, out, device))
+FROM_SOURCE = ", from source"  # a variant whose processes find no compiled bytecode
+
+
+def source_env(variant: str) -> dict | None:
+    """The environment of a variant: for one "from source", every module compiled from its
+    source in every process (Python looks for bytecode in an empty folder and writes none), as
+    where packages were installed without bytecode and Python may not write it."""
+    if not variant.endswith(FROM_SOURCE):
+        return None
+    empty = os.path.join(tempfile.gettempdir(), "wall-clock-no-bytecode")
+    os.makedirs(empty, exist_ok=True)
+    return {"PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def one_etl(directory: str, out: str, variant: str) -> dict:
+    device = variant.removesuffix(FROM_SOURCE)
+    text, wall = run(etl_command(directory, out, device), env=source_env(variant))
     found = parse_etl(text)
     work = found["seconds"] + found.get("write_seconds", 0.0)
     return {"wall": wall, "work": work, "fixed": wall - work, "etl": found["seconds"],
             "write": found.get("write_seconds", 0.0)}
 
 
-def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int) -> dict:
-    """A layout's etl commands: the fresh GPU runs first, then warm GPU and CPU alternating."""
+def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int,
+             source_runs: int = 0) -> dict:
+    """A layout's etl commands: the fresh GPU runs first, then warm GPU and CPU alternating
+    (and each compiled from source, ``source_runs`` times)."""
     out = os.path.join(os.path.dirname(directory), "features.parquet")
     results = {"gpu fresh": [], "gpu": [], "cpu": []}
+    counts = {"gpu": runs, "cpu": cpu_runs}
+    counts.update({name + FROM_SOURCE: source_runs for name, n in list(counts.items())
+                   if n and source_runs})  # beside each device that runs
+    results.update({name: [] for name in counts if name not in results})
     for _ in range(fresh_runs):
         empty_kernel_caches()
         results["gpu fresh"].append({**one_etl(directory, out, "gpu"),
                                      "compiled": compiled_kernels()})
         say(f"etl gpu fresh {os.path.basename(directory)}: {results['gpu fresh'][-1]}")
-    for _, name in interleave({"gpu": runs, "cpu": cpu_runs}):
+    for _, name in interleave(counts):
         results[name].append(one_etl(directory, out, name))
         say(f"etl {name} {os.path.basename(directory)}: {results[name][-1]}")
     return results
@@ -152,10 +176,13 @@ HELP = {"python -m examples.mortgage --help": [*EXAMPLE, "--help"],
         "python -m examples.mortgage generate --help": [*EXAMPLE, "generate", "--help"]}
 
 
-def help_runs(runs: int) -> dict:
-    results = {name: [] for name in HELP}
-    for _, name in interleave({name: runs for name in HELP}):
-        results[name].append({"wall": run(HELP[name])[1]})
+def help_runs(runs: int, source_runs: int = 0) -> dict:
+    counts = {name: runs for name in HELP}
+    counts.update({name + FROM_SOURCE: source_runs for name in HELP if source_runs})
+    results = {name: [] for name in counts}
+    for _, name in interleave(counts):
+        command = HELP[name.removesuffix(FROM_SOURCE)]
+        results[name].append({"wall": run(command, env=source_env(name))[1]})
     return results
 
 
@@ -170,7 +197,9 @@ def markdown(payload: dict) -> str:
              "Seconds: median (range). wall: the whole process, as a user waits for it; work: "
              "what the command's lines report (ETL + write; the job's generate, ETL, DMatrix "
              "and training); fixed: wall - work. gpu fresh: every kernel cache in the home "
-             "directory emptied first.", "",
+             "directory emptied first. from source: every process compiles every module it "
+             "imports (no bytecode found or written), as where packages were installed "
+             "without bytecode and Python may not write it.", "",
              "| command | data | device | runs | wall | work | fixed | CPU wall / GPU wall |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = [(f"etl --data ({layout})", payload["datasets"][layout].get("size", ""), runs)
@@ -178,12 +207,12 @@ def markdown(payload: dict) -> str:
     if payload["jobs"]:
         rows.append(("python -m examples.mortgage (default job)", "generated", payload["jobs"]))
     for label, size, by_device in rows:
-        cpu = by_device.get("cpu") or []
         for device, runs in by_device.items():
             if not runs:
                 continue
             versus = ""
-            if cpu and device != "cpu":
+            cpu = by_device.get("cpu" + (FROM_SOURCE if device.endswith(FROM_SOURCE) else ""))
+            if cpu and not device.startswith("cpu"):
                 cpu_wall = summary(r["wall"] for r in cpu)["median"]
                 versus = f"{cpu_wall / summary(r['wall'] for r in runs)['median']:.2f}x"
             lines.append(f"| {label} | {size} | {device} | {len(runs)} | {_cell(runs, 'wall')} "
@@ -200,7 +229,8 @@ def markdown(payload: dict) -> str:
         lines += ecg_table(payload["ecg"], payload.get("ecg_hours"))
     if payload["help"]:
         lines += ["", "| command | runs | wall |", "| --- | --- | --- |"]
-        lines += [f"| `{name}` | {len(runs)} | {_cell(runs, 'wall')} |"
+        lines += [f"| `{name.removesuffix(FROM_SOURCE)}`{name[len(name.removesuffix(FROM_SOURCE)):]}"
+                  f" | {len(runs)} | {_cell(runs, 'wall')} |"
                   for name, runs in payload["help"].items()]
     return "\n".join(lines) + "\n"
 
@@ -247,6 +277,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--job-runs", type=int, default=2,
                         help="Runs of the default job per device (0: skip).")
     parser.add_argument("--help-runs", type=int, default=3, help="Runs of each --help.")
+    parser.add_argument("--source-runs", type=int, default=0,
+                        help="Runs of each etl command and --help with every module compiled "
+                             "from source in every process (no bytecode), beside the others.")
     parser.add_argument("--ecg-runs", type=int, default=0,
                         help="Runs of the ECG example's command per device (0: skip).")
     parser.add_argument("--ecg-hours", type=float, default=20.0, help="The ECG's --hours.")
@@ -279,7 +312,8 @@ def main(argv=None) -> dict:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         payload["datasets"][layout] = {**generate(directory, args.size, layout, args.workers),
                                        "size": args.size}
-        payload["etl"][layout] = etl_runs(directory, args.runs, args.cpu_runs, args.fresh_runs)
+        payload["etl"][layout] = etl_runs(directory, args.runs, args.cpu_runs, args.fresh_runs,
+                                          args.source_runs)
         save()
     if args.job_runs:
         payload["jobs"] = job_runs(args.job_runs)
@@ -290,7 +324,7 @@ def main(argv=None) -> dict:
                                   args.ecg_fresh_runs)
         save()
     if args.help_runs:
-        payload["help"] = help_runs(args.help_runs)
+        payload["help"] = help_runs(args.help_runs, args.source_runs)
     save()
     print(markdown(payload))
     return payload

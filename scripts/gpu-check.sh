@@ -3,7 +3,7 @@
 #
 #   scripts/gpu-check.sh [SECTION...]      (default: every section whose code is present)
 #
-# Sections: probe memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
+# Sections: probe (bytecode: always, compiles what has none, as pip does) memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
 #           cluster-start-bench compat-tests cluster-tests serialize-tests convert-tests mortgage-tests
 #           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
 #           mortgage-stages-bench mortgage-timeline-bench mortgage-bench etl-ceiling-bench
@@ -83,8 +83,21 @@ want() {  # the section was asked for (or none were), and its code exists
   return 1
 }
 
+bytecode() {  # as pip does at install: compile what has no bytecode (the stack, this checkout)
+  python3 - <<'PY'
+import compileall, os, sys
+from dask_gpu_interop.doctor import without_bytecode
+missing = without_bytecode()
+print("without bytecode:", ", ".join(missing) or "nothing", "; may write it:", not sys.dont_write_bytecode)
+folders = sorted({os.path.dirname(folder) for folder in missing.values()} | {os.getcwd()})
+sys.exit(0 if all(compileall.compile_dir(f, quiet=1, workers=0) for f in folders) else 1)
+PY
+}
+
 SECTIONS=("$@")
 want probe scripts && section probe 120 probe
+# Always: the timings are a pip-installed machine's, whatever the GPU machine's packages came with.
+section bytecode 600 bytecode
 want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py ${MEMORY_TESTS_K:+-k "$MEMORY_TESTS_K"} --junitxml="$OUT/results/memory-tests.xml"
 want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
 want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocators-bench 300 python3 benchmarks/cupy_allocators.py --out "$OUT/results"

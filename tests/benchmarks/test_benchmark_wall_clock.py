@@ -3,6 +3,8 @@ their work lines, and the fixed cost it reports is the wall clock less that work
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,12 +31,27 @@ def test_a_fresh_machine_s_caches_are_emptied(tmp_path, monkeypatch):
 def test_the_cpu_commands_are_timed_whole_and_their_work_subtracted(tmp_path):
     payload = wall_clock.main(["--data", str(tmp_path / "data"), "--size", "3MB", "--layouts",
                                "classic", "--runs", "0", "--fresh-runs", "0", "--cpu-runs", "1",
-                               "--job-runs", "0", "--help-runs", "1", "--out", str(tmp_path),
-                               "--machine", "cpu"])
+                               "--job-runs", "0", "--help-runs", "1", "--source-runs", "1",
+                               "--out", str(tmp_path), "--machine", "cpu"])
     (run,) = payload["etl"]["classic"]["cpu"]
-    assert 0 < run["work"] < run["wall"]
+    (from_source,) = payload["etl"]["classic"]["cpu, from source"]
+    assert 0 < run["work"] < run["wall"] and 0 < from_source["work"] < from_source["wall"]
     assert abs(run["fixed"] - (run["wall"] - run["etl"] - run["write"])) < 1e-9
     assert all(len(runs) == 1 and runs[0]["wall"] > 0 for runs in payload["help"].values())
     text = (tmp_path / "wall-clock-cpu.md").read_text()
     assert "| etl --data (classic) | 3MB | cpu | 1 |" in text
+    assert "| etl --data (classic) | 3MB | cpu, from source | 1 |" in text
+    assert "| `python -m examples.mortgage --help`, from source | 1 |" in text
     assert "python -m examples.mortgage --help" in text
+
+
+def test_a_from_source_variant_finds_no_bytecode_and_writes_none():
+    env = wall_clock.source_env("cpu, from source")
+    assert wall_clock.source_env("cpu") is None
+    probe = ("import importlib.util, os, dask, sys; "
+             "print(os.path.exists(importlib.util.cache_from_source(dask.__file__)), "
+             "'dask' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+    assert os.listdir(env["PYTHONPYCACHEPREFIX"]) == []
