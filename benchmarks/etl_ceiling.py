@@ -188,6 +188,23 @@ def markdown(payload: dict) -> str:
             f"| {_rate(size, [x['etl'] for x in r['gpu']])} | {mid['gpu'] / mid['gpu reader']:.0%} "
             f"| {_rate(size, r['cpu reader'])} | {_rate(size, [x['etl'] for x in r['cpu']])} "
             f"| {mid['cpu'] / mid['cpu reader']:.0%} | {mid['gpu'] / mid['cpu']:.1f}x |")
+    lines += ["", "The etl command's whole wall clock, seconds (as a user waits for it): its work "
+              "lines (the ETL and the write) and the rest (imports, the cluster's start and "
+              "stop).", "",
+              "| layout | device | wall | ETL + write | wall - (ETL + write) | CPU wall / GPU wall |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for layout, r in payload["layouts"].items():
+        walls = {device: [x["wall"] for x in r[device]] for device in ("gpu", "cpu")}
+        for device in ("gpu", "cpu"):
+            if not r[device]:
+                continue
+            work = [x["etl"] + (x["write"] or 0.0) for x in r[device]]
+            versus = (f"{summary(walls['cpu'])['median'] / summary(walls['gpu'])['median']:.1f}x"
+                      if device == "gpu" and walls["cpu"] else "")
+            lines.append(f"| {layout} | {device} | {median_range(walls[device])} | "
+                         f"{median_range(work)} | "
+                         f"{median_range([w - k for w, k in zip(walls[device], work)])} | "
+                         f"{versus} |")
     lines += ["", "The feature table's Parquet write, seconds: the etl command's write line "
               "against `cudf.DataFrame.to_parquet` of the same table in one process.", "",
               "| layout | etl command's write (GPU) | to_parquet | ratio |", "| --- | --- | --- | --- |"]

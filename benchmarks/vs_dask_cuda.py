@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
 from common import (  # noqa: E402
     alternate,
     command_line,
+    commit,
     header,
     machine,
     machine_name,
@@ -272,6 +273,7 @@ def parser() -> argparse.ArgumentParser:
                         help="Configurations to run, separated by ';' (names hold commas).")
     parser.add_argument("--tag", default="",
                         help="Added to the results' file name, to keep runs of subsets apart.")
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
@@ -308,13 +310,14 @@ def main(argv=None) -> None:
         say(f"  {result}")
     summary = summarize(runs)
     info = machine()
-    text = markdown(summary, argv if argv is not None else sys.argv[1:], args.repeats, info, errors)
+    text = markdown(summary, argv if argv is not None else sys.argv[1:], args.repeats, info, errors,
+                    args.commit)
     print(text)
     name = args.machine or machine_name(info, 1)
     tag = f"-{args.tag}" if args.tag else ""
     write_results(os.path.join(args.out, f"vs-dask-cuda-{name}{tag}"), text,
-                  {"command": command_line(__file__, argv), "runs": runs, "summary": summary,
-                   "errors": errors, "machine": info})
+                  {"command": command_line(__file__, argv), "commit": args.commit or commit(),
+                   "runs": runs, "summary": summary, "errors": errors, "machine": info})
 
 
 if __name__ == "__main__":
