@@ -203,7 +203,7 @@ def markdown(payload: dict) -> str:
                       if device == "gpu" and walls["cpu"] else "")
             lines.append(f"| {layout} | {device} | {median_range(walls[device])} | "
                          f"{median_range(work)} | "
-                         f"{median_range([w - k for w, k in zip(walls[device], work)])} | "
+                         f"{median_range([w - k for w, k in zip(walls[device], work, strict=True)])} | "
                          f"{versus} |")
     lines += ["", "The feature table's Parquet write, seconds: the etl command's write line "
               "against `cudf.DataFrame.to_parquet` of the same table in one process.", "",
