@@ -285,7 +285,6 @@ def _rows(embeddings, rows, device):
 
 def _train_on_one_worker(pieces, params, device):
     xp = Backend(device).xp
-    _wait_for_warm_up()  # its GPU work would break the capture of the step as a CUDA graph
     return vae.train(xp.concatenate(pieces), params, device, threads=_worker_threads())
 
 
@@ -314,28 +313,15 @@ def _score(parts: list[_Part], state: dict, n_beats: int, backend: Backend):
 
 # -- a worker's first tasks, prepared ahead ---------------------------------------------------
 
-_warming: list = []  # this process's warm-up thread, while one was started
-
-
 def warm_up_in_background(device: str) -> None:
     """On this worker, in a daemon thread: each stage's kernels run once on ten seconds of a
     synthetic wave (CuPy's and Numba's GPU kernels compile at first use, or load from their
-    disk caches), then PyTorch is imported (seconds) and, on GPUs, a few training steps run
-    on random beats (PyTorch's GPU libraries set up, the step's kernels loaded). Started as the
-    cluster comes up, this overlaps what the first tasks would wait for with what the client
-    does meanwhile (making or reading the data); the training waits for it to end. An error is
-    left for the stage that meets it."""
+    disk caches), then PyTorch is imported (seconds). Started as the cluster comes up, this
+    overlaps what the first tasks would wait for with what the client does meanwhile (making
+    or reading the data). An error is left for the stage that meets it."""
     import threading
 
-    thread = threading.Thread(target=_warm_up, args=(device,), name="ecg-warm-up", daemon=True)
-    _warming[:] = [thread]
-    thread.start()
-
-
-def _wait_for_warm_up(timeout: float = 300.0) -> None:
-    """Until this process's warm-up (if one started) has ended."""
-    for thread in list(_warming):
-        thread.join(timeout)
+    threading.Thread(target=_warm_up, args=(device,), name="ecg-warm-up", daemon=True).start()
 
 
 def _warm_up(device: str) -> None:
@@ -356,9 +342,6 @@ def _warm_up(device: str) -> None:
         pass
     with contextlib.suppress(Exception):
         import torch  # noqa: F401
-
-        if device == "gpu":
-            vae.warm_up(device)
 
 
 # -- helpers ---------------------------------------------------------------------------------

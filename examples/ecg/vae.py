@@ -267,20 +267,6 @@ def _train(beats, params: Params, device: str, graphed: bool | None = None) -> d
             "graphed": runner.graph is not None}
 
 
-def warm_up(device: str, seed: int = 0) -> None:
-    """A few ordinary training steps on random beats, the results dropped: the first steps in
-    a process set up PyTorch's GPU libraries and load (on a fresh machine, compile) the
-    kernels a step launches, which a later ``train`` then finds ready. ``train`` re-seeds, so
-    its results do not depend on whether this ran."""
-    from dataclasses import replace
-
-    xp = Backend(device).xp
-    beats = xp.asarray(np.random.default_rng(seed).standard_normal((256, EMBED_SIZE),
-                                                                    dtype=np.float32))
-    _train(beats, replace(Params(), max_steps=WARMUP_STEPS, batch_size=128), device,
-           graphed=False)
-
-
 def _loss(recon, x, mu, logvar, kl_weight):
     squared = ((recon - x) ** 2).sum(dim=1)
     kl = -0.5 * (1 + logvar - mu**2 - logvar.exp()).sum(dim=1)

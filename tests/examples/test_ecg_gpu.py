@@ -137,17 +137,6 @@ def test_the_vae_steps_replay_as_a_cuda_graph_and_learn_as_ordinary_ones(gpu, ec
     assert abs(graphed["history"][-1] - plain["history"][-1]) < 0.25 * plain["history"][-1]
 
 
-def test_after_the_warm_up_the_training_still_replays_as_a_cuda_graph(gpu, ecg):
-    signal = gpu.xp.asarray(ecg.signal)
-    table = detect.beat_table(ecg.peaks, RATE, Params(), len(ecg.signal))
-    kept = np.flatnonzero(table.kept)
-    emb = embed_beats(signal, table.starts[kept], table.ends[kept], gpu)
-    vae.warm_up("gpu")
-    state = vae.train(emb, Params(max_steps=50, batch_size=64), "gpu")
-    assert state["graphed"] and state["steps"] == 50
-    assert state["history"][-1] < state["history"][0]
-
-
 def test_kernels_read_and_write_cupy_memory_in_place(gpu):
     """The NMS kernel writes its mask into a CuPy array through a Numba view of it."""
     r = gpu.xp.asarray(np.array([0, 1, 3, 1, 0, 0, 5, 5, 1, 0], dtype=np.float32))

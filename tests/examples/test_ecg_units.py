@@ -490,42 +490,6 @@ def test_the_warm_up_runs_the_stages_kernels_then_imports_torch():
     assert out.stdout.split() == ["1", "1", "True"]
 
 
-def test_the_vae_s_warm_up_leaves_a_later_training_as_it_would_be_without_it():
-    pytest.importorskip("torch")
-    from examples.ecg import vae
-
-    beats = np.random.default_rng(3).standard_normal((300, EMBED_SIZE), dtype=np.float32)
-    params = Params(max_steps=8, batch_size=32, seed=5)
-    before = vae.train(beats, params, "cpu")
-    vae.warm_up("cpu", seed=9)
-    after = vae.train(beats, params, "cpu")
-    assert before["history"] == after["history"]
-    for name, weights in before["weights"].items():
-        np.testing.assert_array_equal(weights, after["weights"][name])
-
-
-def test_the_training_task_waits_for_the_workers_warm_up(monkeypatch):
-    import threading
-    import time
-
-    from examples.ecg import pipeline, vae
-
-    happened = []
-    started = threading.Event()
-
-    def slow_warm_up(device):
-        started.set()
-        time.sleep(0.3)
-        happened.append("warm-up ended")
-
-    monkeypatch.setattr(pipeline, "_warm_up", slow_warm_up)
-    monkeypatch.setattr(vae, "train", lambda *args, **kwargs: happened.append("training"))
-    pipeline.warm_up_in_background("cpu")
-    started.wait(5)
-    pipeline._train_on_one_worker([np.zeros((2, EMBED_SIZE), np.float32)], Params(), "cpu")
-    assert happened == ["warm-up ended", "training"]
-
-
 def test_make_and_write_sends_back_the_truth_without_the_signal(tmp_path):
     import pandas as pd
 
