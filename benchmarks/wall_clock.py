@@ -198,6 +198,10 @@ def _cell(runs: list[dict], key: str) -> str:
     return median_range([r[key] for r in runs]) if runs else ""
 
 
+def _cell_of(values: list[float]) -> str:
+    return median_range(values) if values else ""
+
+
 def markdown(payload: dict) -> str:
     lines = [*header(f"The mortgage commands' wall clock ({payload['machine_name']})",
                      payload["command"], payload["machine"], payload["commit"],
@@ -267,13 +271,14 @@ def ecg_table(runs: dict, hours) -> list[str]:
             values = [r["wall"] if name == "wall" else r["stages"].get(name)
                       for r in runs[device]]
             cells[device] = [v for v in values if v is not None]
-        if not (cells["gpu"] and cells["cpu"]):
+        if not (cells["gpu"] or cells.get("gpu fresh")):
             continue
-        gpu, cpu = summary(cells["gpu"])["median"], summary(cells["cpu"])["median"]
+        gpu = summary(cells["gpu"])["median"] if cells["gpu"] else 0.0
+        cpu = summary(cells["cpu"])["median"] if cells["cpu"] else 0.0
         first = (f" {median_range(cells['gpu fresh'])} |" if cells.get("gpu fresh") else
                  " |") if fresh else ""
-        lines.append(f"| {name} |{first} {median_range(cells['gpu'])} | "
-                     f"{median_range(cells['cpu'])} | " + (f"{cpu / gpu:.1f}x |" if gpu and cpu else " |"))
+        lines.append(f"| {name} |{first} {_cell_of(cells['gpu'])} | {_cell_of(cells['cpu'])} | "
+                     + (f"{cpu / gpu:.1f}x |" if gpu and cpu else " |"))
     for r in runs.get("gpu fresh", []):
         c = r["compiled"]
         lines.append("\nCompiled by the fresh GPU run (files each cache holds after it; CuPy's "

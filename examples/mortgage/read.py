@@ -36,9 +36,10 @@ from .schema import CATEGORY, DATE, ID, MISSING, NUMBER, PERIOD, STATUS
 
 POLICIES = ("error", "warn", "skip")
 # Text a GPU reads and converts at once. libcudf's reader holds about 7.7 times its text on the
-# device while it reads; a partition read in four chunks stays under 3.25 times its text
-# (tests/examples/test_mortgage_gpu.py checks it on both layouts).
-CHUNK = 256 * 2**20
+# device while it reads; a partition read in two chunks stays under 5 times its text
+# (tests/examples/test_mortgage_gpu.py checks it on both layouts), and each chunk fewer saves
+# the calls a chunk costs.
+CHUNK = 512 * 2**20
 SHOWN = 20  # bad rows spelled out in a message; the rest are counted
 EXTRA = "_extra_field"  # catches lines with a field too many on GPUs
 

@@ -178,12 +178,12 @@ def test_a_line_short_of_fields_reads_as_blank_fields_on_the_gpu(tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["classic", "current"])
-def test_one_partition_needs_about_three_times_its_size_on_the_device(tmp_path, monkeypatch,
-                                                                       layout):
+def test_one_partition_needs_under_five_times_its_size_on_the_device(tmp_path, monkeypatch,
+                                                                      layout):
     """Peak device bytes of one partition's whole ETL (read, features, join, feature table,
-    the result included), from RMM's statistics: a partition read in four chunks, as a 1 GiB
-    one is by default, stays within about 3x its text (libcudf's reader alone holds 7.7x the
-    text it reads at once)."""
+    the result included), from RMM's statistics: a partition read in two chunks, as a 1 GiB
+    one is by default, stays under 5x its text (libcudf's reader alone holds 7.7x the text it
+    reads at once)."""
     import cupy
     import rmm
     from rmm.allocators.cupy import rmm_cupy_allocator
@@ -195,7 +195,7 @@ def test_one_partition_needs_about_three_times_its_size_on_the_device(tmp_path, 
     else:
         plan = files.plan(made.current[:1])
     (part,) = plan.parts
-    monkeypatch.setattr(read, "CHUNK", part.nbytes // 4 + 1)
+    monkeypatch.setattr(read, "CHUNK", part.nbytes // 2 + 1)
     previous = rmm.mr.get_current_device_resource()
     cupy.cuda.set_allocator(rmm_cupy_allocator)
     rmm.statistics.enable_statistics()
@@ -209,7 +209,7 @@ def test_one_partition_needs_about_three_times_its_size_on_the_device(tmp_path, 
         rmm.mr.set_current_device_resource(previous)
         cupy.cuda.set_allocator(None)
     assert part.nbytes > 60e6 and len(table) > 0
-    assert peak < 3.25 * part.nbytes, f"peak {peak / part.nbytes:.2f}x the partition"
+    assert peak < 5 * part.nbytes, f"peak {peak / part.nbytes:.2f}x the partition"
 
 
 @pytest.mark.slow
