@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 from common import (  # noqa: E402
     alternate,
     command_line,
+    commit,
     header,
     machine,
     machine_name,
@@ -131,6 +132,7 @@ def markdown(runs: dict, argv, info: dict, commit: str | None = None) -> str:
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
@@ -148,10 +150,11 @@ def main(argv=None) -> None:
         runs[name].append(result)
         say(f"{name}: {result}")
     info = machine()
-    text = markdown(runs, argv if argv is not None else sys.argv[1:], info)
+    text = markdown(runs, argv if argv is not None else sys.argv[1:], info, args.commit)
     print(text)
     write_results(os.path.join(args.out, f"cluster-start-{args.machine or machine_name(info, 1)}"),
-                  text, {"command": command_line(__file__, argv), "runs": runs, "machine": info})
+                  text, {"command": command_line(__file__, argv), "commit": args.commit or commit(),
+                         "runs": runs, "machine": info})
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
 from common import (  # noqa: E402
     alternate,
     command_line,
+    commit,
     header,
     machine,
     machine_name,
@@ -298,6 +299,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--io-threads", type=int, default=None,
                         help="kvikio's threads for a file's bytes (KVIKIO_NTHREADS).")
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
@@ -324,12 +326,12 @@ def main(argv=None):
     if args.partitions:
         result["throughput"] = throughput(args.data, args.device, args.partitions)
     info = machine()
-    text = markdown(info, result, command_line(__file__, argv))
+    text = markdown(info, result, command_line(__file__, argv), args.commit)
     layout = result["layout"].split("-")[0]
     tag = f"-{args.tag}" if args.tag else ""
     name = args.machine or machine_name(info, 1 if args.device == "gpu" else None)
     write_results(os.path.join(args.out, f"mortgage-stages-{args.device}-{layout}{tag}-{name}"),
-                  text, {**result, "machine": info})
+                  text, {**result, "machine": info, "commit": args.commit or commit()})
     print(text)
 
 
