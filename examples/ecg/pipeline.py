@@ -314,17 +314,20 @@ def _score(parts: list[_Part], state: dict, n_beats: int, backend: Backend):
 # -- a worker's first tasks, prepared ahead ---------------------------------------------------
 
 def warm_up_in_background(device: str) -> None:
-    """On this worker, in a daemon thread: each stage's kernels run once on ten seconds of a
-    synthetic wave (CuPy's and Numba's GPU kernels compile at first use, or load from their
-    disk caches), then PyTorch is imported (seconds). Started as the cluster comes up, this
-    overlaps what the first tasks would wait for with what the client does meanwhile (making
-    or reading the data). An error is left for the stage that meets it."""
+    """On this worker, in a daemon thread: PyTorch is imported (seconds of the interpreter's
+    time, best spent while the client still makes or reads the data rather than beside the
+    first tasks), then each stage's kernels run once on ten seconds of a synthetic wave
+    (CuPy's and Numba's GPU kernels compile at first use, or load from their disk caches).
+    Started as the cluster comes up, this overlaps what the first tasks would wait for with
+    what the client does meanwhile. An error is left for the stage that meets it."""
     import threading
 
     threading.Thread(target=_warm_up, args=(device,), name="ecg-warm-up", daemon=True).start()
 
 
 def _warm_up(device: str) -> None:
+    with contextlib.suppress(Exception):
+        import torch  # noqa: F401
     try:
         backend = Backend(device)
         rate, params = 250.0, Params()
@@ -340,8 +343,6 @@ def _warm_up(device: str) -> None:
         backend.xp.concatenate([_rows(beats, np.array([1]), device), beats])
     except Exception:  # the stage that meets it raises it with its own context
         pass
-    with contextlib.suppress(Exception):
-        import torch  # noqa: F401
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -474,7 +474,7 @@ def test_training_the_vae_imports_no_torch_dynamo():
     assert out.stdout.split() == ["6", "False"]
 
 
-def test_the_warm_up_runs_the_stages_kernels_then_imports_torch():
+def test_the_warm_up_imports_torch_and_runs_the_stages_kernels():
     pytest.importorskip("torch")
     code = (
         "import sys, threading\n"
