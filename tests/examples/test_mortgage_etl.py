@@ -386,6 +386,46 @@ def test_text_columns_decode_through_one_vocabulary():
         read.decode(texts, uniques, codes, read.used_texts(codes, len(uniques)))
 
 
+def test_a_cpu_text_column_decodes_through_its_own_dictionary():
+    """pyarrow's reader gives a text column as a dictionary per block: each distinct text is
+    converted once and every row gets its text's value, a blank the column's blank value,
+    whatever the blocks' dictionaries; a text that is bad for the column makes it unclean."""
+    import pyarrow as pa
+
+    def column(*chunks):
+        return pa.chunked_array([pa.array(c, pa.string()).dictionary_encode() for c in chunks])
+
+    status = column(["0", None, "X"], ["2", "0", None, "XX"])
+    got = read._text_values("current_loan_delinquency_status", status, None)
+    assert got.dtype == np.int32 and got.flags.writeable
+    assert got.tolist() == [0, schema.MISSING, schema.MISSING, 2, 0, schema.MISSING,
+                            schema.MISSING]
+    sellers = {"A BANK": "Wells Fargo"}
+    servicer = column(["A BANK", "ELSE"], [None])
+    assert read._text_values("servicer", servicer, sellers).tolist() == [
+        schema.category_code("servicer", t, sellers) for t in ("A BANK", "ELSE", None)]
+    months = column(["01/01/2007", "02/01/2007"], ["01/01/2007"])
+    assert read._text_values("monthly_reporting_period", months, None).tolist() == [
+        2007 * 12, 2007 * 12 + 1, 2007 * 12]
+    with pytest.raises(read._Unclean, match="blank monthly_reporting_period"):
+        read._text_values("monthly_reporting_period", column(["01/01/2007", None]), None)
+    with pytest.raises(read._Unclean, match="bad value in current_loan_delinquency_status"):
+        read._text_values("current_loan_delinquency_status", column(["1"], ["Y"]), None)
+
+
+def test_a_cpu_number_column_is_float32_with_blank_and_nan_missing():
+    """Numbers read as float64 are rounded to float32; a blank (null) or a NaN is MISSING, and
+    a column of blanks only is MISSING throughout."""
+    import pyarrow as pa
+
+    numbers = pa.chunked_array([[0.1, None], [float("nan"), 3.5]], pa.float64())
+    got = read._number_values(numbers, 4)
+    assert got.dtype == np.float32
+    assert got.tolist() == [np.float32(0.1), -1, -1, 3.5]
+    blank = read._number_values(pa.chunked_array([[None, None], [None]], pa.float64()), 3)
+    assert blank.dtype == np.float32 and blank.tolist() == [-1, -1, -1]
+
+
 def test_small_files_are_packed_up_to_the_partition_size(dataset, tmp_path):
     """A quarter written as several small files of whole loans: packed into one partition
     when they fit, into several (each file whole) when the partition size is smaller."""
