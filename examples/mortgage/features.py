@@ -9,8 +9,8 @@ per-loan features and the forward-looking label need no shuffle between workers.
   partition, on NumPy or CuPy);
 - **the label** ``delinquency_12``: for a row at month T, 1 when among the loan's rows of
   months T..T+11 the delinquency status exceeds 3 or the unpaid balance is exactly 0. The
-  notebook computes it with twelve group-by passes over shifted windows; here the same search
-  finds, for every row, the loan's next "bad" row;
+  notebook computes it with twelve group-by passes over shifted windows; here the running count
+  of "bad" rows finds, for every row, the loan's next one;
 - **the feature table**: each row with its loan's acquisition fields, the 45 features as
   float32 (missing: -1, as the reader writes a blank) and the label as int32.
 
@@ -159,7 +159,7 @@ def _loan_features(xp, loan, month, status, bad) -> dict:
         when = xp.where(found, month[xp.minimum(first, n - 1)].astype(xp.float32), xp.nan)
         out[f"ever_{name}"] = found.astype(xp.int8)[run]
         out[f"delinquency_{name}"] = when.astype(xp.float32)[run]
-    following = _first_flagged(xp, bad, xp.arange(n))  # the next bad row, maybe this one
+    following = _next_flagged(xp, bad)  # the next bad row, maybe this one
     within = (following < ends[run]) & (
         month[xp.minimum(following, n - 1)] - month < schema.LABEL_WINDOW)
     out[schema.LABEL] = within.astype(xp.int8)
@@ -171,6 +171,14 @@ def _first_flagged(xp, flags, at):
     when none)."""
     count = xp.cumsum(flags)
     return xp.searchsorted(count, count[at] - flags[at] + 1)
+
+
+def _next_flagged(xp, flags):
+    """For every index, the first index at or after it whose flag is set (``len`` when
+    none), without a search: an index with k flags set before it finds its answer at
+    position k of the flagged indices in order."""
+    flagged = xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
+    return flagged[xp.cumsum(flags) - flags]
 
 
 @dataclass
@@ -185,13 +193,18 @@ class Acquisitions:
     table: object = None
 
     def rows_of(self, loan_id):
-        """For each of ``loan_id``, its column in ``values`` (the first of equal ids)."""
-        keys = _values(loan_id, -1).astype("int64")
+        """For each of ``loan_id``, its column in ``values`` (the first of equal ids): one
+        search per run of equal ids (a loan's rows are consecutive in the files), its answer
+        repeated over the run."""
+        keys = _values(loan_id, -1).astype("int64", copy=False)
         xp, count = module_of(keys), len(self.ids)
-        if count == 0:
+        if count == 0 or len(keys) == 0:
             return xp.zeros(len(keys), dtype=xp.int64)
-        at = xp.minimum(xp.searchsorted(self.ids, keys), count - 1)
-        return xp.where(self.ids[at] == keys, at, count)
+        starts = xp.flatnonzero(xp.concatenate([xp.ones(1, dtype=bool), keys[1:] != keys[:-1]]))
+        firsts = keys[starts]
+        at = xp.minimum(xp.searchsorted(self.ids, firsts), count - 1)
+        found = xp.where(self.ids[at] == firsts, at, count)
+        return xp.repeat(found, xp.diff(xp.concatenate([starts, xp.full(1, len(keys))])))
 
 
 ACQUIRED = schema.ACQUISITION_READ[1:]  # the acquisition fields that are features
@@ -218,22 +231,18 @@ def acquisitions(frame) -> Acquisitions:
 def feature_table(perf, acq: Acquisitions):
     """The feature table of ``perf`` (with :func:`performance_features`) joined to ``acq``:
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
-    row in its order. Each feature is written once into the float32 block the table keeps (on
-    CPUs), and ``perf``'s columns are taken out as they are used, to free memory."""
+    row in its order. On CPUs each column is an array of its own, written once: the acquired
+    features by one gather of their loans' columns, ``perf``'s converted or copied (a copy:
+    the table's arrays are its own, writable, whatever shares ``perf``'s), and ``perf``'s
+    columns are taken out as they are used, to free memory."""
     if on_gpu(perf):
         return _feature_table_gpu(perf, acq)
-    rows = acq.rows_of(perf["loan_id"])
-    # the 45 features as one float32 block, a row per feature: pandas keeps it as it is
-    block = np.empty((len(schema.FEATURES), len(perf)), np.float32)
+    acquired = np.take(acq.values, acq.rows_of(perf["loan_id"]), axis=1)  # a row per feature
     where = {name: k for k, name in enumerate(ACQUIRED)}
-    for row, name in enumerate(schema.FEATURES):
-        if name in where:
-            np.take(acq.values[where[name]], rows, out=block[row])
-        else:
-            block[row] = _values(perf.pop(name))
-    table = module_of(perf).DataFrame(block.T, columns=list(schema.FEATURES), copy=False)
-    table[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype(np.int32)
-    return table
+    out = {name: acquired[where[name]] if name in where else
+           np.array(_values(perf.pop(name)), dtype=np.float32) for name in schema.FEATURES}
+    out[schema.LABEL] = np.array(_values(perf.pop(schema.LABEL), 0), dtype=np.int32)
+    return module_of(perf).DataFrame(out, copy=False)
 
 
 def _feature_table_gpu(perf, acq: Acquisitions):

@@ -426,6 +426,53 @@ def test_a_cpu_number_column_is_float32_with_blank_and_nan_missing():
     assert blank.dtype == np.float32 and blank.tolist() == [-1, -1, -1]
 
 
+def test_next_flagged_row_is_the_first_flagged_at_or_after_each_row():
+    """The next flagged index of every index (len when none), as the binary search in the
+    running count finds it, and on small cases spelled out."""
+    flags = np.array([0, 1, 0, 0, 1, 1, 0], bool)
+    assert features._next_flagged(np, flags).tolist() == [1, 1, 4, 4, 4, 5, 7]
+    assert features._next_flagged(np, np.zeros(3, bool)).tolist() == [3, 3, 3]
+    assert features._next_flagged(np, np.zeros(0, bool)).tolist() == []
+    rng = np.random.default_rng(1)
+    for density in (0.01, 0.3, 1.0):
+        flags = rng.random(2000) < density
+        np.testing.assert_array_equal(features._next_flagged(np, flags),
+                                      features._first_flagged(np, flags, np.arange(2000)))
+
+
+def test_rows_of_finds_each_key_s_loan_in_runs_or_not():
+    """Each key's column in the acquisitions' values (the first of equal ids; the last
+    column when the loan has none), for keys in runs, out of order, or none at all."""
+    acq = pd.DataFrame({"loan_id": np.array([30, 10, 20, 10], np.int64)})
+    for name in features.ACQUIRED:
+        acq[name] = np.float32(1)
+    joined = features.acquisitions(acq)
+    assert joined.ids.tolist() == [10, 10, 20, 30]
+    keys = [20, 20, 5, 10, 10, 10, 30, 99, 20, 10]
+    assert joined.rows_of(pd.Series(keys, dtype="int64")).tolist() == [2, 2, 4, 0, 0, 0, 3, 4,
+                                                                       2, 0]
+    assert joined.rows_of(pd.Series([], dtype="int64")).tolist() == []
+    rng = np.random.default_rng(2)
+    keys = np.repeat(rng.integers(0, 40, 300), rng.integers(1, 5, 300))
+    at = np.minimum(np.searchsorted(joined.ids, keys), len(joined.ids) - 1)
+    want = np.where(joined.ids[at] == keys, at, len(joined.ids))
+    np.testing.assert_array_equal(joined.rows_of(pd.Series(keys)), want)
+
+
+def test_the_feature_table_s_arrays_are_its_own(dataset):
+    """The CPU table's columns are writable arrays that share no memory with the frame it was
+    made from."""
+    perf = features.performance_features(read_all(dataset.performance[:1]).frame)
+    acq = read_all(dataset.acquisition[:1], schema.CLASSIC_ACQUISITION,
+                   schema.ACQUISITION_READ).frame
+    kept = perf.copy(deep=False)  # shares perf's arrays
+    table = features.feature_table(perf, features.acquisitions(acq))
+    before = kept["interest_rate"].to_numpy().copy()
+    table.iloc[:, :] = 0  # in place
+    assert (table.to_numpy() == 0).all()
+    np.testing.assert_array_equal(kept["interest_rate"].to_numpy(), before)
+
+
 def test_small_files_are_packed_up_to_the_partition_size(dataset, tmp_path):
     """A quarter written as several small files of whole loans: packed into one partition
     when they fit, into several (each file whole) when the partition size is smaller."""
