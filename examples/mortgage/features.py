@@ -193,18 +193,31 @@ class Acquisitions:
     table: object = None
 
     def rows_of(self, loan_id):
-        """For each of ``loan_id``, its column in ``values`` (the first of equal ids): one
-        search per run of equal ids (a loan's rows are consecutive in the files), its answer
-        repeated over the run."""
+        """For each of ``loan_id``, its column in ``values`` (the first of equal ids)."""
+        found, lengths = self._runs(loan_id)
+        return module_of(found).repeat(found, lengths)
+
+    def features_of(self, loan_id):
+        """The acquired features of each of ``loan_id`` (CPUs): ``values``' column of its
+        loan, a row per feature; each run's column is repeated over the run, not gathered
+        row by row."""
+        found, lengths = self._runs(loan_id)
+        return np.repeat(self.values[:, found], lengths, axis=1)
+
+    def _runs(self, loan_id):
+        """(the column in ``values`` of each run of equal ids in ``loan_id``, the runs'
+        lengths): one search per run, since a loan's rows are consecutive in the files."""
         keys = _values(loan_id, -1).astype("int64", copy=False)
         xp, count = module_of(keys), len(self.ids)
-        if count == 0 or len(keys) == 0:
-            return xp.zeros(len(keys), dtype=xp.int64)
+        if len(keys) == 0:
+            return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64)
         starts = xp.flatnonzero(xp.concatenate([xp.ones(1, dtype=bool), keys[1:] != keys[:-1]]))
+        lengths = xp.diff(xp.concatenate([starts, xp.full(1, len(keys))]))
+        if count == 0:  # no acquisition rows: every loan's column is the last, of MISSING
+            return xp.zeros(len(starts), dtype=xp.int64), lengths
         firsts = keys[starts]
         at = xp.minimum(xp.searchsorted(self.ids, firsts), count - 1)
-        found = xp.where(self.ids[at] == firsts, at, count)
-        return xp.repeat(found, xp.diff(xp.concatenate([starts, xp.full(1, len(keys))])))
+        return xp.where(self.ids[at] == firsts, at, count), lengths
 
 
 ACQUIRED = schema.ACQUISITION_READ[1:]  # the acquisition fields that are features
@@ -232,12 +245,12 @@ def feature_table(perf, acq: Acquisitions):
     """The feature table of ``perf`` (with :func:`performance_features`) joined to ``acq``:
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
     row in its order. On CPUs each column is an array of its own, written once: the acquired
-    features by one gather of their loans' columns, ``perf``'s converted or copied (a copy:
-    the table's arrays are its own, writable, whatever shares ``perf``'s), and ``perf``'s
-    columns are taken out as they are used, to free memory."""
+    features by repeating each loan's acquisition values over its rows, ``perf``'s converted
+    or copied (a copy: the table's arrays are its own, writable, whatever shares ``perf``'s),
+    and ``perf``'s columns are taken out as they are used, to free memory."""
     if on_gpu(perf):
         return _feature_table_gpu(perf, acq)
-    acquired = np.take(acq.values, acq.rows_of(perf["loan_id"]), axis=1)  # a row per feature
+    acquired = acq.features_of(perf["loan_id"])  # a row per feature
     where = {name: k for k, name in enumerate(ACQUIRED)}
     out = {name: acquired[where[name]] if name in where else
            np.array(_values(perf.pop(name)), dtype=np.float32) for name in schema.FEATURES}

@@ -457,6 +457,26 @@ def test_rows_of_finds_each_key_s_loan_in_runs_or_not():
     at = np.minimum(np.searchsorted(joined.ids, keys), len(joined.ids) - 1)
     want = np.where(joined.ids[at] == keys, at, len(joined.ids))
     np.testing.assert_array_equal(joined.rows_of(pd.Series(keys)), want)
+    none = features.acquisitions(acq.iloc[:0])
+    assert none.rows_of(pd.Series([7, 7, 8])).tolist() == [0, 0, 0]
+
+
+def test_features_of_are_the_values_of_each_key_s_loan():
+    """The acquired features of each key: its loan's column of the values (MISSING where
+    the loan has no acquisition row), a row per feature."""
+    rng = np.random.default_rng(3)
+    acq = pd.DataFrame({"loan_id": rng.permutation(50).astype(np.int64)})
+    for name in features.ACQUIRED:
+        acq[name] = rng.integers(0, 100, 50).astype(np.float32)
+    joined = features.acquisitions(acq)
+    keys = np.repeat(rng.integers(0, 60, 200), rng.integers(1, 4, 200))
+    got = joined.features_of(pd.Series(keys))
+    assert got.shape == (len(features.ACQUIRED), len(keys)) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, joined.values[:, joined.rows_of(pd.Series(keys))])
+    missing = ~np.isin(keys, acq["loan_id"])
+    assert missing.any() and (got[:, missing] == schema.MISSING).all()
+    assert (got[:, ~missing] == acq.set_index("loan_id").loc[keys[~missing]].T).all(axis=None)
+    assert joined.features_of(pd.Series([], dtype="int64")).shape == (len(features.ACQUIRED), 0)
 
 
 def test_the_feature_table_s_arrays_are_its_own(dataset):
