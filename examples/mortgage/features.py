@@ -137,9 +137,9 @@ def _performance_features_gpu(perf):
 def _loan_features(xp, loan, month, status, bad) -> dict:
     """The per-loan features and the label of rows in (loan, month) order, as arrays.
 
-    Every loan's rows are consecutive, so "the first row at or after row i that is flagged"
-    is one binary search in the running count of flagged rows: per loan (from its first row)
-    it gives the first month 30, 90 or 180 days behind, per row the next bad month."""
+    Every loan's rows are consecutive: per loan, a search among the flagged rows gives the
+    first month 30, 90 or 180 days behind, repeated over the loan's rows; per row, the running
+    count of bad rows gives the next bad month."""
     n = len(loan)
     if n == 0:
         empty = {f"ever_{t}": xp.int8 for t in schema.THRESHOLDS}
@@ -148,19 +148,19 @@ def _loan_features(xp, loan, month, status, bad) -> dict:
                 {**empty, schema.LABEL: xp.int8}.items()}
     new_loan = xp.ones(n, dtype=bool)
     new_loan[1:] = loan[1:] != loan[:-1]
-    run = xp.cumsum(new_loan) - 1  # each row's loan, numbered from 0
     starts = xp.flatnonzero(new_loan)
     # loan k's rows: starts[k] <= row < ends[k]
     ends = xp.concatenate([starts[1:], xp.full(1, n, dtype=starts.dtype)])
+    rows = ends - starts
     out = {}
     for name, threshold in schema.THRESHOLDS.items():
         first = _first_flagged(xp, status >= threshold, starts)
         found = first < ends
         when = xp.where(found, month[xp.minimum(first, n - 1)].astype(xp.float32), xp.nan)
-        out[f"ever_{name}"] = found.astype(xp.int8)[run]
-        out[f"delinquency_{name}"] = when.astype(xp.float32)[run]
+        out[f"ever_{name}"] = xp.repeat(found.astype(xp.int8), rows)
+        out[f"delinquency_{name}"] = xp.repeat(when.astype(xp.float32), rows)
     following = _next_flagged(xp, bad)  # the next bad row, maybe this one
-    within = (following < ends[run]) & (
+    within = (following < xp.repeat(ends, rows)) & (
         month[xp.minimum(following, n - 1)] - month < schema.LABEL_WINDOW)
     out[schema.LABEL] = within.astype(xp.int8)
     return out
@@ -168,9 +168,9 @@ def _loan_features(xp, loan, month, status, bad) -> dict:
 
 def _first_flagged(xp, flags, at):
     """For each index of ``at``, the first index at or after it whose flag is set (``len``
-    when none)."""
-    count = xp.cumsum(flags)
-    return xp.searchsorted(count, count[at] - flags[at] + 1)
+    when none): a binary search among the flagged indices."""
+    flagged = xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
+    return flagged[xp.searchsorted(flagged, at)]
 
 
 def _next_flagged(xp, flags):

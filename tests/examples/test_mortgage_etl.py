@@ -427,10 +427,12 @@ def test_a_cpu_number_column_is_float32_with_blank_and_nan_missing():
 
 
 def test_next_flagged_row_is_the_first_flagged_at_or_after_each_row():
-    """The next flagged index of every index (len when none), as the binary search in the
-    running count finds it, and on small cases spelled out."""
+    """The next flagged index of every index (len when none), from the running count and
+    from the search among flagged indices alike, and on small cases spelled out."""
     flags = np.array([0, 1, 0, 0, 1, 1, 0], bool)
     assert features._next_flagged(np, flags).tolist() == [1, 1, 4, 4, 4, 5, 7]
+    assert features._first_flagged(np, flags, np.array([6, 0, 2, 5])).tolist() == [7, 1, 4, 5]
+    assert features._first_flagged(np, np.zeros(4, bool), np.array([0, 3])).tolist() == [4, 4]
     assert features._next_flagged(np, np.zeros(3, bool)).tolist() == [3, 3, 3]
     assert features._next_flagged(np, np.zeros(0, bool)).tolist() == []
     rng = np.random.default_rng(1)
