@@ -16,7 +16,9 @@ dozen calls instead of a hundred, and can be read in chunks that bound its devic
 
 On CPUs pyarrow's reader parses the numbers and gives each text column as a dictionary (its
 distinct texts, and an index per row): each distinct text is checked and converted once, and
-one take from the converted texts maps the indices to the column's values.
+one take from the converted texts maps the indices to the column's values. A flag column (N or
+Y) costs the reader less as booleans, an index of their own; a piece where one holds another
+text is read again with dictionaries.
 
 Only when a check fails does the slow path read the piece line by line, in Python, to say
 which lines are bad and why; the policy then raises (``error``), drops them with a warning
@@ -53,6 +55,7 @@ _NUMBER = re.compile(r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)\
 DTYPES = {ID: "int64", NUMBER: "float32", PERIOD: "int32", DATE: "int32", STATUS: "int32",
           CATEGORY: "int32"}
 BLANK = {PERIOD: None, DATE: MISSING, STATUS: MISSING, CATEGORY: MISSING}
+FLAG = ("N", "Y")  # the vocabulary of a flag column, which the CPU reader reads as booleans
 
 
 @dataclass(frozen=True)
@@ -517,29 +520,24 @@ def _texts_gpu(columns, rows: int):
 def _read_cpu(pieces, data, layout, columns, names) -> dict | None:
     """The typed columns (arrays) of one piece (or of ``data``) by pyarrow's reader: the loan
     ids as int64, the numbers as float64 then rounded to float32, each text column as a
-    dictionary (its distinct texts, and an index per row); None when there is no line."""
+    dictionary (its distinct texts, and an index per row), a flag column (N or Y) as
+    booleans; None when there is no line."""
     import pyarrow as pa
-    from pyarrow import csv
 
     (piece,) = pieces
     if data is None:
         with open(piece.path, "rb") as f:
             f.seek(piece.start)
             data = f.read(piece.nbytes)
-    wanted = [layout.classic[c] for c in columns]
-    text = pa.dictionary(pa.int32(), pa.string())
-    types = {layout.classic[c]: {ID: pa.int64(), NUMBER: pa.float64()}.get(
-        schema.kind_of(c), text) for c in columns}
+    flags = [c for c in columns if schema.kind_of(c) == CATEGORY
+             and schema.VOCABULARIES.get(c) == FLAG]
     try:
-        table = csv.read_csv(
-            pa.BufferReader(pa.py_buffer(data)),
-            read_options=csv.ReadOptions(column_names=list(layout.names), use_threads=False),
-            parse_options=csv.ParseOptions(delimiter="|", quote_char=False,
-                                           ignore_empty_lines=True),
-            convert_options=csv.ConvertOptions(column_types=types, null_values=[""],
-                                               strings_can_be_null=True,
-                                               include_columns=wanted),
-        )
+        try:
+            table = _parse_cpu(data, layout, columns, flags)
+        except pa.ArrowInvalid as exc:  # maybe a flag column holds another text: as a text
+            if not flags or str(exc).startswith("Empty CSV file"):
+                raise
+            table = _parse_cpu(data, layout, columns, flags=())
     except pa.ArrowInvalid as exc:  # a field too many or too few, a number that is not one
         if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
             return None
@@ -560,6 +558,28 @@ def _read_cpu(pieces, data, layout, columns, names) -> dict | None:
     return values
 
 
+def _parse_cpu(data: bytes, layout, columns, flags):
+    """pyarrow's reader of ``columns`` of the lines in ``data``, on this thread: the loan id as
+    int64, numbers as float64, the ``flags`` as booleans (Y true, N false: another text makes
+    it fail), other texts as dictionaries, a blank as null. Booleans cost the reader less than
+    a dictionary."""
+    import pyarrow as pa
+    from pyarrow import csv
+
+    text = pa.dictionary(pa.int32(), pa.string())
+    types = {layout.classic[c]: {ID: pa.int64(), NUMBER: pa.float64()}.get(
+        schema.kind_of(c), pa.bool_() if c in flags else text) for c in columns}
+    return csv.read_csv(
+        pa.BufferReader(pa.py_buffer(data)),
+        read_options=csv.ReadOptions(column_names=list(layout.names), use_threads=False),
+        parse_options=csv.ParseOptions(delimiter="|", quote_char=False, ignore_empty_lines=True),
+        convert_options=csv.ConvertOptions(
+            column_types=types, null_values=[""], strings_can_be_null=True,
+            true_values=[FLAG[1]], false_values=[FLAG[0]],
+            include_columns=[layout.classic[c] for c in columns]),
+    )
+
+
 def _number_values(column, rows: int) -> np.ndarray:
     """A number column (float64, a blank null) as float32, a blank or NaN as MISSING."""
     import pyarrow.compute as pc
@@ -575,10 +595,16 @@ def _number_values(column, rows: int) -> np.ndarray:
 
 
 def _text_values(name: str, column, names) -> np.ndarray:
-    """A text column (a dictionary array, a blank null) as its values (int32): each distinct
-    text is converted once, and one take maps the rows' indices to the values; raises
-    _Unclean when the column holds a text that is not valid for it."""
-    column = column.combine_chunks()  # one dictionary for the whole column
+    """A text column (a dictionary array, or booleans for a flag, a blank null) as its values
+    (int32): each distinct text is converted once, and one take maps the rows' indices to the
+    values; raises _Unclean when the column holds a text that is not valid for it."""
+    import pyarrow as pa
+
+    if pa.types.is_boolean(column.type):  # a flag: index 0 is N, 1 is Y
+        column = pa.DictionaryArray.from_arrays(
+            column.cast(pa.int8()).combine_chunks(), pa.array(FLAG, pa.string()))
+    else:
+        column = column.combine_chunks()  # one dictionary for the whole column
     known = column.dictionary.to_pylist()
     table = [text_value(name, text, names) for text in known]
     indices = column.indices

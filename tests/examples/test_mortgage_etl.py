@@ -413,6 +413,24 @@ def test_a_cpu_text_column_decodes_through_its_own_dictionary():
         read._text_values("current_loan_delinquency_status", column(["1"], ["Y"]), None)
 
 
+def test_a_cpu_flag_column_reads_as_booleans_or_else_as_text(tmp_path):
+    """A flag column (N or Y) is read as booleans; a piece where one holds another text is
+    read again with dictionaries, and every text gets its code as before (another: "other")."""
+    import pyarrow as pa
+
+    flags = pa.chunked_array([[True, None], [False, True]])
+    assert read._text_values("mod_flag", flags, None).tolist() == [
+        schema.category_code("mod_flag", t) for t in ("Y", None, "N", "Y")]
+    rows = raw_lines([SAMPLE_PERF])[:60]
+    flag = schema.PERFORMANCE.names.index("mod_flag")
+    rows[7][flag], rows[8][flag] = "P", ""
+    path = _write(tmp_path / "Performance_2007Q3.txt_0", "\n".join("|".join(r) for r in rows))
+    got = read_all([path]).frame["mod_flag"].tolist()
+    assert got == [schema.category_code("mod_flag", r[flag]) for r in rows]
+    assert got[7:9] == [len(schema.VOCABULARIES["mod_flag"]), schema.MISSING]
+    assert read.FLAG == schema.VOCABULARIES["mod_flag"]
+
+
 def test_a_cpu_number_column_is_float32_with_blank_and_nan_missing():
     """Numbers read as float64 are rounded to float32; a blank (null) or a NaN is MISSING, and
     a column of blanks only is MISSING throughout."""
