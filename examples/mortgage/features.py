@@ -4,9 +4,9 @@ Every loan is whole inside one partition (the files are cut at loan boundaries),
 per-loan features and the forward-looking label need no shuffle between workers.
 
 - **per loan**: ``ever_30/90/180``, whether the loan was ever 30, 90 or 180 days behind, and
-  ``delinquency_30/90/180``, the first month it was (the notebook's group-by, here a running
-  count and a binary search over the loan's consecutive rows: a few array calls whatever the
-  partition, on NumPy or CuPy);
+  ``delinquency_30/90/180``, the first month it was (the notebook's group-by, here a binary
+  search among the flagged rows from each loan's first row, the loan's rows being consecutive:
+  a few array calls whatever the partition, on NumPy or CuPy);
 - **the label** ``delinquency_12``: for a row at month T, 1 when among the loan's rows of
   months T..T+11 the delinquency status exceeds 3 or the unpaid balance is exactly 0. The
   notebook computes it with twelve group-by passes over shifted windows; here the running count

@@ -17,8 +17,8 @@ dozen calls instead of a hundred, and can be read in chunks that bound its devic
 On CPUs pyarrow's reader parses the numbers and gives each text column as a dictionary (its
 distinct texts, and an index per row): each distinct text is checked and converted once, and
 one take from the converted texts maps the indices to the column's values. A flag column (N or
-Y) costs the reader less as booleans, an index of their own; a piece where one holds another
-text is read again with dictionaries.
+Y) is read as booleans, which cost the reader less than a dictionary and index N and Y; a piece
+where one holds another text is read again with dictionaries.
 
 Only when a check fails does the slow path read the piece line by line, in Python, to say
 which lines are bad and why; the policy then raises (``error``), drops them with a warning
@@ -293,7 +293,7 @@ def _groups(pieces, device: str):
 
 @dataclass
 class _Parsed:
-    """What a reader found, before the text columns are decoded: the loan ids, the number
+    """What libcudf's reader found (GPUs), before the text columns are decoded: the loan ids, the number
     columns as one array (a row per column, blanks already -1), and the text columns as codes
     (a row per column) into one list of distinct texts (None: a blank), with ``used[c, k]``
     whether column ``c`` holds text ``k``."""
@@ -531,12 +531,14 @@ def _read_cpu(pieces, data, layout, columns, names) -> dict | None:
             data = f.read(piece.nbytes)
     flags = [c for c in columns if schema.kind_of(c) == CATEGORY
              and schema.VOCABULARIES.get(c) == FLAG]
+    table = None
     try:
-        try:
-            table = _parse_cpu(data, layout, columns, flags)
-        except pa.ArrowInvalid as exc:  # maybe a flag column holds another text: as a text
-            if not flags or str(exc).startswith("Empty CSV file"):
-                raise
+        if flags:
+            try:
+                table = _parse_cpu(data, layout, columns, flags)
+            except pa.ArrowInvalid:  # maybe a flag column holds another text: read it as text
+                pass
+        if table is None:
             table = _parse_cpu(data, layout, columns, flags=())
     except pa.ArrowInvalid as exc:  # a field too many or too few, a number that is not one
         if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
