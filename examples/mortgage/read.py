@@ -521,25 +521,34 @@ def _read_cpu(pieces, data, layout, columns, names) -> dict | None:
     """The typed columns (arrays) of one piece (or of ``data``) by pyarrow's reader: the loan
     ids as int64, the numbers as float64 then rounded to float32, each text column as a
     dictionary (its distinct texts, and an index per row), a flag column (N or Y) as
-    booleans; None when there is no line."""
+    booleans; None when there is no line. A piece is read where the file is mapped, not
+    copied into memory first."""
     import pyarrow as pa
 
+    if data is not None:
+        return _typed_cpu(pa.py_buffer(data), layout, columns, names)
     (piece,) = pieces
-    if data is None:
-        with open(piece.path, "rb") as f:
-            f.seek(piece.start)
-            data = f.read(piece.nbytes)
+    with pa.memory_map(piece.path) as mapped:
+        mapped.seek(piece.start)
+        return _typed_cpu(mapped.read_buffer(piece.nbytes), layout, columns, names)
+
+
+def _typed_cpu(text, layout, columns, names) -> dict | None:
+    """:func:`_read_cpu` of the lines in ``text`` (a pyarrow buffer); the arrays are the
+    reader's own, none points into ``text``."""
+    import pyarrow as pa
+
     flags = [c for c in columns if schema.kind_of(c) == CATEGORY
              and schema.VOCABULARIES.get(c) == FLAG]
     table = None
     try:
         if flags:
             try:
-                table = _parse_cpu(data, layout, columns, flags)
+                table = _parse_cpu(text, layout, columns, flags)
             except pa.ArrowInvalid:  # maybe a flag column holds another text: read it as text
                 pass
         if table is None:
-            table = _parse_cpu(data, layout, columns, flags=())
+            table = _parse_cpu(text, layout, columns, flags=())
     except pa.ArrowInvalid as exc:  # a field too many or too few, a number that is not one
         if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
             return None
@@ -560,19 +569,19 @@ def _read_cpu(pieces, data, layout, columns, names) -> dict | None:
     return values
 
 
-def _parse_cpu(data: bytes, layout, columns, flags):
-    """pyarrow's reader of ``columns`` of the lines in ``data``, on this thread: the loan id as
+def _parse_cpu(text, layout, columns, flags):
+    """pyarrow's reader of ``columns`` of the lines in ``text``, on this thread: the loan id as
     int64, numbers as float64, the ``flags`` as booleans (Y true, N false: another text makes
     it fail), other texts as dictionaries, a blank as null. Booleans cost the reader less than
     a dictionary."""
     import pyarrow as pa
     from pyarrow import csv
 
-    text = pa.dictionary(pa.int32(), pa.string())
+    words = pa.dictionary(pa.int32(), pa.string())
     types = {layout.classic[c]: {ID: pa.int64(), NUMBER: pa.float64()}.get(
-        schema.kind_of(c), pa.bool_() if c in flags else text) for c in columns}
+        schema.kind_of(c), pa.bool_() if c in flags else words) for c in columns}
     return csv.read_csv(
-        pa.BufferReader(pa.py_buffer(data)),
+        pa.BufferReader(text),
         read_options=csv.ReadOptions(column_names=list(layout.names), use_threads=False),
         parse_options=csv.ParseOptions(delimiter="|", quote_char=False, ignore_empty_lines=True),
         convert_options=csv.ConvertOptions(

@@ -413,6 +413,26 @@ def test_a_cpu_text_column_decodes_through_its_own_dictionary():
         read._text_values("current_loan_delinquency_status", column(["1"], ["Y"]), None)
 
 
+def test_the_cpu_reader_reads_a_piece_where_the_file_is_mapped():
+    """A piece of a file, read where the file is mapped, gives what its bytes give, and its
+    arrays stay valid once the mapping is closed."""
+    import gc
+
+    with open(SAMPLE_PERF, "rb") as f:
+        text = f.read()
+    starts = [0] + [i + 1 for i, byte in enumerate(text) if byte == ord("\n")]
+    piece = files.Piece(SAMPLE_PERF, starts[5], starts[40])
+    columns = schema.PERFORMANCE_READ
+    mapped = read._read_cpu([piece], None, schema.CLASSIC_PERFORMANCE, columns, None)
+    gc.collect()
+    given = read._read_cpu([piece], text[piece.start:piece.stop], schema.CLASSIC_PERFORMANCE,
+                           columns, None)
+    assert len(mapped["loan_id"]) == 35
+    for name in columns:
+        np.testing.assert_array_equal(mapped[name], given[name])
+    assert mapped["loan_id"].tolist() == [int(r[0]) for r in raw_lines([SAMPLE_PERF])[5:40]]
+
+
 def test_a_cpu_flag_column_reads_as_booleans_or_else_as_text(tmp_path):
     """A flag column (N or Y) is read as booleans; a piece where one holds another text is
     read again with dictionaries, and every text gets its code as before (another: "other")."""
