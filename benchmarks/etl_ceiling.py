@@ -199,11 +199,12 @@ def markdown(payload: dict) -> str:
             if not r[device]:
                 continue
             work = [x["etl"] + (x["write"] or 0.0) for x in r[device]]
+            rest = [w - k for w, k in zip(walls[device], work, strict=True)]
             versus = (f"{summary(walls['cpu'])['median'] / summary(walls['gpu'])['median']:.1f}x"
                       if device == "gpu" and walls["cpu"] else "")
             lines.append(f"| {layout} | {device} | {median_range(walls[device])} | "
                          f"{median_range(work)} | "
-                         f"{median_range([w - k for w, k in zip(walls[device], work, strict=True)])} | "
+                         f"{median_range(rest)} | "
                          f"{versus} |")
     lines += ["", "The feature table's Parquet write, seconds: the etl command's write line "
               "against `cudf.DataFrame.to_parquet` of the same table in one process.", "",

@@ -4,13 +4,13 @@ Every loan is whole inside one partition (the files are cut at loan boundaries),
 per-loan features and the forward-looking label need no shuffle between workers.
 
 - **per loan**: ``ever_30/90/180``, whether the loan was ever 30, 90 or 180 days behind, and
-  ``delinquency_30/90/180``, the first month it was (the notebook's group-by, here a running
-  count and a binary search over the loan's consecutive rows: a few array calls whatever the
-  partition, on NumPy or CuPy);
+  ``delinquency_30/90/180``, the first month it was (the notebook's group-by, here a binary
+  search among the flagged rows from each loan's first row, the loan's rows being consecutive:
+  a few array calls whatever the partition, on NumPy or CuPy);
 - **the label** ``delinquency_12``: for a row at month T, 1 when among the loan's rows of
   months T..T+11 the delinquency status exceeds 3 or the unpaid balance is exactly 0. The
-  notebook computes it with twelve group-by passes over shifted windows; here the same search
-  finds, for every row, the loan's next "bad" row;
+  notebook computes it with twelve group-by passes over shifted windows; here the running count
+  of "bad" rows finds, for every row, the loan's next one;
 - **the feature table**: each row with its loan's acquisition fields, the 45 features as
   float32 (missing: -1, as the reader writes a blank) and the label as int32.
 
@@ -137,9 +137,9 @@ def _performance_features_gpu(perf):
 def _loan_features(xp, loan, month, status, bad) -> dict:
     """The per-loan features and the label of rows in (loan, month) order, as arrays.
 
-    Every loan's rows are consecutive, so "the first row at or after row i that is flagged"
-    is one binary search in the running count of flagged rows: per loan (from its first row)
-    it gives the first month 30, 90 or 180 days behind, per row the next bad month."""
+    Every loan's rows are consecutive: per loan, a search among the flagged rows gives the
+    first month 30, 90 or 180 days behind, repeated over the loan's rows; per row, the running
+    count of bad rows gives the next bad month."""
     n = len(loan)
     if n == 0:
         empty = {f"ever_{t}": xp.int8 for t in schema.THRESHOLDS}
@@ -148,19 +148,19 @@ def _loan_features(xp, loan, month, status, bad) -> dict:
                 {**empty, schema.LABEL: xp.int8}.items()}
     new_loan = xp.ones(n, dtype=bool)
     new_loan[1:] = loan[1:] != loan[:-1]
-    run = xp.cumsum(new_loan) - 1  # each row's loan, numbered from 0
     starts = xp.flatnonzero(new_loan)
     # loan k's rows: starts[k] <= row < ends[k]
     ends = xp.concatenate([starts[1:], xp.full(1, n, dtype=starts.dtype)])
+    rows = ends - starts
     out = {}
     for name, threshold in schema.THRESHOLDS.items():
         first = _first_flagged(xp, status >= threshold, starts)
         found = first < ends
         when = xp.where(found, month[xp.minimum(first, n - 1)].astype(xp.float32), xp.nan)
-        out[f"ever_{name}"] = found.astype(xp.int8)[run]
-        out[f"delinquency_{name}"] = when.astype(xp.float32)[run]
-    following = _first_flagged(xp, bad, xp.arange(n))  # the next bad row, maybe this one
-    within = (following < ends[run]) & (
+        out[f"ever_{name}"] = xp.repeat(found.astype(xp.int8), rows)
+        out[f"delinquency_{name}"] = xp.repeat(when.astype(xp.float32), rows)
+    following = _next_flagged(xp, bad)  # the next bad row, maybe this one
+    within = (following < xp.repeat(ends, rows)) & (
         month[xp.minimum(following, n - 1)] - month < schema.LABEL_WINDOW)
     out[schema.LABEL] = within.astype(xp.int8)
     return out
@@ -168,9 +168,17 @@ def _loan_features(xp, loan, month, status, bad) -> dict:
 
 def _first_flagged(xp, flags, at):
     """For each index of ``at``, the first index at or after it whose flag is set (``len``
-    when none)."""
-    count = xp.cumsum(flags)
-    return xp.searchsorted(count, count[at] - flags[at] + 1)
+    when none): a binary search among the flagged indices."""
+    flagged = xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
+    return flagged[xp.searchsorted(flagged, at)]
+
+
+def _next_flagged(xp, flags):
+    """For every index, the first index at or after it whose flag is set (``len`` when
+    none), without a search: an index with k flags set before it finds its answer at
+    position k of the flagged indices in order."""
+    flagged = xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
+    return flagged[xp.cumsum(flags) - flags]
 
 
 @dataclass
@@ -186,12 +194,30 @@ class Acquisitions:
 
     def rows_of(self, loan_id):
         """For each of ``loan_id``, its column in ``values`` (the first of equal ids)."""
-        keys = _values(loan_id, -1).astype("int64")
+        found, lengths = self._runs(loan_id)
+        return module_of(found).repeat(found, lengths)
+
+    def features_of(self, loan_id):
+        """The acquired features of each of ``loan_id`` (CPUs): ``values``' column of its
+        loan, a row per feature; each run's column is repeated over the run, not gathered
+        row by row."""
+        found, lengths = self._runs(loan_id)
+        return np.repeat(self.values[:, found], lengths, axis=1)
+
+    def _runs(self, loan_id):
+        """(the column in ``values`` of each run of equal ids in ``loan_id``, the runs'
+        lengths): one search per run, since a loan's rows are consecutive in the files."""
+        keys = _values(loan_id, -1).astype("int64", copy=False)
         xp, count = module_of(keys), len(self.ids)
-        if count == 0:
-            return xp.zeros(len(keys), dtype=xp.int64)
-        at = xp.minimum(xp.searchsorted(self.ids, keys), count - 1)
-        return xp.where(self.ids[at] == keys, at, count)
+        if len(keys) == 0:
+            return xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64)
+        starts = xp.flatnonzero(xp.concatenate([xp.ones(1, dtype=bool), keys[1:] != keys[:-1]]))
+        lengths = xp.diff(xp.concatenate([starts, xp.full(1, len(keys))]))
+        if count == 0:  # no acquisition rows: every loan's column is the last, of MISSING
+            return xp.zeros(len(starts), dtype=xp.int64), lengths
+        firsts = keys[starts]
+        at = xp.minimum(xp.searchsorted(self.ids, firsts), count - 1)
+        return xp.where(self.ids[at] == firsts, at, count), lengths
 
 
 ACQUIRED = schema.ACQUISITION_READ[1:]  # the acquisition fields that are features
@@ -218,22 +244,18 @@ def acquisitions(frame) -> Acquisitions:
 def feature_table(perf, acq: Acquisitions):
     """The feature table of ``perf`` (with :func:`performance_features`) joined to ``acq``:
     the 45 features as float32 (missing: -1) and delinquency_12 as int32, a row per ``perf``
-    row in its order. Each feature is written once into the float32 block the table keeps (on
-    CPUs), and ``perf``'s columns are taken out as they are used, to free memory."""
+    row in its order. On CPUs each column is an array of its own, written once: the acquired
+    features by repeating each loan's acquisition values over its rows, ``perf``'s converted
+    or copied (a copy: the table's arrays are its own, writable, whatever shares ``perf``'s),
+    and ``perf``'s columns are taken out as they are used, to free memory."""
     if on_gpu(perf):
         return _feature_table_gpu(perf, acq)
-    rows = acq.rows_of(perf["loan_id"])
-    # the 45 features as one float32 block, a row per feature: pandas keeps it as it is
-    block = np.empty((len(schema.FEATURES), len(perf)), np.float32)
+    acquired = acq.features_of(perf["loan_id"])  # a row per feature
     where = {name: k for k, name in enumerate(ACQUIRED)}
-    for row, name in enumerate(schema.FEATURES):
-        if name in where:
-            np.take(acq.values[where[name]], rows, out=block[row])
-        else:
-            block[row] = _values(perf.pop(name))
-    table = module_of(perf).DataFrame(block.T, columns=list(schema.FEATURES), copy=False)
-    table[schema.LABEL] = _values(perf.pop(schema.LABEL), 0).astype(np.int32)
-    return table
+    out = {name: acquired[where[name]] if name in where else
+           np.array(_values(perf.pop(name)), dtype=np.float32) for name in schema.FEATURES}
+    out[schema.LABEL] = np.array(_values(perf.pop(schema.LABEL), 0), dtype=np.int32)
+    return module_of(perf).DataFrame(out, copy=False)
 
 
 def _feature_table_gpu(perf, acq: Acquisitions):

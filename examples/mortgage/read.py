@@ -14,6 +14,12 @@ distinct text is checked and converted once on the host, and a lookup table maps
 all text columns at once. Each step is a call whatever the columns, so a partition costs a few
 dozen calls instead of a hundred, and can be read in chunks that bound its device memory.
 
+On CPUs pyarrow's reader parses the numbers and gives each text column as a dictionary (its
+distinct texts, and an index per row): each distinct text is checked and converted once, and
+one take from the converted texts maps the indices to the column's values. A flag column (N or
+Y) is read as booleans, which cost the reader less than a dictionary and index N and Y; a piece
+where one holds another text is read again with dictionaries.
+
 Only when a check fails does the slow path read the piece line by line, in Python, to say
 which lines are bad and why; the policy then raises (``error``), drops them with a warning
 (``warn``) or drops them and counts them (``skip``). Rows are never lost without a count. On
@@ -50,6 +56,7 @@ _NUMBER = re.compile(r"^\s*[-+]?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)\
 DTYPES = {ID: "int64", NUMBER: "float32", PERIOD: "int32", DATE: "int32", STATUS: "int32",
           CATEGORY: "int32"}
 BLANK = {PERIOD: None, DATE: MISSING, STATUS: MISSING, CATEGORY: MISSING}
+FLAG = ("N", "Y")  # the vocabulary of a flag column, which the CPU reader reads as booleans
 
 
 @dataclass(frozen=True)
@@ -287,7 +294,7 @@ def _groups(pieces, device: str):
 
 @dataclass
 class _Parsed:
-    """What a reader found, before the text columns are decoded: the loan ids, the number
+    """What libcudf's reader found (GPUs), before the text columns are decoded: the loan ids, the number
     columns as one array (a row per column, blanks already -1), and the text columns as codes
     (a row per column) into one list of distinct texts (None: a blank), with ``used[c, k]``
     whether column ``c`` holds text ``k``."""
@@ -304,7 +311,10 @@ class _Parsed:
 def _fast(pieces: list[Piece], data: bytes | None, layout, columns, device, names) -> dict:
     """The typed columns (arrays) of ``pieces`` (or of ``data``, a piece's good lines);
     raises _Unclean."""
-    parsed = (_read_gpu if device == "gpu" else _read_cpu)(pieces, data, layout, columns)
+    if device != "gpu":
+        values = _read_cpu(pieces, data, layout, columns, names)
+        return empty_columns(columns, device) if values is None else values
+    parsed = _read_gpu(pieces, data, layout, columns)
     if parsed is None:  # no line, or only blank ones
         return empty_columns(columns, device)
     values = {"loan_id": parsed.ids}
@@ -322,13 +332,8 @@ def decode(texts: list[str], uniques: list, codes, used, names=None):
     raises _Unclean when a column holds a text that is not valid for it."""
     table = np.zeros((len(texts), max(len(uniques), 1)), np.int32)
     for row, name in enumerate(texts):
-        kind = schema.kind_of(name)
         for k in np.flatnonzero(used[row]):
-            text = uniques[k]
-            value = BLANK[kind] if text is None else _convert(kind, name, text, names)
-            if value is None:
-                raise _Unclean(f"blank {name}" if text is None else f"bad value in {name}")
-            table[row, k] = value
+            table[row, k] = text_value(name, uniques[k], names)
     if module_of(codes) is not np:
         return _lookup_gpu(table, codes)
     return np.take_along_axis(table, codes, axis=1)
@@ -382,6 +387,16 @@ def _used_texts_gpu(codes, count: int) -> np.ndarray:
     seen = np.zeros((columns, count), bool)
     seen[row, code] = True
     return seen
+
+
+def text_value(name: str, text: str | None, names=None) -> int:
+    """The value of one text (None: a blank) of the text column ``name``; raises _Unclean
+    when it is not valid for the column (a blank where the column needs a value)."""
+    kind = schema.kind_of(name)
+    value = BLANK[kind] if text is None else _convert(kind, name, text, names)
+    if value is None:
+        raise _Unclean(f"blank {name}" if text is None else f"bad value in {name}")
+    return value
 
 
 def _convert(kind: str, name: str, text: str, names):
@@ -503,57 +518,112 @@ def _texts_gpu(columns, rows: int):
     return uniques, cudf.Series.from_pylibcudf(codes).values.reshape(-1, rows)
 
 
-def _read_cpu(pieces, data, layout, columns) -> _Parsed | None:
+def _read_cpu(pieces, data, layout, columns, names) -> dict | None:
+    """The typed columns (arrays) of one piece (or of ``data``) by pyarrow's reader: the loan
+    ids as int64, the numbers as float64 then rounded to float32, each text column as a
+    dictionary (its distinct texts, and an index per row), a flag column (N or Y) as
+    booleans; None when there is no line. A piece is read where the file is mapped, not
+    copied into memory first."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    from pyarrow import csv
 
+    if data is not None:
+        return _typed_cpu(pa.py_buffer(data), layout, columns, names)
     (piece,) = pieces
-    if data is None:
-        with open(piece.path, "rb") as f:
-            f.seek(piece.start)
-            data = f.read(piece.nbytes)
-    wanted = [layout.classic[c] for c in columns]
-    text = pa.dictionary(pa.int32(), pa.string())
-    types = {layout.classic[c]: {ID: pa.int64(), NUMBER: pa.float64()}.get(
-        schema.kind_of(c), text) for c in columns}
+    with pa.memory_map(piece.path) as mapped:
+        mapped.seek(piece.start)
+        return _typed_cpu(mapped.read_buffer(piece.nbytes), layout, columns, names)
+
+
+def _typed_cpu(text, layout, columns, names) -> dict | None:
+    """:func:`_read_cpu` of the lines in ``text`` (a pyarrow buffer); the arrays are the
+    reader's own, none points into ``text``."""
+    import pyarrow as pa
+
+    flags = [c for c in columns if schema.kind_of(c) == CATEGORY
+             and schema.VOCABULARIES.get(c) == FLAG]
+    table = None
     try:
-        table = csv.read_csv(
-            pa.BufferReader(pa.py_buffer(data)),
-            read_options=csv.ReadOptions(column_names=list(layout.names), use_threads=False),
-            parse_options=csv.ParseOptions(delimiter="|", quote_char=False,
-                                           ignore_empty_lines=True),
-            convert_options=csv.ConvertOptions(column_types=types, null_values=[""],
-                                               strings_can_be_null=True,
-                                               include_columns=wanted),
-        )
+        if flags:
+            try:
+                table = _parse_cpu(text, layout, columns, flags)
+            except pa.ArrowInvalid:  # maybe a flag column holds another text: read it as text
+                pass
+        if table is None:
+            table = _parse_cpu(text, layout, columns, flags=())
     except pa.ArrowInvalid as exc:  # a field too many or too few, a number that is not one
         if str(exc).startswith("Empty CSV file"):  # no line, or only blank ones
             return None
         raise _Unclean(str(exc)) from None
     if table.num_rows == 0:
         return None
-    column = dict(zip(columns, wanted, strict=True))
-    ids = table.column(column["loan_id"])
+    found = {c: table.column(layout.classic[c]) for c in columns}
+    ids = found["loan_id"]
     if ids.null_count:
         raise _Unclean("blank loan_id")
-    numbers, texts = _kinds(columns)
-    number_values = np.empty((len(numbers), table.num_rows), np.float32)
-    for row, name in enumerate(numbers):  # cast in place: few temporaries, little memory
-        values = pc.fill_null(table.column(column[name]), MISSING)
-        np.copyto(number_values[row], values.to_numpy(), casting="same_kind")
-    nan = np.isnan(number_values)  # a "NaN" in the text, blank as on GPUs
+    values = {"loan_id": ids.to_numpy()}
+    for name in columns:
+        kind = schema.kind_of(name)
+        if kind == NUMBER:
+            values[name] = _number_values(found[name], table.num_rows)
+        elif kind != ID:
+            values[name] = _text_values(name, found[name], names)
+    return values
+
+
+def _parse_cpu(text, layout, columns, flags):
+    """pyarrow's reader of ``columns`` of the lines in ``text``, on this thread: the loan id as
+    int64, numbers as float64, the ``flags`` as booleans (Y true, N false: another text makes
+    it fail), other texts as dictionaries, a blank as null. Booleans cost the reader less than
+    a dictionary."""
+    import pyarrow as pa
+    from pyarrow import csv
+
+    words = pa.dictionary(pa.int32(), pa.string())
+    types = {layout.classic[c]: {ID: pa.int64(), NUMBER: pa.float64()}.get(
+        schema.kind_of(c), pa.bool_() if c in flags else words) for c in columns}
+    return csv.read_csv(
+        pa.BufferReader(text),
+        read_options=csv.ReadOptions(column_names=list(layout.names), use_threads=False),
+        parse_options=csv.ParseOptions(delimiter="|", quote_char=False, ignore_empty_lines=True),
+        convert_options=csv.ConvertOptions(
+            column_types=types, null_values=[""], strings_can_be_null=True,
+            true_values=[FLAG[1]], false_values=[FLAG[0]],
+            include_columns=[layout.classic[c] for c in columns]),
+    )
+
+
+def _number_values(column, rows: int) -> np.ndarray:
+    """A number column (float64, a blank null) as float32, a blank or NaN as MISSING."""
+    import pyarrow.compute as pc
+
+    if column.null_count == rows:  # every field blank, as most of the foreclosure fields
+        return np.full(rows, MISSING, np.float32)
+    out = np.empty(rows, np.float32)
+    np.copyto(out, pc.fill_null(column, MISSING).to_numpy(), casting="same_kind")
+    nan = np.isnan(out)  # a "NaN" in the text, blank as on GPUs
     if nan.any():
-        number_values[nan] = MISSING
-    index = {}
-    codes = np.empty((len(texts), table.num_rows), np.int32)
-    for row, name in enumerate(texts):  # one vocabulary for all, as on GPUs
-        values = table.column(column[name]).combine_chunks()
-        known = [*values.dictionary.to_pylist(), None]
-        remap = np.array([index.setdefault(t, len(index)) for t in known], np.int32)
-        codes[row] = remap[values.indices.fill_null(len(known) - 1).to_numpy()]
-    return _Parsed(ids.to_numpy(), numbers, number_values, texts, list(index), codes,
-                   used_texts(codes, len(index)))
+        out[nan] = MISSING
+    return out
+
+
+def _text_values(name: str, column, names) -> np.ndarray:
+    """A text column (a dictionary array, or booleans for a flag, a blank null) as its values
+    (int32): each distinct text is converted once, and one take maps the rows' indices to the
+    values; raises _Unclean when the column holds a text that is not valid for it."""
+    import pyarrow as pa
+
+    if pa.types.is_boolean(column.type):  # a flag: index 0 is N, 1 is Y
+        column = pa.DictionaryArray.from_arrays(
+            column.cast(pa.int8()).combine_chunks(), pa.array(FLAG, pa.string()))
+    else:
+        column = column.combine_chunks()  # one dictionary for the whole column
+    known = column.dictionary.to_pylist()
+    table = [text_value(name, text, names) for text in known]
+    indices = column.indices
+    if column.null_count:  # a blank: the value after the texts'
+        table.append(text_value(name, None, names))
+        indices = indices.fill_null(len(known))
+    return np.take(np.array(table, np.int32), indices.to_numpy())  # a writable array
 
 
 def empty_columns(columns, device: str = "cpu") -> dict:

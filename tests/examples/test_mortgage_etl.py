@@ -386,6 +386,153 @@ def test_text_columns_decode_through_one_vocabulary():
         read.decode(texts, uniques, codes, read.used_texts(codes, len(uniques)))
 
 
+def test_a_cpu_text_column_decodes_through_its_own_dictionary():
+    """pyarrow's reader gives a text column as a dictionary per block: each distinct text is
+    converted once and every row gets its text's value, a blank the column's blank value,
+    whatever the blocks' dictionaries; a text that is bad for the column makes it unclean."""
+    import pyarrow as pa
+
+    def column(*chunks):
+        return pa.chunked_array([pa.array(c, pa.string()).dictionary_encode() for c in chunks])
+
+    status = column(["0", None, "X"], ["2", "0", None, "XX"])
+    got = read._text_values("current_loan_delinquency_status", status, None)
+    assert got.dtype == np.int32 and got.flags.writeable
+    assert got.tolist() == [0, schema.MISSING, schema.MISSING, 2, 0, schema.MISSING,
+                            schema.MISSING]
+    sellers = {"A BANK": "Wells Fargo"}
+    servicer = column(["A BANK", "ELSE"], [None])
+    assert read._text_values("servicer", servicer, sellers).tolist() == [
+        schema.category_code("servicer", t, sellers) for t in ("A BANK", "ELSE", None)]
+    months = column(["01/01/2007", "02/01/2007"], ["01/01/2007"])
+    assert read._text_values("monthly_reporting_period", months, None).tolist() == [
+        2007 * 12, 2007 * 12 + 1, 2007 * 12]
+    with pytest.raises(read._Unclean, match="blank monthly_reporting_period"):
+        read._text_values("monthly_reporting_period", column(["01/01/2007", None]), None)
+    with pytest.raises(read._Unclean, match="bad value in current_loan_delinquency_status"):
+        read._text_values("current_loan_delinquency_status", column(["1"], ["Y"]), None)
+
+
+def test_the_cpu_reader_reads_a_piece_where_the_file_is_mapped():
+    """A piece of a file, read where the file is mapped, gives what its bytes give, and its
+    arrays stay valid once the mapping is closed."""
+    import gc
+
+    with open(SAMPLE_PERF, "rb") as f:
+        text = f.read()
+    starts = [0] + [i + 1 for i, byte in enumerate(text) if byte == ord("\n")]
+    piece = files.Piece(SAMPLE_PERF, starts[5], starts[40])
+    columns = schema.PERFORMANCE_READ
+    mapped = read._read_cpu([piece], None, schema.CLASSIC_PERFORMANCE, columns, None)
+    gc.collect()
+    given = read._read_cpu([piece], text[piece.start:piece.stop], schema.CLASSIC_PERFORMANCE,
+                           columns, None)
+    assert len(mapped["loan_id"]) == 35
+    for name in columns:
+        np.testing.assert_array_equal(mapped[name], given[name])
+    assert mapped["loan_id"].tolist() == [int(r[0]) for r in raw_lines([SAMPLE_PERF])[5:40]]
+
+
+def test_a_cpu_flag_column_reads_as_booleans_or_else_as_text(tmp_path):
+    """A flag column (N or Y) is read as booleans; a piece where one holds another text is
+    read again with dictionaries, and every text gets its code as before (another: "other")."""
+    import pyarrow as pa
+
+    flags = pa.chunked_array([[True, None], [False, True]])
+    assert read._text_values("mod_flag", flags, None).tolist() == [
+        schema.category_code("mod_flag", t) for t in ("Y", None, "N", "Y")]
+    rows = raw_lines([SAMPLE_PERF])[:60]
+    flag = schema.PERFORMANCE.names.index("mod_flag")
+    rows[7][flag], rows[8][flag] = "P", ""
+    path = _write(tmp_path / "Performance_2007Q3.txt_0", "\n".join("|".join(r) for r in rows))
+    got = read_all([path]).frame["mod_flag"].tolist()
+    assert got == [schema.category_code("mod_flag", r[flag]) for r in rows]
+    assert got[7:9] == [len(schema.VOCABULARIES["mod_flag"]), schema.MISSING]
+    assert read.FLAG == schema.VOCABULARIES["mod_flag"]
+
+
+def test_a_cpu_number_column_is_float32_with_blank_and_nan_missing():
+    """Numbers read as float64 are rounded to float32; a blank (null) or a NaN is MISSING, and
+    a column of blanks only is MISSING throughout."""
+    import pyarrow as pa
+
+    numbers = pa.chunked_array([[0.1, None], [float("nan"), 3.5]], pa.float64())
+    got = read._number_values(numbers, 4)
+    assert got.dtype == np.float32
+    assert got.tolist() == [np.float32(0.1), -1, -1, 3.5]
+    blank = read._number_values(pa.chunked_array([[None, None], [None]], pa.float64()), 3)
+    assert blank.dtype == np.float32 and blank.tolist() == [-1, -1, -1]
+
+
+def test_next_flagged_row_is_the_first_flagged_at_or_after_each_row():
+    """The next flagged index of every index (len when none), from the running count and
+    from the search among flagged indices alike, and on small cases spelled out."""
+    flags = np.array([0, 1, 0, 0, 1, 1, 0], bool)
+    assert features._next_flagged(np, flags).tolist() == [1, 1, 4, 4, 4, 5, 7]
+    assert features._first_flagged(np, flags, np.array([6, 0, 2, 5])).tolist() == [7, 1, 4, 5]
+    assert features._first_flagged(np, np.zeros(4, bool), np.array([0, 3])).tolist() == [4, 4]
+    assert features._next_flagged(np, np.zeros(3, bool)).tolist() == [3, 3, 3]
+    assert features._next_flagged(np, np.zeros(0, bool)).tolist() == []
+    rng = np.random.default_rng(1)
+    for density in (0.01, 0.3, 1.0):
+        flags = rng.random(2000) < density
+        np.testing.assert_array_equal(features._next_flagged(np, flags),
+                                      features._first_flagged(np, flags, np.arange(2000)))
+
+
+def test_rows_of_finds_each_key_s_loan_in_runs_or_not():
+    """Each key's column in the acquisitions' values (the first of equal ids; the last
+    column when the loan has none), for keys in runs, out of order, or none at all."""
+    acq = pd.DataFrame({"loan_id": np.array([30, 10, 20, 10], np.int64)})
+    for name in features.ACQUIRED:
+        acq[name] = np.float32(1)
+    joined = features.acquisitions(acq)
+    assert joined.ids.tolist() == [10, 10, 20, 30]
+    keys = [20, 20, 5, 10, 10, 10, 30, 99, 20, 10]
+    assert joined.rows_of(pd.Series(keys, dtype="int64")).tolist() == [2, 2, 4, 0, 0, 0, 3, 4,
+                                                                       2, 0]
+    assert joined.rows_of(pd.Series([], dtype="int64")).tolist() == []
+    rng = np.random.default_rng(2)
+    keys = np.repeat(rng.integers(0, 40, 300), rng.integers(1, 5, 300))
+    at = np.minimum(np.searchsorted(joined.ids, keys), len(joined.ids) - 1)
+    want = np.where(joined.ids[at] == keys, at, len(joined.ids))
+    np.testing.assert_array_equal(joined.rows_of(pd.Series(keys)), want)
+    none = features.acquisitions(acq.iloc[:0])
+    assert none.rows_of(pd.Series([7, 7, 8])).tolist() == [0, 0, 0]
+
+
+def test_features_of_are_the_values_of_each_key_s_loan():
+    """The acquired features of each key: its loan's column of the values (MISSING where
+    the loan has no acquisition row), a row per feature."""
+    rng = np.random.default_rng(3)
+    acq = pd.DataFrame({"loan_id": rng.permutation(50).astype(np.int64)})
+    for name in features.ACQUIRED:
+        acq[name] = rng.integers(0, 100, 50).astype(np.float32)
+    joined = features.acquisitions(acq)
+    keys = np.repeat(rng.integers(0, 60, 200), rng.integers(1, 4, 200))
+    got = joined.features_of(pd.Series(keys))
+    assert got.shape == (len(features.ACQUIRED), len(keys)) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, joined.values[:, joined.rows_of(pd.Series(keys))])
+    missing = ~np.isin(keys, acq["loan_id"])
+    assert missing.any() and (got[:, missing] == schema.MISSING).all()
+    assert (got[:, ~missing] == acq.set_index("loan_id").loc[keys[~missing]].T).all(axis=None)
+    assert joined.features_of(pd.Series([], dtype="int64")).shape == (len(features.ACQUIRED), 0)
+
+
+def test_the_feature_table_s_arrays_are_its_own(dataset):
+    """The CPU table's columns are writable arrays that share no memory with the frame it was
+    made from."""
+    perf = features.performance_features(read_all(dataset.performance[:1]).frame)
+    acq = read_all(dataset.acquisition[:1], schema.CLASSIC_ACQUISITION,
+                   schema.ACQUISITION_READ).frame
+    kept = perf.copy(deep=False)  # shares perf's arrays
+    table = features.feature_table(perf, features.acquisitions(acq))
+    before = kept["interest_rate"].to_numpy().copy()
+    table.iloc[:, :] = 0  # in place
+    assert (table.to_numpy() == 0).all()
+    np.testing.assert_array_equal(kept["interest_rate"].to_numpy(), before)
+
+
 def test_small_files_are_packed_up_to_the_partition_size(dataset, tmp_path):
     """A quarter written as several small files of whole loans: packed into one partition
     when they fit, into several (each file whole) when the partition size is smaller."""
