@@ -89,7 +89,8 @@ import compileall, os, sys
 from dask_gpu_interop.doctor import without_bytecode
 missing = without_bytecode()
 print("without bytecode:", ", ".join(missing) or "nothing", "; may write it:", not sys.dont_write_bytecode)
-folders = sorted({os.path.dirname(folder) for folder in missing.values()} | {os.getcwd()})
+ours = {os.path.abspath(d) for d in ("dask_gpu_interop", "examples", "benchmarks", "tests")}
+folders = sorted({os.path.dirname(folder) for folder in missing.values()} | ours)
 sys.exit(0 if all(compileall.compile_dir(f, quiet=1, workers=0) for f in folders) else 1)
 PY
 }

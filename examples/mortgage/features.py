@@ -166,10 +166,15 @@ def _loan_features(xp, loan, month, status, bad) -> dict:
     return out
 
 
+def _flagged(xp, flags):
+    """The indices whose flag is set, in order, then ``len(flags)`` (the answer of "none")."""
+    return xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
+
+
 def _first_flagged(xp, flags, at):
     """For each index of ``at``, the first index at or after it whose flag is set (``len``
     when none): a binary search among the flagged indices."""
-    flagged = xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
+    flagged = _flagged(xp, flags)
     return flagged[xp.searchsorted(flagged, at)]
 
 
@@ -177,8 +182,7 @@ def _next_flagged(xp, flags):
     """For every index, the first index at or after it whose flag is set (``len`` when
     none), without a search: an index with k flags set before it finds its answer at
     position k of the flagged indices in order."""
-    flagged = xp.concatenate([xp.flatnonzero(flags), xp.full(1, len(flags), dtype=xp.intp)])
-    return flagged[xp.cumsum(flags) - flags]
+    return _flagged(xp, flags)[xp.cumsum(flags) - flags]
 
 
 @dataclass
