@@ -1,7 +1,7 @@
 """Where the `etl` command's ETL time goes across its tasks: a timeline of one run.
 
-    python benchmarks/mortgage_timeline.py --data DIR [--data DIR2] [--warm] [--out DIR]
-        [-- ETL FLAGS...]
+    python benchmarks/mortgage_timeline.py --data DIR [--data DIR2] [--warm] [--commit C]
+        [--out DIR] [-- ETL FLAGS...]
 
 Runs the README's command, ``python -m examples.mortgage etl --data DIR --out OUT`` (with
 ``--device gpu`` unless the flags after ``--`` say otherwise), in this process, and records
@@ -156,6 +156,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--warm", action="store_true",
                         help="Also time a second ETL on the same cluster.")
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
@@ -176,7 +177,7 @@ def main(argv=None) -> dict:
     args = parse(argv)
     flags = args.flags
     info = machine()
-    payload = {"command": command_line(__file__, argv), "commit": commit(),
+    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info, "runs": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for data in args.data:

@@ -160,6 +160,12 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
         raise click.UsageError(str(exc)) from None
 
 
+def _balanced(plan: files.Plan, client, device: str, partition_size) -> files.Plan:
+    """``plan`` cut again for the cluster's worker threads (``files.balance``)."""
+    size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
+    return plan.balanced(sum(client.nthreads().values()), size)
+
+
 @contextlib.contextmanager
 def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
@@ -255,6 +261,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             the_plan = _plan(directory, None, None, None, device, partition_size)
         elif device != expected and partition_size is None:
             the_plan = _plan(data, None, None, None, device, None)  # the cluster's default
+        the_plan = _balanced(the_plan, client, device, partition_size)
         from . import job  # imported while the cluster started
 
         try:
@@ -341,9 +348,10 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
-    with _cluster(cluster, expected, (f"{__package__}.etl",)) as (_, device):
+    with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device):
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
+        the_plan = _balanced(the_plan, client, device, partition_size)
         try:
             from . import etl as etl_mod
 

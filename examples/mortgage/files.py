@@ -8,7 +8,10 @@ at byte offsets).
 
 Partitions are sized by bytes: a quarter's small files packed together, a large file cut into
 pieces that end at loan boundaries, so that every loan's history is in one partition (the
-per-loan features and the forward-looking label need it, and no shuffle does).
+per-loan features and the forward-looking label need it, and no shuffle does). Once the cluster
+is known, the partitions are cut again into a multiple of its worker threads, of about equal
+size (:func:`balance`): the tasks then run in full waves, and the last wave keeps every thread
+busy instead of a few.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import bz2
 import glob
 import gzip
 import lzma
+import math
 import os
 import re
 import struct
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 from dask.utils import format_bytes, parse_bytes
@@ -155,6 +159,10 @@ class Plan:
         paths = [piece.path for part in self.parts for piece in part.pieces]
         paths += [path for group in self.acquisitions.values() for path in group]
         return sorted({path.split(MEMBER, 1)[0] for path in paths})
+
+    def balanced(self, slots: int, size: int) -> Plan:
+        """This plan with its partitions cut again for ``slots`` worker threads (:func:`balance`)."""
+        return replace(self, parts=balance(self.parts, size, slots, self.layout))
 
     def acquisition_files(self, quarter: str | None) -> tuple[str, ...]:
         if quarter in self.acquisitions:
@@ -331,6 +339,73 @@ def cut(paths: list[str], size: int, layout: schema.Layout) -> list[Part]:
         if pending:
             groups.append((quarter, pending))
     return [Part(i, quarter, tuple(pieces)) for i, (quarter, pieces) in enumerate(groups)]
+
+
+def balance(parts: list[Part], size: int, slots: int, layout: schema.Layout,
+            minimum: int = MIN_PARTITION_SIZE) -> list[Part]:
+    """``parts`` cut again into a multiple of ``slots`` partitions (the worker threads that run
+    them), each at most about ``size`` bytes and none made below ``minimum``, the largest
+    as small as the quarters allow. With tasks of about equal time they run in full waves: cut
+    by size alone, a few partitions more than the threads make a last wave in which most
+    threads wait.
+
+    A quarter's files are cut into spans of equal bytes whose ends move to the next loan
+    boundary (a span may end one file and begin the next of the same quarter); a compressed
+    file stays whole."""
+    quarters: dict[str | None, list[list]] = {}
+    for part in parts:  # each quarter's files, as [path, start, stop] runs of text
+        runs = quarters.setdefault(part.quarter, [])
+        for piece in part.pieces:
+            if runs and runs[-1][0] == piece.path and runs[-1][2] == piece.start:
+                runs[-1][2] = piece.stop
+            else:
+                runs.append([piece.path, piece.start, piece.stop])
+    sizes = [sum(stop - start for _, start, stop in runs) for runs in quarters.values()]
+    if not sum(sizes) or slots < 1:
+        return list(parts)
+    shares = [max(1, math.ceil(s / size)) for s in sizes]  # at most about size each
+    count = slots * math.ceil(sum(shares) / slots)
+    count = max(sum(shares), min(count, sum(sizes) // max(1, minimum)))
+    while sum(shares) < count:  # one more span for the quarter with the largest spans
+        largest = max(range(len(sizes)), key=lambda i: sizes[i] / shares[i])
+        shares[largest] += 1
+    cut_parts: list[Part] = []
+    for (quarter, runs), share in zip(quarters.items(), shares, strict=True):
+        for pieces in _cut_runs(runs, share, layout):
+            cut_parts.append(Part(len(cut_parts), quarter, pieces))
+    return cut_parts
+
+
+def _cut_runs(runs: list[list], count: int, layout: schema.Layout) -> list[tuple[Piece, ...]]:
+    """One quarter's runs of text cut into ``count`` spans of about equal bytes, each ending
+    at a loan boundary (or a file's end), as the pieces each span covers."""
+    ends, offset = [], 0
+    for _, start, stop in runs:
+        offset += stop - start
+        ends.append(offset)
+    total, bounds = offset, {0, offset}
+    for k in range(1, count):
+        target = round(k * total / count)
+        i = next(i for i, end in enumerate(ends) if end > target)
+        path, start, stop = runs[i]
+        run_start = ends[i] - (stop - start)
+        if compressed(path):  # whole: to its nearer end
+            bounds.add(run_start if target - run_start < ends[i] - target else ends[i])
+            continue
+        with open(path, "rb") as f:
+            at = loan_boundary(f, start + target - run_start, stop, layout.loan_field)
+        bounds.add(run_start + max(at, start) - start)
+    spans = []
+    edges = sorted(bounds)
+    for a, b in pairwise(edges):
+        pieces = []
+        for (path, start, stop), end in zip(runs, ends, strict=True):
+            begin = end - (stop - start)
+            lo, hi = max(a, begin), min(b, end)
+            if hi > lo:
+                pieces.append(Piece(path, start + lo - begin, start + hi - begin))
+        spans.append(tuple(pieces))
+    return spans
 
 
 def chunks(pieces, size: int) -> list[list[Piece]]:

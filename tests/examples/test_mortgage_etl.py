@@ -4,13 +4,16 @@ both file layouts."""
 from __future__ import annotations
 
 import glob
+import gzip
 import os
 import shutil
+from dataclasses import replace
 
 import dask
 import numpy as np
 import pandas as pd
 import pytest
+from dask.utils import parse_bytes
 
 from examples.mortgage import etl, features, files, read, schema
 from examples.mortgage.testdata import generate as gen
@@ -334,6 +337,107 @@ def test_pieces_hold_whole_loans_and_cover_every_line(dataset, layout):
             for i, a in enumerate(loans):
                 for b in loans[i + 1:]:
                     assert not a & b
+
+
+def _largest_loan(paths, layout):
+    """The most bytes of lines one loan has in one of ``paths``."""
+    largest = 0
+    for path in paths:
+        sizes = {}
+        for line in open(path, "rb"):
+            loan = line.split(b"|")[layout.loan_field]
+            sizes[loan] = sizes.get(loan, 0) + len(line)
+        largest = max(largest, *sizes.values())
+    return largest
+
+
+def _covered(parts, path):
+    """The bytes of ``path`` the parts' pieces cover, in the parts' order."""
+    data = []
+    with open(path, "rb") as f:
+        for piece in (p for part in parts for p in part.pieces if p.path == path):
+            f.seek(piece.start)
+            data.append(f.read(piece.nbytes))
+    return data
+
+
+@pytest.mark.parametrize("layout", ["classic", "current"])
+@pytest.mark.parametrize("slots", [1, 2, 3, 5, 16])
+def test_balanced_partitions_come_in_full_waves_of_whole_loans(dataset, layout, slots):
+    """Cut again for ``slots`` threads: a multiple of them (bytes allowing), each at most
+    about the size, every line once and in order, each loan in one partition of its quarter."""
+    paths = dataset.performance if layout == "classic" else dataset.current
+    file_layout = schema.CLASSIC_PERFORMANCE if layout == "classic" else schema.CURRENT
+    total = sum(os.path.getsize(p) for p in paths)
+    for size in (total // 9, total // 2, total * 2):
+        parts = files.cut(paths, size, file_layout)
+        balanced = files.balance(parts, size, slots, file_layout, minimum=1)
+        assert len(balanced) % slots == 0 and len(balanced) >= len(parts)
+        assert [p.index for p in balanced] == list(range(len(balanced)))
+        assert max(p.nbytes for p in balanced) <= size + _largest_loan(paths, file_layout)
+        for part in balanced:
+            assert {schema.quarter_of(p.path) for p in part.pieces} == {part.quarter}
+        for path in paths:
+            chunks = _covered(balanced, path)
+            assert b"".join(chunks) == open(path, "rb").read()
+            loans = [{line.split(b"|")[file_layout.loan_field] for line in c.splitlines()}
+                     for c in chunks]
+            for i, a in enumerate(loans):
+                for b in loans[i + 1:]:
+                    assert not a & b
+
+
+def test_balancing_evens_out_the_last_wave(tmp_path):
+    """Sizes alone cut these files into five partitions: a wave and a lone task on four
+    threads. Balanced: eight of about equal size, two full waves, none larger than before,
+    the larger quarter cut into more."""
+    lines = [f"{1000 + loan}|x" for loan in range(1000) for _ in range(3)]
+    big = _write(tmp_path / "Performance_2007Q1.txt", "\n".join(lines[:1800]) + "\n")
+    small = _write(tmp_path / "Performance_2007Q2.txt", "\n".join(lines[1800:]) + "\n")
+    layout = schema.CLASSIC_PERFORMANCE
+    size = os.path.getsize(big) // 3 + 1
+    parts = files.cut([big, small], size, layout)
+    assert [p.quarter for p in parts] == ["2007Q1"] * 3 + ["2007Q2"] * 2
+    balanced = files.balance(parts, size, 4, layout, minimum=1)
+    assert [p.quarter for p in balanced] == ["2007Q1"] * 5 + ["2007Q2"] * 3
+    assert max(p.nbytes for p in balanced) < max(p.nbytes for p in parts)
+    assert max(p.nbytes for p in balanced) < 1.2 * min(p.nbytes for p in balanced)
+
+
+def test_balancing_keeps_partitions_above_the_minimum(dataset):
+    paths = dataset.performance
+    layout = schema.CLASSIC_PERFORMANCE
+    total = sum(os.path.getsize(p) for p in paths)
+    parts = files.cut(paths, total * 2, layout)  # a partition per quarter
+    assert files.balance(parts, total * 2, 64, layout) == parts  # all below the 1 MiB minimum
+    more = files.balance(parts, total * 2, 64, layout, minimum=total // (len(parts) + 2))
+    assert len(more) == len(parts) + 2  # as many as the minimum allows, not 64
+
+
+def test_a_compressed_file_stays_whole_when_balanced(dataset, tmp_path):
+    layout = schema.CLASSIC_PERFORMANCE
+    plain, packed = dataset.performance[:2]
+    zipped = str(tmp_path / (os.path.basename(packed) + ".gz"))
+    with open(packed, "rb") as src, gzip.open(zipped, "wb") as dst:
+        dst.write(src.read())
+    parts = files.cut([plain, zipped], 1 << 30, layout)
+    balanced = files.balance(parts, 1 << 30, 6, layout, minimum=1)
+    assert [p for part in balanced for p in part.pieces if p.path == zipped] == [
+        p for part in parts for p in part.pieces if p.path == zipped]
+    assert b"".join(_covered(balanced, plain)) == open(plain, "rb").read()
+
+
+def test_a_balanced_plan_gives_the_same_table(dataset):
+    for layout in ("classic", "current"):
+        plan = files.plan(dataset.directory_of(layout), partition_size="1MiB")
+        balanced = replace(plan, parts=files.balance(plan.parts, parse_bytes("1MiB"), 7,
+                                                     plan.layout, minimum=1))
+        assert len(balanced.parts) == 7 and len(plan.parts) < 7
+        want = etl.run(plan).frame.compute().reset_index(drop=True)
+        got = etl.run(balanced)
+        assert got.partitions == 7 and got.quarters == balanced.quarters
+        pd.testing.assert_frame_equal(got.frame.compute().reset_index(drop=True), want,
+                                      check_exact=True)
 
 
 def test_chunks_cover_each_piece_once_at_line_starts(tmp_path):
