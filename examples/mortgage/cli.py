@@ -122,8 +122,9 @@ layout_option = click.option(
 etl_options = [
     click.option("--partition-size", default=None,
                  callback=_callback(lambda value: files.partition_size_for("cpu", value)),
-                 help="Bytes of text per task (small files packed, large ones cut at loan "
-                      f"boundaries) [default: {files.PARTITION_SIZES['gpu']} on GPUs, "
+                 help="Bytes of text per task at most (small files packed, large ones cut at "
+                      "loan boundaries, then into a multiple of the cluster's threads) "
+                      f"[default: {files.PARTITION_SIZES['gpu']} on GPUs, "
                       f"{files.PARTITION_SIZES['cpu']} on CPUs]"),
     click.option("--bad-rows", type=click.Choice(read.POLICIES), default="error",
                  show_default=True,

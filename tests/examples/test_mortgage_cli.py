@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import LocalCluster
 
-from examples.mortgage import gpu_workers, schema
+from examples.mortgage import files, gpu_workers, schema
 from examples.mortgage.cli import mortgage as main
 
 from .mortgage_sample import SAMPLE
@@ -155,6 +155,14 @@ def test_help_lists_the_sub_commands():
     result = _run(["--help"])
     assert result.exit_code == 0
     assert "generate" in result.output and "etl" in result.output
+
+
+def test_etl_help_gives_each_device_s_default_partition_size():
+    result = _run(["etl", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert (f"[default: {files.PARTITION_SIZES['gpu']} on GPUs, "
+            f"{files.PARTITION_SIZES['cpu']} on CPUs]") in text
 
 
 class _Started(Exception):
