@@ -314,31 +314,6 @@ def test_loan_boundary(tmp_path, ending, loan_field):
             assert files.loan_boundary(f, offset, size, loan_field) == min(want, size), offset
 
 
-@pytest.mark.parametrize("layout", ["classic", "current"])
-def test_pieces_hold_whole_loans_and_cover_every_line(dataset, layout):
-    paths = (dataset.performance if layout == "classic" else dataset.current)[:2]
-    file_layout = schema.CLASSIC_PERFORMANCE if layout == "classic" else schema.CURRENT
-    size = os.path.getsize(paths[0])
-    for target in (size // 7, size // 3, size * 10):
-        parts = files.cut(paths, target, file_layout)
-        if target > size:  # whole files; a partition per quarter (the files' are different)
-            quarters = {schema.quarter_of(p) for p in paths}
-            assert len(parts) == len(quarters) == 2
-        for path in paths:
-            pieces = [p for part in parts for p in part.pieces if p.path == path]
-            chunks = []
-            for piece in pieces:
-                with open(path, "rb") as f:
-                    f.seek(piece.start)
-                    chunks.append(f.read(piece.nbytes))
-            assert b"".join(chunks) == open(path, "rb").read()
-            loans = [{line.split(b"|")[file_layout.loan_field] for line in c.splitlines()}
-                     for c in chunks]
-            for i, a in enumerate(loans):
-                for b in loans[i + 1:]:
-                    assert not a & b
-
-
 def _largest_loan(paths, layout):
     """The most bytes of lines one loan has in one of ``paths``."""
     largest = 0
@@ -351,6 +326,18 @@ def _largest_loan(paths, layout):
     return largest
 
 
+def _assert_whole_loans_cover(parts, paths, layout):
+    """The parts' pieces cover each of ``paths`` once and in order, and no loan is in two."""
+    for path in paths:
+        chunks = _covered(parts, path)
+        assert b"".join(chunks) == open(path, "rb").read()
+        loans = [{line.split(b"|")[layout.loan_field] for line in c.splitlines()}
+                 for c in chunks]
+        for i, a in enumerate(loans):
+            for b in loans[i + 1:]:
+                assert not a & b
+
+
 def _covered(parts, path):
     """The bytes of ``path`` the parts' pieces cover, in the parts' order."""
     data = []
@@ -359,6 +346,19 @@ def _covered(parts, path):
             f.seek(piece.start)
             data.append(f.read(piece.nbytes))
     return data
+
+
+@pytest.mark.parametrize("layout", ["classic", "current"])
+def test_pieces_hold_whole_loans_and_cover_every_line(dataset, layout):
+    paths = (dataset.performance if layout == "classic" else dataset.current)[:2]
+    file_layout = schema.CLASSIC_PERFORMANCE if layout == "classic" else schema.CURRENT
+    size = os.path.getsize(paths[0])
+    for target in (size // 7, size // 3, size * 10):
+        parts = files.cut(paths, target, file_layout)
+        if target > size:  # whole files; a partition per quarter (the files' are different)
+            quarters = {schema.quarter_of(p) for p in paths}
+            assert len(parts) == len(quarters) == 2
+        _assert_whole_loans_cover(parts, paths, file_layout)
 
 
 @pytest.mark.parametrize("layout", ["classic", "current"])
@@ -377,14 +377,7 @@ def test_balanced_partitions_come_in_full_waves_of_whole_loans(dataset, layout, 
         assert max(p.nbytes for p in balanced) <= size + _largest_loan(paths, file_layout)
         for part in balanced:
             assert {schema.quarter_of(p.path) for p in part.pieces} == {part.quarter}
-        for path in paths:
-            chunks = _covered(balanced, path)
-            assert b"".join(chunks) == open(path, "rb").read()
-            loans = [{line.split(b"|")[file_layout.loan_field] for line in c.splitlines()}
-                     for c in chunks]
-            for i, a in enumerate(loans):
-                for b in loans[i + 1:]:
-                    assert not a & b
+        _assert_whole_loans_cover(balanced, paths, file_layout)
 
 
 def test_balancing_evens_out_the_last_wave(tmp_path):
