@@ -2,7 +2,8 @@
 
 ``gpu-interop.memory.*`` comes from ``MemoryConfig``'s fields; set one in a YAML file or by
 environment (``DASK_GPU_INTEROP__MEMORY__POOL_SIZE=0.8``). ``dask-gpu-interop config`` prints
-them all with their help.
+them all with their help. ``gpu-interop.worker.*``: how GPU workers run tasks
+(:mod:`dask_gpu_interop.gpu_workers`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,19 @@ SERIALIZE_DEFAULTS = {
 }
 
 
+WORKER_DEFAULTS = {
+    # Variables GPU workers get over dask_gpu_interop.gpu_workers.ENVIRON (null: leave one out).
+    "environ": {},
+    # Threads of each GPU worker of a local cluster (dask_gpu_interop.gpu_workers).
+    "threads": 2,
+}
+
+
 def defaults() -> dict:
     from .memory.config import config_defaults
 
-    return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS)}}
+    return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS),
+                            "worker": dict(WORKER_DEFAULTS)}}
 
 
 def load_defaults() -> None:

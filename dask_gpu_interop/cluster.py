@@ -17,13 +17,16 @@ import gc
 import importlib.util
 import os
 
+import dask.config
 from distributed import Client, LocalCluster
 
 from . import device as device_mod
+from . import gpu_workers
 from .memory.config import PRELOAD_PREFIX, Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
+NANNY_ENVIRON = "distributed.nanny.environ"
 CONNECT_TIMEOUT = "10s"
 
 
@@ -129,7 +132,9 @@ def local_cluster(
     n_workers : int, optional
         Workers: by default one per GPU, or up to 4 processes sharing the cores.
     threads_per_worker : int, optional
-        Threads of each worker: by default 1 on GPUs, the cores shared out on CPUs.
+        Threads of each worker: on GPUs ``gpu-interop.worker.threads`` (2: one task's host work
+        overlaps another's kernels, each thread on its own CUDA stream, see
+        :mod:`dask_gpu_interop.gpu_workers`); on CPUs the cores shared out.
     protocol : {"tcp", "ucx", "tls", "inproc"}
         How the workers talk; "ucx" (NVLink, InfiniBand) is for GPU clusters.
     memory : dict, optional
@@ -172,9 +177,12 @@ def local_cluster(
     preload = {"preload": ["dask_gpu_interop.preload"],
                "preload_argv": plugin.config.argv(PRELOAD_PREFIX)}
     if device == "gpu" and in_process(n_workers, protocol, processes):
+        # The worker's GPU libraries are this process's: their settings go in its environment
+        # (where none of them is imported yet).
+        gpu_workers.apply()
         return LocalCluster(
             n_workers=1,
-            threads_per_worker=threads_per_worker or 1,
+            threads_per_worker=threads_per_worker or gpu_workers.threads(),
             processes=False,
             protocol=protocol,
             dashboard_address=dashboard_address,
@@ -185,18 +193,22 @@ def local_cluster(
     if device == "gpu":
         from dask_cuda import LocalCUDACluster
 
-        return LocalCUDACluster(
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker or 1,
-            protocol=protocol,
-            dashboard_address=dashboard_address,
-            security=security,
-            **preload,
-        )
-    workers = n_workers or max(1, min(4, os.cpu_count() or 1))
+        # Each worker process gets the GPU workers' settings from its nanny, at every (re)start;
+        # a variable set in this process's environment wins over them.
+        with dask.config.set({NANNY_ENVIRON: {**gpu_workers.settings(),
+                                              **dask.config.get(NANNY_ENVIRON, default={})}}):
+            return LocalCUDACluster(
+                n_workers=n_workers,
+                threads_per_worker=threads_per_worker or gpu_workers.threads(),
+                protocol=protocol,
+                dashboard_address=dashboard_address,
+                security=security,
+                **preload,
+            )
+    count = n_workers or max(1, min(4, os.cpu_count() or 1))
     return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=threads_per_worker or max(1, (os.cpu_count() or 1) // workers),
+        n_workers=count,
+        threads_per_worker=threads_per_worker or max(1, (os.cpu_count() or 1) // count),
         protocol=protocol,
         dashboard_address=dashboard_address,
         security=security,
@@ -208,11 +220,11 @@ def in_process(n_workers: int | None, protocol: str, processes: bool | None) -> 
     """Whether a local GPU cluster runs its worker in this process (see :func:`local_cluster`):
     one worker, over a protocol that needs no setup of its own, unless ``processes`` says."""
     if processes is not None:
-        workers = n_workers or device_mod.gpu_count()
-        if not processes and workers > 1:
+        count = n_workers or device_mod.gpu_count()
+        if not processes and count > 1:
             raise ClusterError(
                 "{processes:=} runs one GPU worker in this process, but there would be "
-                f"{workers} (one per GPU): ask for one worker, or leave {{processes}} out",
+                f"{count} (one per GPU): ask for one worker, or leave {{processes}} out",
                 Setting("processes", processes))
         return not processes
     if protocol not in ("tcp", "inproc"):

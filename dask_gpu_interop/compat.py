@@ -9,6 +9,8 @@ tests check it on stand-ins shaped like those releases' objects.
 
 from __future__ import annotations
 
+from distributed.threadpoolexecutor import ThreadPoolExecutor as _DaskThreadPoolExecutor
+
 
 def lazy_registrations(dispatch) -> dict:
     """``{top-level module: registration}`` pending on a ``dask.utils.Dispatch``.
@@ -213,3 +215,33 @@ def device_host_file(device_fraction: float, host_bytes: int) -> tuple:
 
     limit = parse_device_memory_limit(device_fraction, device_index=0)
     return DeviceHostFile, {"device_memory_limit": limit, "memory_limit": host_bytes}
+
+
+
+class CallingThreadPoolExecutor(_DaskThreadPoolExecutor):
+    """distributed's ``ThreadPoolExecutor`` that runs each submitted function through
+    ``call(function, *args, **kwargs)``. distributed runs a task in an executor whose type's
+    name holds "ThreadPoolExecutor" the way it runs it in its own (thread state, metrics)."""
+
+    def __init__(self, call, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._call = call
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(self._call, fn, *args, **kwargs)
+
+
+def wrap_default_executor(worker, call) -> bool:
+    """Run ``worker``'s tasks through ``call(function, *args)`` from now on: its default
+    executor (``worker.executors["default"]``, distributed's ``ThreadPoolExecutor``) replaced
+    by one of as many threads that does so; the old one ends once its tasks are done. False,
+    and nothing changed, where the worker runs tasks in an executor of another kind."""
+    current = getattr(worker, "executors", {}).get("default")
+    if isinstance(current, CallingThreadPoolExecutor):
+        return True
+    if type(current) is not _DaskThreadPoolExecutor:
+        return False
+    worker.executors["default"] = CallingThreadPoolExecutor(
+        call, current._max_workers, thread_name_prefix=current._thread_name_prefix)
+    current.shutdown(wait=False)
+    return True

@@ -9,6 +9,11 @@ lists them). Options left out come from dask config, so the preload needs no fla
 dask_gpu_interop.preload``. A bad option, or a setup the plugin refuses, stops the worker with
 the reason: a worker that came up without its memory setup would be worse than one that did
 not come up.
+
+Importing the preload also gives the worker the GPU workers' settings of
+:mod:`dask_gpu_interop.gpu_workers` (each thread its own CUDA stream, kvikio's reader threads),
+before any GPU library is imported; with them, start ``dask cuda worker`` with ``--nthreads
+2``, so that one task's host work overlaps another's kernels.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 
 import click
 
+from . import gpu_workers
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -28,6 +34,10 @@ from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
+
+# The GPU workers' settings (per-thread streams, kvikio's threads: dask_gpu_interop.gpu_workers),
+# now: a worker imports its preloads before any GPU library, which reads them at import.
+gpu_workers.apply()
 
 PREFIX = PRELOAD_PREFIX  # --gpu-pool-size
 

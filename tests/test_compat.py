@@ -271,3 +271,50 @@ def test_dask_cudas_device_host_file_takes_what_the_store_gives_it():
     taken = inspect.signature(DeviceHostFile).parameters
     assert {"worker_local_directory", "device_memory_limit", "memory_limit"} <= set(taken)
     assert "device_index" in inspect.signature(parse_device_memory_limit).parameters
+
+
+def _thread_name():
+    import threading
+
+    return threading.current_thread().name
+
+
+def test_a_workers_tasks_can_be_run_through_a_call_on_the_same_threads():
+    from distributed import Client, LocalCluster
+    from distributed.threadpoolexecutor import ThreadPoolExecutor
+
+    calls = []
+
+    def call(function, *args, **kwargs):
+        result = function(*args, **kwargs)
+        calls.append(_thread_name())
+        return result
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        (worker,) = cluster.workers.values()
+        before = worker.executors["default"]
+        assert type(before) is ThreadPoolExecutor, (
+            "distributed's worker default executor is no longer its ThreadPoolExecutor: update "
+            "dask_gpu_interop.compat.wrap_default_executor")
+        assert compat.wrap_default_executor(worker, call)
+        after = worker.executors["default"]
+        assert after is not before and after._max_workers == 2
+        assert compat.wrap_default_executor(worker, call)  # once is enough
+        assert worker.executors["default"] is after
+        names = client.gather(client.map(lambda i: _thread_name(), range(4), pure=False))
+        assert client.submit(sum, [1, 2]).result() == 3
+        assert len(calls) == 5 and set(calls) == set(names) | set(calls[-1:])
+        assert all("Dask-Default-Threads" in name for name in calls)
+        assert worker.state.nthreads == 2
+
+
+def test_an_executor_of_another_kind_is_left_alone():
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Stand:
+        executors = {"default": ThreadPoolExecutor(1)}
+
+    stand = Stand()
+    assert not compat.wrap_default_executor(stand, lambda f, *a: f(*a))
+    assert isinstance(stand.executors["default"], ThreadPoolExecutor)

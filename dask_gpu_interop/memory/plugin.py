@@ -8,7 +8,7 @@ import time
 
 from distributed import WorkerPlugin
 
-from .. import compat, device
+from .. import compat, device, gpu_workers
 from ..serialize import register as register_serializers
 from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
@@ -171,9 +171,12 @@ class GPUMemoryPlugin(WorkerPlugin):
                 f"{label} sees a GPU but RMM is not installed ({err}). Install the GPU stack on "
                 "every worker: pip install 'dask-gpu-interop[cuda13]' (or [cuda12])."
             ) from None
-        return state.install(
+        installed = state.install(
             self.config, self.name, worker=worker, label=label, force=self.force
         )
+        # Per-thread streams: a task's kernels may outlive its function; each task waits.
+        gpu_workers.wait_for_streams(worker)
+        return installed
 
     async def setup(self, worker) -> None:
         self._worker = worker

@@ -1,0 +1,149 @@
+"""How GPU workers run tasks: two at a time per GPU, each thread on its own CUDA stream.
+
+A GPU worker that runs one task at a time leaves its GPU idle while the task does host work
+(reading a file's bytes, Python between kernels). With two threads, one task's host work
+overlaps the other's kernels; each thread then needs a stream of its own, or both threads'
+kernels and copies queue behind each other on the default stream. The settings, as
+environment variables that the GPU libraries read when they are imported:
+
+==========================================  ================================================
+``CUDF_PER_THREAD_STREAM=1``                cuDF's work on each thread's default stream
+``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1``   CuPy's likewise
+``KVIKIO_NTHREADS=8``                       threads reading a file's bytes for libcudf's
+                                            readers (one by default)
+``CUPY_ACCELERATORS=`` (empty)              CuPy's reductions without CUB, whose kernels
+                                            are compiled on a machine's first call, seconds
+                                            each, again on every fresh machine or container
+==========================================  ================================================
+
+Where they apply (``gpu-interop.worker.environ`` in dask config changes or adds variables; a
+variable already set in a worker's environment wins):
+
+- local GPU clusters of :func:`~dask_gpu_interop.cluster_client` and
+  :func:`~dask_gpu_interop.local_cluster`: set in this process (:func:`environ`) before the
+  workers start, so that worker processes inherit them and a worker in this process has them
+  where no GPU library was imported yet; such workers run ``gpu-interop.worker.threads``
+  threads (2);
+- workers of a cluster you start: ``dask cuda worker --nthreads 2 --preload
+  dask_gpu_interop.preload`` sets them when the preload is imported, before the worker
+  imports a GPU library.
+
+With per-thread streams a task's kernels may still be running when its function returns, and
+a task on another thread could read its result half written. The :class:`GPUMemoryPlugin`
+therefore runs a GPU worker's tasks in an executor that waits for the thread's stream after
+each task (:func:`wait_for_streams`), so that a result is complete when it is handed on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+import dask.config
+
+logger = logging.getLogger("distributed.worker.gpu_interop")
+
+ENVIRON = {
+    "CUDF_PER_THREAD_STREAM": "1",
+    "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1",
+    "KVIKIO_NTHREADS": "8",
+    "CUPY_ACCELERATORS": "",
+}
+THREADS = 2
+
+# The variables that a library reads when it is imported: set after it, they do nothing.
+READ_AT_IMPORT = {
+    "CUDF_PER_THREAD_STREAM": ("pylibcudf", "cudf"),
+    "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": ("cupy",),
+    "CUPY_ACCELERATORS": ("cupy",),
+    "KVIKIO_NTHREADS": ("kvikio",),
+}
+PER_THREAD_STREAMS = ("CUDF_PER_THREAD_STREAM", "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM")
+
+
+def settings() -> dict[str, str]:
+    """The variables GPU workers get: :data:`ENVIRON` updated by ``gpu-interop.worker.environ``
+    (a variable given there as null is left out)."""
+    given = dask.config.get("gpu-interop.worker.environ", default=None) or {}
+    merged = {**ENVIRON, **{str(k): v for k, v in given.items()}}
+    return {name: str(value) for name, value in merged.items() if value is not None}
+
+
+def threads() -> int:
+    """Threads per GPU worker of a local cluster: ``gpu-interop.worker.threads``."""
+    value = dask.config.get("gpu-interop.worker.threads", default=THREADS)
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1 or str(value).strip() != str(count):
+        raise ValueError(f"gpu-interop.worker.threads={value!r}: give a whole number of "
+                         "threads, at least 1")
+    return count
+
+
+def apply(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Set each of ``environ`` (default: :func:`settings`) in this process's environment
+    where it is not set yet; returns what was set. A variable whose library is imported here
+    already is left alone (it would do nothing now), and the log says so."""
+    wanted = settings() if environ is None else environ
+    added, late = {}, []
+    for name, value in wanted.items():
+        if name in os.environ:
+            continue
+        if any(module in sys.modules for module in READ_AT_IMPORT.get(name, ())):
+            late.append(name)
+            continue
+        os.environ[name] = value
+        added[name] = value
+    if late:
+        logger.info("GPU worker settings %s not applied: their libraries were imported in this "
+                    "process before the worker started", ", ".join(late))
+    return added
+
+
+@contextlib.contextmanager
+def environ(environ: dict[str, str] | None = None):
+    """A context in which this process's environment has the GPU workers' settings
+    (:func:`apply`), taken back at its end. Enter it before GPU libraries are imported and
+    keep it while a local cluster's workers start."""
+    added = apply(environ)
+    try:
+        yield added
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def per_thread_streams(env=None) -> bool:
+    """Whether a GPU library of this process puts its work on per-thread streams."""
+    env = os.environ if env is None else env
+    return any(env.get(name, "0") not in ("", "0") for name in PER_THREAD_STREAMS)
+
+
+def synchronize() -> None:
+    """Wait for the device work this thread queued on its per-thread default stream."""
+    from cuda.bindings import runtime
+
+    (status,) = runtime.cudaStreamSynchronize(runtime.cudaStreamPerThread)
+    if status != runtime.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"waiting for this thread's CUDA stream failed: {status.name}")
+
+
+def waiting_call(function, *args, **kwargs):
+    """``function(*args, **kwargs)``, then wait for this thread's stream (on success)."""
+    result = function(*args, **kwargs)
+    synchronize()
+    return result
+
+
+def wait_for_streams(worker) -> bool:
+    """Make ``worker`` wait for each task's stream after it runs, where its GPU libraries use
+    per-thread streams; True when it does (from now on)."""
+    if not per_thread_streams():
+        return False
+    from .compat import wrap_default_executor
+
+    return wrap_default_executor(worker, waiting_call)
