@@ -1,0 +1,405 @@
+"""Scale out: the README's commands on 1, 2, 4 ... GPUs and on the CPUs, whole processes.
+
+    python benchmarks/scale_out.py --etl 9GiB=/tmp/m9 --etl 36GiB=/tmp/m36 --job 9GiB=/tmp/m9 \\
+        --default-job --ecg-hours 20 --gpus 1,2,4 --ucx etl --cpu etl,default,ecg \\
+        --real-cluster 2 --runs 1 --machine 4xH100
+
+Every figure is a command a user types, timed from its start to its exit (the wall clock),
+beside the work line it prints (the ETL's seconds, the training's): N GPUs are the first N of
+the machine (``CUDA_VISIBLE_DEVICES``) and the command starts its own local cluster on them;
+the CPUs' runs see no GPU. The configurations of one command alternate, round by round. The
+first run of each command on the machine is marked: on a fresh machine it pays what later runs
+find cached (kernels, files). ``--real-cluster N`` also runs the ``etl`` command on a cluster
+started as a user starts one (``python -m dask scheduler`` and ``python -m dask cuda worker
+--nthreads 2 --preload dask_gpu_interop.preload`` on N GPUs), to hold its ETL against the
+local cluster's on the same files. The datasets are made beforehand by the README's
+``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from dask.utils import format_bytes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from common import (  # noqa: E402
+    alternate,
+    choices,
+    header,
+    output_options,
+    run_record,
+    say,
+    spread,
+    summary,
+    write_results,
+)
+from mortgage import AUC_LINE, STAGE_LINE, parse_etl  # noqa: E402
+
+PYTHON = sys.executable
+EXAMPLE = [PYTHON, "-m", "examples.mortgage"]
+SECTIONS = ("etl", "job", "default", "ecg")
+GOALS = {"etl_share": 0.85, "etl_rest": 4.0, "etl_four": 3.0, "job_two": 1.5, "job_four": 2.5,
+         "real": 0.10}
+
+
+def visible(gpus: int | None) -> dict:
+    """The environment of a run on the first ``gpus`` GPUs (None: on no GPU, the CPUs)."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)) if gpus else ""}
+
+
+def configurations(gpus: list[int], ucx: bool, cpu: bool) -> dict:
+    """name -> (environment, flags): "1 GPU tcp", "2 GPUs ucx", ..., "CPUs"; UCX only where
+    workers can talk to each other (2 GPUs or more)."""
+    out = {}
+    for n in gpus:
+        for protocol in ("tcp", "ucx") if ucx else ("tcp",):
+            if protocol == "ucx" and n < 2:
+                continue
+            name = f"{n} GPU{'s' if n > 1 else ''} {protocol}"
+            out[name] = (visible(n), ["--device", "gpu", "--protocol", protocol])
+    if cpu:
+        out["CPUs"] = (visible(None), ["--device", "cpu"])
+    return out
+
+
+def dataset(text: str) -> tuple[str, str]:
+    """``LABEL=DIR`` -> (label, directory)."""
+    label, sep, directory = text.partition("=")
+    if not sep or not label or not directory:
+        raise ValueError(f"{text!r}: give a dataset as LABEL=DIR, e.g. 9GiB=/tmp/mortgage-9")
+    return label, directory
+
+
+def timed(command: list[str], env: dict, timeout: float) -> dict:
+    """A whole process: its wall clock, exit code and output."""
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})
+    wall = time.perf_counter() - started
+    return {"wall": wall, "rc": done.returncode, "output": done.stdout + done.stderr}
+
+
+def read_lines(text: str) -> dict:
+    """What a command's output says: its ETL line, stage lines, test AUC."""
+    found: dict = {"stages": {m["stage"].strip(): float(m["seconds"])
+                              for m in STAGE_LINE.finditer(text)}}
+    try:
+        found["etl"] = parse_etl(text)
+    except ValueError:
+        pass
+    auc = AUC_LINE.search(text)
+    if auc:
+        found["auc"] = float(auc["auc"])
+    return found
+
+
+def measure(name: str, command: list[str], env: dict, timeout: float, first: bool) -> dict:
+    run = timed(command, env, timeout)
+    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, **read_lines(run["output"])}
+    if run["rc"]:
+        entry["error"] = run["output"][-3000:]
+        say(f"  {name}: FAILED ({run['rc']}) after {run['wall']:.1f} s\n{run['output'][-1500:]}")
+    else:
+        work = entry.get("etl", {}).get("seconds")
+        say(f"  {name}: wall {run['wall']:.2f} s" + (f", ETL {work:.2f} s" if work else "")
+            + (f", AUC {entry['auc']:.4f}" if "auc" in entry else ""))
+    return entry
+
+
+def command_of(kind: str, data: str | None, scratch: str, extra: list[str]) -> list[str]:
+    if kind == "etl":
+        return [*EXAMPLE, "etl", "--data", data, "--out", scratch, "--overwrite", *extra]
+    if kind == "job":
+        return [*EXAMPLE, *(["--data", data] if data else []), *extra]
+    if kind == "ecg":
+        return [PYTHON, "-m", "examples.ecg", *extra]
+    raise ValueError(kind)
+
+
+class RealCluster:
+    """A scheduler and ``dask cuda worker`` on ``gpus`` GPUs, started as a user starts them."""
+
+    def __init__(self, gpus: int, directory: str, timeout: float = 120):
+        self.gpus, self.directory, self.timeout = gpus, directory, timeout
+        self.file = os.path.join(directory, "scheduler.json")
+        self.processes: list[subprocess.Popen] = []
+
+    def __enter__(self) -> str:
+        env = {**os.environ, **visible(self.gpus)}
+        logs = [open(os.path.join(self.directory, f"{n}.log"), "w") for n in ("sched", "work")]
+        self.processes.append(subprocess.Popen(
+            [PYTHON, "-m", "dask", "scheduler", "--scheduler-file", self.file, "--port", "0",
+             "--dashboard-address", ":0"], cwd=ROOT, env=env, stdout=logs[0],
+            stderr=subprocess.STDOUT))
+        self.processes.append(subprocess.Popen(
+            [PYTHON, "-m", "dask", "cuda", "worker", "--scheduler-file", self.file,
+             "--nthreads", "2", "--preload", "dask_gpu_interop.preload"],
+            cwd=ROOT, env=env, stdout=logs[1], stderr=subprocess.STDOUT))
+        subprocess.run([PYTHON, "-m", "dask_gpu_interop.cli", "wait-for-workers",
+                        "--scheduler-file", self.file, "-n", str(self.gpus),
+                        "--timeout", str(int(self.timeout))], cwd=ROOT, env=env, check=True,
+                       timeout=self.timeout + 30)
+        with open(self.file) as f:
+            return json.load(f)["address"]
+
+    def __exit__(self, *exc):
+        for process in reversed(self.processes):
+            process.terminate()
+        for process in reversed(self.processes):
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        return False
+
+
+def work_seconds(entry: dict, kind: str) -> float | None:
+    if kind == "etl":
+        return entry.get("etl", {}).get("seconds")
+    stages = entry.get("stages", {})
+    if kind == "job":
+        return sum(v for k, v in stages.items() if k in ("ETL", "DMatrix", "training")) or None
+    return stages.get("pipeline") or None
+
+
+def table(runs: dict, kind: str) -> list[str]:
+    """One command's configurations: wall, work, the rest, against 1 GPU over TCP."""
+    base = runs.get("1 GPU tcp")
+    base_wall = base and summary(r["wall"] for r in base if not r["rc"])
+    work_name = {"etl": "ETL line", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
+    lines = [f"| configuration | wall | {work_name} | wall - work | wall: 1 GPU / this | "
+             "test AUC | first run on the machine |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, entries in runs.items():
+        ok = [r for r in entries if not r["rc"]]
+        if not ok:
+            lines.append(f"| {name} | failed | | | | | |")
+            continue
+        wall = summary(r["wall"] for r in ok)
+        works = [w for w in (work_seconds(r, kind) for r in ok) if w]
+        rest = [r["wall"] - w for r, w in zip(ok, [work_seconds(r, kind) for r in ok], strict=True)
+                if w]
+        speed = (f"{base_wall['median'] / wall['median']:.2f}x" if base_wall and base_wall["runs"]
+                 else "-")
+        aucs = ", ".join(sorted({f"{r['auc']:.4f}" for r in ok if "auc" in r})) or "-"
+        firsts = ", ".join(f"{r['wall']:.2f} s" for r in ok if r["first"]) or "-"
+        lines.append(f"| {name} | {spread(wall)} | {spread(summary(works)) if works else '-'} | "
+                     f"{spread(summary(rest)) if rest else '-'} | {speed} | {aucs} | {firsts} |")
+    return lines
+
+
+def goals(payload: dict) -> list[tuple[str, str]]:
+    out = []
+
+    def med(entries, key=lambda r: r["wall"]):
+        values = [key(r) for r in entries if not r["rc"]]
+        values = [v for v in values if v]
+        return summary(values)["median"] if values else None
+
+    for label, runs in payload["etl"].items():
+        one = runs.get("1 GPU tcp")
+        one_work = one and med(one, lambda r: work_seconds(r, "etl"))
+        for name, entries in runs.items():
+            work = med(entries, lambda r: work_seconds(r, "etl"))
+            wall = med(entries)
+            if work is None or wall is None:
+                continue
+            n = int(name.split()[0]) if name[0].isdigit() else None
+            out.append((f"etl {label}, {name}: wall at most the work + {GOALS['etl_rest']:g} s",
+                        f"{wall - work:.2f} s ({'met' if wall - work <= GOALS['etl_rest'] else 'not met'})"))
+            if n and n > 1 and one_work:
+                share = one_work / work / n
+                out.append((f"etl {label}, {name}: ETL at least {GOALS['etl_share']:g} x N of 1 GPU's",
+                            f"{share:.2f} ({'met' if share >= GOALS['etl_share'] else 'not met'})"))
+            if n == 4 and one:
+                ratio = med(one) / wall
+                out.append((f"etl {label}: 4 GPUs at least {GOALS['etl_four']:g}x faster than 1 (wall)",
+                            f"{ratio:.2f}x ({'met' if ratio >= GOALS['etl_four'] else 'not met'})"))
+    for label, runs in payload["jobs"].items():
+        one = runs.get("1 GPU tcp")
+        if not one or med(one) is None:
+            continue
+        for name, entries in runs.items():
+            n = int(name.split()[0]) if name[0].isdigit() else None
+            wall = med(entries)
+            if not n or n == 1 or wall is None:
+                continue
+            ratio = med(one) / wall
+            goal = GOALS["job_two"] if n == 2 else GOALS["job_four"] if n == 4 else 1.0
+            goal = goal if label != "default" else 1.0
+            out.append((f"job {label}, {name}: at least {goal:g}x 1 GPU's speed (wall)",
+                        f"{ratio:.2f}x ({'met' if ratio >= goal else 'not met'})"))
+    for label, entry in payload["real"].items():
+        local, real = entry.get("local"), entry.get("real")
+        if local and real and med(local, lambda r: work_seconds(r, "etl")) and med(
+                real, lambda r: work_seconds(r, "etl")):
+            ratio = med(real, lambda r: work_seconds(r, "etl")) / med(
+                local, lambda r: work_seconds(r, "etl"))
+            out.append((f"etl {label} on a started cluster: ETL within {GOALS['real']:.0%} of the local cluster's",
+                        f"{ratio:.2f} ({'met' if ratio <= 1 + GOALS['real'] else 'not met'})"))
+    return out
+
+
+def markdown(payload: dict) -> str:
+    lines = [*header(f"Scale out: the README's commands on 1 to N GPUs ({payload['machine_name']})",
+                     payload["command"], payload["machine"], payload["commit"], payload["date"])]
+    for label, runs in payload["etl"].items():
+        lines += ["", f"## `python -m examples.mortgage etl --data DIR --out OUT` on {label}", "",
+                  *table(runs, "etl")]
+    for label, runs in payload["jobs"].items():
+        title = ("`python -m examples.mortgage` (the default job)" if label == "default" else
+                 f"`python -m examples.mortgage --data DIR` (the whole job) on {label}")
+        lines += ["", f"## {title}", "", *table(runs, "job")]
+    if payload["ecg"]:
+        lines += ["", f"## `python -m examples.ecg {' '.join(payload['ecg_flags'])}`", "",
+                  *table(payload["ecg"], "ecg")]
+    for label, entry in payload["real"].items():
+        lines += ["", f"## `etl` on {label}: a started cluster (`dask cuda worker --nthreads 2 "
+                  f"--preload dask_gpu_interop.preload`, {payload['real_gpus']} GPUs, tcp) and "
+                  "the local one", "", *table({"local": entry["local"], "started": entry["real"]},
+                                               "etl")]
+    lines += ["", "## Goals (issue 40)", "", "| goal | result |", "| --- | --- |"]
+    lines += [f"| {goal} | {result} |" for goal, result in goals(payload)]
+    sizes = {label: format_bytes(size) for label, size in payload.get("sizes", {}).items()}
+    if sizes:
+        lines += ["", "Datasets (text): " + ", ".join(f"{k} {v}" for k, v in sizes.items())]
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--etl", action="append", default=[], metavar="LABEL=DIR",
+                   help="Time the etl command on this dataset (repeatable).")
+    p.add_argument("--job", action="append", default=[], metavar="LABEL=DIR",
+                   help="Time the whole job on this dataset (repeatable).")
+    p.add_argument("--default-job", action="store_true",
+                   help="Time the default job (python -m examples.mortgage).")
+    p.add_argument("--ecg-hours", type=float, default=None, help="Time the ECG command.")
+    p.add_argument("--gpus", default="1,2", help="GPU counts, e.g. 1,2,4 (none: the CPUs only).")
+    p.add_argument("--ucx", default="", metavar="SECTIONS",
+                   help="Sections also run over UCX (2 GPUs or more): etl, job, default, ecg.")
+    p.add_argument("--cpu", default="", metavar="SECTIONS",
+                   help="Sections also run on the CPUs (no GPU visible): etl, job, default, ecg.")
+    p.add_argument("--real-cluster", type=int, default=0, metavar="N",
+                   help="Also time etl on a started cluster of N GPUs against the local one.")
+    p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
+    p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
+    p.add_argument("--scratch", default=None, help="Where the etl command writes (a folder).")
+    p.add_argument("--commit", default=None, help="The commit measured (default: git's).")
+    p.add_argument("--dry-run", action="store_true", help="Print the runs; run nothing.")
+    output_options(p)
+    return p
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments, checked; nothing runs."""
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        args.etl = [dataset(t) for t in args.etl]
+        args.job = [dataset(t) for t in args.job]
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.gpus != "none" and not all(n.strip().isdigit() and int(n) > 0
+                                       for n in args.gpus.split(",")):
+        p.error(f"--gpus {args.gpus!r}: GPU counts such as 1,2,4 (none: the CPUs only)")
+    args.gpus = [] if args.gpus == "none" else sorted({int(n) for n in args.gpus.split(",")})
+    if args.real_cluster and not args.gpus:
+        p.error("--real-cluster needs GPUs (--gpus)")
+    args.ucx = choices(p, "--ucx", args.ucx, SECTIONS) if args.ucx else []
+    args.cpu = choices(p, "--cpu", args.cpu, SECTIONS) if args.cpu else []
+    if args.runs < 1:
+        p.error("--runs: at least 1")
+    if not (args.etl or args.job or args.default_job or args.ecg_hours):
+        p.error("nothing to time: give --etl, --job, --default-job or --ecg-hours")
+    return args
+
+
+def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
+    """(section, label, configuration, data, flags) of every run, in order."""
+    runs = []
+    sections = [("etl", label, data) for label, data in args.etl]
+    sections += [("job", "default", None)] if args.default_job else []
+    sections += [("job", label, data) for label, data in args.job]
+    sections += [("ecg", "ecg", None)] if args.ecg_hours else []
+    for kind, label, data in sections:
+        section = "default" if label == "default" else kind
+        configs = configurations(args.gpus, section in args.ucx, section in args.cpu)
+        for _, name in alternate(configs, args.runs):
+            flags = configs[name][1]
+            if kind == "ecg":
+                flags = ["--hours", f"{args.ecg_hours:g}", *flags]
+            runs.append((kind, label, name, data, flags))
+    return runs
+
+
+def main(argv=None) -> dict:
+    args = parse(argv)
+    runs = plan(args)
+    if args.dry_run:
+        for kind, label, name, data, flags in runs:
+            print(f"{kind} {label} [{name}]: {' '.join(command_of(kind, data, 'OUT', flags)[1:])}")
+        if args.real_cluster:
+            print(f"etl on a started cluster of {args.real_cluster} GPUs, then the local one, "
+                  f"on {', '.join(label for label, _ in args.etl)}")
+        return {}
+    payload = {**run_record(__file__, argv, args), "etl": {}, "jobs": {}, "ecg": {}, "real": {},
+               "sizes": {}, "ecg_flags": [], "real_gpus": args.real_cluster}
+    if not args.machine and args.gpus:
+        payload["machine_name"] = payload["machine_name"].replace("1x", f"{max(args.gpus)}x", 1)
+    stem = os.path.join(args.out, f"scale-out-{payload['machine_name']}")
+    configs = configurations(args.gpus, True, True)
+    scratch = args.scratch or tempfile.mkdtemp(prefix="scale-out-")
+    out = os.path.join(scratch, "features.parquet")
+    seen = set()
+    for kind, label, name, data, flags in runs:
+        section = {"etl": payload["etl"], "job": payload["jobs"], "ecg": None}[kind]
+        target = payload["ecg"] if kind == "ecg" else section.setdefault(label, {})
+        if kind == "ecg":
+            payload["ecg_flags"] = flags[:2]
+        if data and label not in payload["sizes"]:
+            payload["sizes"][label] = sum(
+                os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(data)
+                for f in files)
+        say(f"{kind} {label} [{name}]")
+        target.setdefault(name, []).append(measure(
+            name, command_of(kind, data, out, flags), configs[name][0], args.timeout,
+            first=(kind, label) not in seen))
+        seen.add((kind, label))
+        write_results(stem, markdown(payload), payload)
+    if args.real_cluster:
+        for label, data in args.etl:
+            entry = payload["real"].setdefault(label, {"local": [], "real": []})
+            for _ in range(args.runs):
+                with tempfile.TemporaryDirectory(dir=scratch) as where:
+                    say(f"etl {label} on a started cluster of {args.real_cluster} GPUs")
+                    try:
+                        with RealCluster(args.real_cluster, where) as address:
+                            entry["real"].append(measure(
+                                "started", command_of("etl", data, out, ["--scheduler", address]),
+                                {}, args.timeout, first=False))
+                    except (subprocess.SubprocessError, OSError) as exc:
+                        entry["real"].append({"wall": 0, "rc": 1, "first": False,
+                                              "error": str(exc)})
+                        say(f"  the started cluster failed: {exc}")
+                entry["local"].append(measure(
+                    "local", command_of("etl", data, out, ["--device", "gpu"]),
+                    visible(args.real_cluster), args.timeout, first=False))
+                write_results(stem, markdown(payload), payload)
+    text = markdown(payload)
+    write_results(stem, text, payload)
+    print(text)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

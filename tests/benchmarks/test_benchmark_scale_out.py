@@ -1,0 +1,63 @@
+"""The scale-out benchmark's own logic on CPUs: its runs, their order, and one real run of the
+etl command on the CPUs, read back from its results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import scale_out  # noqa: E402
+
+
+def test_each_section_runs_on_its_configurations_alternating():
+    args = scale_out.parse(["--etl", "9GiB=/d9", "--default-job", "--gpus", "1,2", "--ucx", "etl",
+                            "--cpu", "default", "--runs", "2"])
+    runs = [(kind, label, name) for kind, label, name, _, _ in scale_out.plan(args)]
+    assert runs[:4] == [("etl", "9GiB", "1 GPU tcp"), ("etl", "9GiB", "2 GPUs tcp"),
+                        ("etl", "9GiB", "2 GPUs ucx"), ("etl", "9GiB", "1 GPU tcp")]
+    assert len([r for r in runs if r[0] == "etl"]) == 6  # no UCX on one GPU, no CPUs
+    assert [name for kind, label, name in runs if label == "default"] == [
+        "1 GPU tcp", "2 GPUs tcp", "CPUs"] * 2
+
+
+def test_a_configuration_sees_only_its_gpus():
+    configs = scale_out.configurations([1, 4], True, True)
+    assert configs["4 GPUs ucx"] == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                                     ["--device", "gpu", "--protocol", "ucx"])
+    assert configs["CPUs"] == ({"CUDA_VISIBLE_DEVICES": ""}, ["--device", "cpu"])
+    assert "1 GPU ucx" not in configs
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "1,2"], "nothing to time"),
+    (["--etl", "nolabel", "--gpus", "1"], "LABEL=DIR"),
+    (["--etl", "a=/d", "--gpus", "0"], "GPU counts"),
+    (["--etl", "a=/d", "--cpu", "etl,train"], "--cpu"),
+    (["--etl", "a=/d", "--gpus", "none", "--real-cluster", "2"], "needs GPUs"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        scale_out.parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_etl_command_on_the_cpus_is_timed_beside_its_etl_line(tmp_path):
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "examples.mortgage", "generate", "--out", str(data),
+                    "--years", "2006", "--loans-per-quarter", "200"], cwd=ROOT, check=True,
+                   capture_output=True)
+    scale_out.main(["--etl", f"tiny={data}", "--gpus", "none", "--cpu", "etl",
+                    "--scratch", str(tmp_path), "--out", str(tmp_path), "--machine", "cpu-test"])
+    results = json.loads((tmp_path / "scale-out-cpu-test.json").read_text())
+    (run,) = results["etl"]["tiny"]["CPUs"]
+    assert run["rc"] == 0 and run["first"]
+    assert 0 < run["etl"]["seconds"] < run["wall"]
+    text = (tmp_path / "scale-out-cpu-test.md").read_text()
+    assert "| CPUs |" in text and "wall at most the work" in text
