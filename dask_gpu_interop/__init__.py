@@ -10,7 +10,7 @@ library; GPU libraries are touched only where used.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._config import load_defaults
+from ._defaults import load_defaults
 
 load_defaults()
 

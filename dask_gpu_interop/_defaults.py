@@ -16,15 +16,12 @@ SERIALIZE_DEFAULTS = {
 
 
 def defaults() -> dict:
+    """Everything under ``gpu-interop`` in dask config, with its default."""
     from .memory.config import config_defaults
 
     return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS)}}
 
 
 def load_defaults() -> None:
+    """Add the defaults to dask's config (once, as the package is imported)."""
     dask.config.update_defaults(defaults())
-
-
-def get(key: str):
-    """``dask.config.get`` under ``gpu-interop.``."""
-    return dask.config.get(f"gpu-interop.{key}")
