@@ -31,8 +31,7 @@ BEFORE, AFTER = 0.25, 0.45  # seconds of a beat before and after its R peak
 SIZE, EPOCHS = 128, 30  # points per beat (at any sampling rate); passes of training
 
 
-def module_of(array):
-    """CuPy or NumPy, whichever holds ``array``."""
+def module_of(array):  # CuPy or NumPy, whichever holds the array
     return __import__(type(array).__module__.split(".")[0])
 
 
@@ -42,7 +41,8 @@ def qrs_response(chunk, sigma: float, half_width: int):
     xp = module_of(chunk)
     t = xp.arange(-half_width, half_width + 1, dtype=xp.float32) / sigma
     wavelet = (1 - t**2) * xp.exp(-(t**2) / 2)
-    return xp.abs(xp.convolve(chunk, wavelet - wavelet.mean(), mode="same")).astype(xp.float32)
+    full = xp.convolve(chunk, wavelet - wavelet.mean())  # "same", for chunks of any length
+    return xp.abs(full[half_width:half_width + len(chunk)]).astype(xp.float32)
 
 
 def local_maxima(chunk):

@@ -103,8 +103,8 @@ def feature_table(part, vocabulary):
     period = part["monthly_reporting_period"]  # MM/DD/YYYY or MM/YYYY
     month = period.str.slice(-4).astype("int32") * 12 + period.str.slice(0, 2).astype("int32") - 1
     part = part.assign(month=month).sort_values(["loan_id", "month"])
-    bad = ((part["current_loan_delinquency_status"] > 3) | (part["current_actual_upb"] == 0))
-    bad = bad.fillna(False)  # a blank balance is not 0
+    status, upb = part["current_loan_delinquency_status"], part["current_actual_upb"]
+    bad = (status > 3).fillna(False) | (upb == 0).fillna(False)  # a blank is neither
     # each row's next bad row, this one or later: the loan's own when the loan ids agree
     next_month, next_loan = part["month"].where(bad).bfill(), part["loan_id"].where(bad).bfill()
     soon = ((next_loan == part["loan_id"]) & (next_month - part["month"] < 12)).fillna(False)
