@@ -10,7 +10,7 @@ library; GPU libraries are touched only where used.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._config import load_defaults
+from ._defaults import load_defaults
 
 load_defaults()
 
@@ -20,7 +20,6 @@ _register_serializers()  # lazily: no torch/JAX import until one of their object
 
 from ._imports import import_in_background  # noqa: E402
 from .cluster import cluster_client, local_cluster, resolve_device  # noqa: E402
-from .frameworks.xgboost import xgboost_config  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
     GPUMemorySetupError,
@@ -31,6 +30,7 @@ from .memory import (  # noqa: E402
     memory_report,
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
+from .memory.xgboost_pool import xgboost_config  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")

@@ -22,7 +22,8 @@ from distributed import Client, LocalCluster
 
 from . import device as device_mod
 from . import gpu_workers
-from .memory.config import PRELOAD_PREFIX, Setting, Worded
+from .memory.config import PRELOAD_PREFIX
+from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")

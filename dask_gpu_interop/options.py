@@ -22,7 +22,8 @@ import functools
 import click
 
 from .cluster import DEVICES, PROTOCOLS, ClusterError, check_local
-from .memory.config import OPTIONS, MemoryConfig, OptionError
+from .memory.config import OPTIONS, MemoryConfig
+from .memory.errors import OptionError
 
 
 def with_options(options: list):

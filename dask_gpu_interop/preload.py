@@ -29,7 +29,8 @@ from .compat import (
     add_pending_worker_plugin,
     keep_preload_arguments,
 )
-from .memory.config import PRELOAD_PREFIX, OptionError
+from .memory.config import PRELOAD_PREFIX
+from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
 

@@ -73,3 +73,14 @@ def test_no_module_imports_itself_through_others():
 def test_a_circle_is_found():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c", "a"]]
+
+
+def test_the_frameworks_import_nothing_of_memory():
+    """``frameworks/`` binds each framework with what ``memory/`` passes in (the worker's
+    state, its stack), so that the memory package builds on it and not the other way."""
+    known = modules()
+    graph = {name: imports(name, path, set(known)) for name, path in known.items()}
+    back = {name: sorted(t for t in targets if t.startswith("dask_gpu_interop.memory"))
+            for name, targets in graph.items() if name.startswith("dask_gpu_interop.frameworks")}
+    assert len(back) == 7  # the package and its six frameworks
+    assert not {name: found for name, found in back.items() if found}

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from dask_gpu_interop import GPUMemoryPlugin, MemoryConfig
 from dask_gpu_interop import cluster as cluster_mod
-from dask_gpu_interop.memory.config import (
+from dask_gpu_interop.memory.errors import (
     CONFIG,
     DEFAULT,
     ENVIRONMENT,

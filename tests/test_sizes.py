@@ -4,7 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dask_gpu_interop.memory.sizes import ALIGNMENT, Size, parse_size
+from dask_gpu_interop.memory.report import MemoryReport
+from dask_gpu_interop.memory.sizes import ALIGNMENT, Size, byte_text, parse_size
+
+GiB = 2**30
 
 
 @pytest.mark.parametrize(
@@ -82,3 +85,29 @@ def test_fractions_resolve_to_aligned_share_of_the_device(fraction, total):
     assert got % ALIGNMENT == 0
     assert got <= fraction * total < got + ALIGNMENT + 1
     assert math.isclose(parse_size(str(fraction)).value, fraction)
+
+
+# Byte counts in the library's words: one formatter for the memory report and the plugin's
+# messages.
+def test_a_count_in_dasks_words():
+    assert byte_text(0) == "0 B"
+    assert byte_text(1536) == "1.50 kiB"
+    assert byte_text(3 * GiB) == "3.00 GiB"
+
+
+def test_a_negative_count_is_signed_in_the_same_unit_as_its_size():
+    assert byte_text(-GiB) == "-1.00 GiB"
+    assert byte_text(-100) == "-100 B"
+
+
+def test_an_unknown_count_is_a_dash():
+    assert byte_text(None) == "-"
+
+
+def test_the_report_says_unknown_sizes_with_a_dash():
+    snapshot = {"status": "active", "mode": "managed", "resource": "Managed",
+                "device": {"name": "GPU", "total": 80 * GiB}, "pool_size": None,
+                "current_bytes": 2 * GiB, "current_count": 3, "frameworks": {}}
+    text = str(MemoryReport({"tcp://w:1": snapshot}))
+    assert "(80.00 GiB, - free)" in text
+    assert "pool -  current 2.00 GiB in 3 buffers  peak -" in text

@@ -78,18 +78,10 @@ def bind(torch, resource, state) -> Binding:
 def _keep_release_threshold(torch, state) -> None:
     """PyTorch raises the pool's release threshold to the maximum when its allocator first
     allocates on a device (seen with torch 2.11: 2**64 - 1 instead of the 1 GiB asked for).
-    Let that happen now, then set the plugin's threshold back."""
-    from cuda.bindings import runtime
-
-    from ..memory.stack import set_pool_attribute
-
+    Let that happen now, then have the worker's memory stack set its threshold back."""
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
-    set_pool_attribute(
-        state.stack.async_pool_handle,
-        runtime.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold,
-        state.plan.release_threshold,
-    )
+    state.stack.restore_release_threshold()
 
 
 def natively_initialized() -> bool:

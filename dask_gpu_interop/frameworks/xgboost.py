@@ -4,7 +4,8 @@ XGBoost's PyPI wheels are built without RMM (``use_rmm`` does nothing). With the
 async mode, RMM draws from the device's default CUDA pool and XGBoost's
 ``use_cuda_async_pool`` makes XGBoost allocate from that same pool. XGBoost's global config is
 per thread, and ``xgboost.dask`` applies the *client's* config on the workers, so the setting
-belongs on the client: ``xgboost.config_context(**dask_gpu_interop.xgboost_config(client))``.
+belongs on the client: ``xgboost.config_context(**dask_gpu_interop.xgboost_config(client))``
+(``memory/xgboost_pool.py``, which asks each worker's memory state for ``config_for``).
 """
 
 from __future__ import annotations
@@ -44,53 +45,3 @@ def bind(xgboost, resource, stack) -> Binding:
 
 def unbind() -> None:
     """Nothing was changed in XGBoost itself."""
-
-
-def _worker_config() -> dict:
-    from ..memory import state
-
-    current = state.active()
-    mode = current.mode if current is not None else None
-    try:
-        import xgboost
-    except ImportError:
-        return {}
-    return config_for(mode, bool(xgboost.build_info().get("USE_RMM", False)))
-
-
-def xgboost_config(client=None) -> dict:
-    """XGBoost's global config that puts its GPU memory in the workers' shared pool.
-
-    XGBoost's config is per thread, and ``xgboost.dask`` carries the client's config to the
-    workers, so the setting belongs on the client, around the ``xgboost.dask`` calls. In the
-    plugin's async mode it is ``{"use_cuda_async_pool": True}`` (XGBoost then allocates from
-    the device's default CUDA pool, the one RMM's async mode uses); with an XGBoost built with
-    RMM it is ``{"use_rmm": True}``; in pool and managed modes, with XGBoost's PyPI wheels
-    (built without RMM), XGBoost cannot share the pool and the config is empty.
-
-    Parameters
-    ----------
-    client : distributed.Client or None
-        The cluster's client: the config is asked of every worker. None: this process's own
-        (on a worker, its plugin's mode).
-
-    Returns
-    -------
-    dict
-        Keyword arguments for ``xgboost.config_context``; empty where XGBoost cannot share
-        the pool, where XGBoost is not installed, or where the workers disagree.
-
-    Examples
-    --------
-    >>> import xgboost
-    >>> from dask_gpu_interop import GPUMemoryPlugin, xgboost_config
-    >>> client.register_plugin(GPUMemoryPlugin(async_alloc=True))
-    >>> with xgboost.config_context(**xgboost_config(client)):
-    ...     booster = xgboost.dask.train(client, params, dtrain)["booster"]
-    """
-    if client is None:
-        return _worker_config()
-    configs = list(client.run(_worker_config).values())
-    if configs and all(c == configs[0] for c in configs):
-        return configs[0]
-    return {}

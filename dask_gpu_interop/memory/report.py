@@ -8,7 +8,7 @@ import os
 
 from .. import device
 from . import state
-from .byte_text import byte_text
+from .sizes import byte_text
 
 COUNTS = ("current_bytes", "peak_bytes", "current_count", "peak_count", "total_bytes", "total_count")
 REMAINDER = "rmm"  # bytes through RMM's current resource not claimed by a framework adaptor

@@ -1,4 +1,5 @@
-"""Memory sizes as users write them: bytes, strings with units, or fractions of the device.
+"""Memory sizes: as users write them (bytes, strings with units, or fractions of the device),
+and as the library's messages and reports print them (:func:`byte_text`).
 
 Parsed on the client (so a typo fails before any worker is touched) and resolved to bytes on
 the worker, where the device's memory is known.
@@ -30,6 +31,16 @@ class Size:
         if self.is_fraction:
             return f"{self.value:g} of the device"
         return format_bytes(int(self.value))
+
+
+def byte_text(count: int | None) -> str:
+    """``count`` bytes in dask's words (``"1.50 GiB"``), signed when negative (``"-1.00
+    GiB"``, as for memory a task freed), and ``"-"`` when the count is not known (None)."""
+    if count is None:
+        return "-"
+    if count < 0:
+        return "-" + format_bytes(-count)
+    return format_bytes(count)
 
 
 def parse_size(value, *, allow_zero: bool = False) -> Size | None:

@@ -175,6 +175,19 @@ class Stack:
     def resource_for(self, framework: str):
         return self.per_framework.get(framework, self.top)
 
+    def restore_release_threshold(self) -> None:
+        """Set the async pool's release threshold back to the plan's, after a framework
+        changed it (PyTorch raises it when its allocator first allocates on a device)."""
+        if self.async_pool_handle is None or self.plan.release_threshold is None:
+            return
+        from cuda.bindings import runtime
+
+        set_pool_attribute(
+            self.async_pool_handle,
+            runtime.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold,
+            self.plan.release_threshold,
+        )
+
     def description(self) -> str:
         names, mr = [], self.top
         while mr is not None:

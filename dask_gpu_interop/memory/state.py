@@ -16,9 +16,9 @@ from .. import frameworks as fw
 from ..device import DeviceInfo
 from . import conflicts
 from . import stack as stack_mod
-from .byte_text import byte_text
 from .config import MemoryConfig
 from .errors import GPUMemorySetupError
+from .sizes import byte_text
 from .tasks import RMMCounters, TaskMemory
 
 logger = logging.getLogger("distributed.worker.gpu_interop")

@@ -15,7 +15,6 @@ SERIALIZE_DEFAULTS = {
     "no-gpu": "error",
 }
 
-
 WORKER_DEFAULTS = {
     # Variables GPU workers get over dask_gpu_interop.gpu_workers.ENVIRON (null: leave one out).
     "environ": {},
@@ -25,6 +24,7 @@ WORKER_DEFAULTS = {
 
 
 def defaults() -> dict:
+    """Everything under ``gpu-interop`` in dask config, with its default."""
     from .memory.config import config_defaults
 
     return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS),
@@ -32,9 +32,5 @@ def defaults() -> dict:
 
 
 def load_defaults() -> None:
+    """Add the defaults to dask's config (once, as the package is imported)."""
     dask.config.update_defaults(defaults())
-
-
-def get(key: str):
-    """``dask.config.get`` under ``gpu-interop.``."""
-    return dask.config.get(f"gpu-interop.{key}")
