@@ -32,6 +32,7 @@ from .memory import (  # noqa: E402
     memory_report,
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
+from .shuffle_method import shuffle_config  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")
@@ -55,6 +56,7 @@ __all__ = [
     "record_memory",
     "resolve_device",
     "shuffle",
+    "shuffle_config",
     "shuffle_merge",
     "xgboost_config",
     "__version__",

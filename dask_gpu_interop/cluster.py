@@ -17,11 +17,13 @@ import gc
 import importlib.util
 import os
 
+import dask
 from distributed import Client, LocalCluster
 
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX, Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
+from .shuffle_method import shuffle_config
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 CONNECT_TIMEOUT = "10s"
@@ -118,7 +120,9 @@ def local_cluster(
 ):
     """A local cluster for ``device``: GPU workers with the memory plugin, or CPU workers.
 
-    Bad options raise here, before any process starts.
+    Bad options raise here, before any process starts. For dask's own shuffles of cuDF
+    frames on a GPU cluster, set ``dask.config.set(shuffle_config())`` in the client's process
+    (:func:`cluster_client` does).
 
     Parameters
     ----------
@@ -292,6 +296,10 @@ def cluster_client(
 ):
     """A Client, and the device its workers use, for the length of a ``with`` block.
 
+    With GPU workers, dask's own ``shuffle``, ``merge`` and ``groupby`` use its task shuffle
+    for the block, which keeps cuDF partitions on the devices, instead of its p2p shuffle
+    through host memory (:func:`shuffle_config`; a method you set in dask config is kept).
+
     Parameters
     ----------
     scheduler : str, optional
@@ -329,7 +337,7 @@ def cluster_client(
             device = workers_device(client, device)
             if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)
-            with _recording(client, memory_plot):
+            with _recording(client, memory_plot), dask.config.set(shuffle_config(device)):
                 yield client, device
         return
     device = check_local(device, protocol)
@@ -337,7 +345,8 @@ def cluster_client(
         device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
         memory=memory, security=security, processes=processes,
     )
-    with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot):
+    with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot), \
+            dask.config.set(shuffle_config(device)):
         yield client, device
 
 

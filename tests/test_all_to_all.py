@@ -15,6 +15,7 @@ from dask.sizeof import sizeof
 from dask.utils import key_split
 from distributed import Client, LocalCluster
 
+import dask_gpu_interop
 from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
 from dask_gpu_interop import all_to_all_tasks as tasks
 from dask_gpu_interop.all_to_all import Plan, build_graph, hash_casts
@@ -337,3 +338,50 @@ def test_a_failing_task_is_one_shuffle_error_naming_it(client):
     with pytest.raises(ShuffleError, match="gpu-shuffle-split task failed") as failed:
         shuffle(source, "key", npartitions=2)
     assert "TypeError" in str(failed.value) and "\n" not in str(failed.value)
+
+
+# --------------------------------------------------------------------------- dask's own method
+
+
+def test_shuffle_config_sets_the_task_shuffle_unless_a_method_is_set():
+    with dask.config.set({"dataframe.shuffle.method": None}):
+        assert dask_gpu_interop.shuffle_config() == {"dataframe.shuffle.method": "tasks"}
+        assert dask_gpu_interop.shuffle_config("cpu") == {}
+    with dask.config.set({"dataframe.shuffle.method": "p2p"}):
+        assert dask_gpu_interop.shuffle_config() == {}
+    with pytest.raises(ValueError, match="device='tpu'"):
+        dask_gpu_interop.shuffle_config("tpu")
+
+
+def _lowered_names(collection) -> set[str]:
+    return {type(e).__name__ for e in collection.optimize().expr.walk()}
+
+
+def test_a_gpu_cluster_client_keeps_dasks_own_shuffles_off_p2p(client, monkeypatch):
+    from dask_gpu_interop import cluster
+
+    address = client.scheduler.address
+    source = dd.from_pandas(pd.DataFrame({"key": range(40), "x": 1.0}), npartitions=4)
+    other = dd.from_pandas(pd.DataFrame({"key": range(40), "y": 2.0}), npartitions=3)
+    with dask.config.set({"dataframe.shuffle.method": None}):
+        # dask's own default with a client: p2p (host memory), as the issue measured
+        assert "P2PShuffle" in _lowered_names(source.shuffle("key"))
+        monkeypatch.setattr(cluster, "workers_device", lambda client, device: "gpu")
+        with dask_gpu_interop.cluster_client(address) as (_, device):
+            assert device == "gpu"
+            assert dask.config.get("dataframe.shuffle.method") == "tasks"
+            assert "P2PShuffle" not in _lowered_names(source.shuffle("key"))
+            assert "TaskShuffle" in _lowered_names(source.shuffle("key"))
+            merged = _lowered_names(source.merge(other, on="key"))
+            assert not any("P2P" in name for name in merged), merged
+        assert dask.config.get("dataframe.shuffle.method") is None
+    with dask.config.set({"dataframe.shuffle.method": "p2p"}):  # the user's choice is kept
+        with dask_gpu_interop.cluster_client(address):
+            assert dask.config.get("dataframe.shuffle.method") == "p2p"
+
+
+def test_a_cpu_cluster_client_leaves_dasks_choice_alone(client):
+    with dask.config.set({"dataframe.shuffle.method": None}):
+        with dask_gpu_interop.cluster_client(client.scheduler.address) as (_, device):
+            assert device == "cpu"
+            assert dask.config.get("dataframe.shuffle.method") is None

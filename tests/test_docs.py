@@ -134,6 +134,7 @@ RUNNABLE = [
     dask_gpu_interop.resolve_device,
     dask_gpu_interop.MemoryReport,
     dask_gpu_interop.ShuffleStats,
+    dask_gpu_interop.shuffle_config,
 ]
 
 
