@@ -20,9 +20,10 @@ any other tasks:
 
 Every task is restricted to its worker loosely (``allow_other_workers``): when a worker dies,
 the scheduler recomputes what it held elsewhere from the tasks' lineage, and since every task
-is a pure function of its inputs the result is the same, every row once. The splits are
-released once their batches are made, the batches once their destination's partitions are
-concatenated; on GPU workers dask-cuda's spilling moves to host memory what does not fit.
+is a pure function of its inputs the result is the same, every row once. A split's key is
+released once its batches are made, but its memory lives on in them (they are slices of it)
+until every destination has concatenated its partitions; what is received is freed then too.
+On GPU workers dask-cuda's spilling moves to host memory what does not fit.
 """
 
 from __future__ import annotations

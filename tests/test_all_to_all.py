@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from dask.sizeof import sizeof
 from dask.utils import key_split
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, get_task_stream, wait
 
 import dask_gpu_interop
 from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
@@ -252,6 +252,41 @@ def test_nothing_but_the_output_is_left_in_memory(client):
     assert [p for p in client.run_on_scheduler(held) if p.startswith("gpu-shuffle")] == [
         "gpu-shuffle-concat"]
     del shuffled
+
+
+def test_each_task_runs_on_the_worker_the_plan_gives_it():
+    # work stealing may move a loosely restricted task to an idle worker: off, the plan shows
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                         dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+        source = dask_frame(frame(6, rows=500)).persist()
+        inputs = client.compute(source.to_delayed())  # the partitions the shuffle reads
+        wait(inputs)
+        held = client.who_has(inputs)
+        with get_task_stream(client=client) as stream:
+            shuffled, stats = shuffle(source, "key", 7, return_stats=True)
+        ran = {task["key"]: task["worker"] for task in stream.data}
+        plan = Plan(workers=stats.workers, owners=("?",), npartitions=7)
+        seen = set()
+        for key, worker in ran.items():
+            step = key_split(key)
+            seen.add(step)
+            if step == "gpu-shuffle-concat":
+                assert worker == stats.workers[plan.destination(key[1])], key
+            elif step == "gpu-shuffle-batch":
+                assert worker == stats.workers[key[1]], key
+            elif step == "gpu-shuffle-split":
+                assert worker in held[inputs[key[1]].key], key
+        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-concat"} <= seen
+        assert len(partitions_of(client, shuffled)) == 7
+
+
+def test_a_persisted_input_is_used_and_left_as_it_was(client):
+    blocks = frame(4)
+    source = dask_frame(blocks).persist()
+    parts = partitions_of(client, shuffle(source, "key", 3))
+    assert_same_rows(parts, blocks)
+    assert_same_rows(partitions_of(client, source), blocks)
 
 
 def test_one_worker_moves_nothing_between_workers():
