@@ -44,8 +44,9 @@ def _host(array) -> np.ndarray:
 
 
 def partition_ids(frame, on: list, casts: dict, npartitions: int):
-    """Each row's output partition, an int64 array of the frame's array module: dask's hash of
-    the key columns ``on`` (``casts`` applied first) modulo ``npartitions``."""
+    """Each row's output partition, an int32 array of the frame's array module: dask's hash of
+    the key columns ``on`` (``casts`` applied first) modulo ``npartitions``. Four bytes a row
+    keep the sort by partition to half the passes of a 64-bit one."""
     from dask.dataframe.dispatch import hash_object_dispatch
 
     keys = frame[on]
@@ -53,7 +54,7 @@ def partition_ids(frame, on: list, casts: dict, npartitions: int):
         keys = keys.astype(casts, errors="ignore")
     hashes = hash_object_dispatch(keys, index=False)
     values = hashes.values % npartitions
-    return values.astype(_array_module(frame).int64, copy=False)
+    return values.astype(_array_module(frame).int32, copy=False)
 
 
 def split(frame, on: list, casts: dict, npartitions: int, ignore_index: bool):
