@@ -133,6 +133,11 @@ class Plan:
     owners: tuple[str, ...]
     npartitions: int
 
+    def __post_init__(self):
+        strays = sorted(set(self.owners) - set(self.workers))
+        if strays:  # their partitions would be split nowhere: rows lost, never that
+            raise ValueError(f"input partitions placed on {strays}, not among the workers")
+
     def outputs_of(self, worker: int) -> tuple[int, int]:
         """``(first, stop)``: the output partitions placed on ``workers[worker]``."""
         count = len(self.workers)
@@ -157,7 +162,8 @@ class Plan:
     @property
     def destinations(self) -> list[int]:
         """The workers (indices) that receive at least one output partition."""
-        return [d for d in range(len(self.workers)) if self.outputs_of(d)[0] < self.outputs_of(d)[1]]
+        runs = [self.outputs_of(d) for d in range(len(self.workers))]
+        return [d for d, (first, stop) in enumerate(runs) if first < stop]
 
 
 def _restricted(worker: str) -> dict:
@@ -285,12 +291,14 @@ def _input_partitions(client, frame) -> list:
 
 
 def _owners(client, futures, workers: tuple[str, ...]) -> tuple[str, ...]:
-    """The worker holding each of ``futures`` (the first by address where several do)."""
+    """The worker of ``workers`` holding each of ``futures`` (the first by address where
+    several do). One held nowhere among them (lost with a worker since, or held by one that
+    just left) gets a worker in turn: the scheduler computes or fetches it for its split."""
     held = client.who_has(futures)
+    present = set(workers)
     owners = []
     for future in futures:
-        where = sorted(held.get(future.key) or ())
-        # lost with a worker since: the scheduler computes it again where its split runs
+        where = sorted(a for a in held.get(future.key) or () if a in present)
         owners.append(where[0] if where else workers[len(owners) % len(workers)])
     return tuple(owners)
 

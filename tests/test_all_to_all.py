@@ -93,6 +93,11 @@ def test_each_worker_gets_a_contiguous_run_of_outputs_and_every_output_one_worke
     assert plan.destinations == [d for d, size in enumerate(sizes) if size]
 
 
+def test_a_plan_with_an_input_on_no_known_worker_is_refused():
+    with pytest.raises(ValueError, match="not among the workers"):
+        Plan(workers=("a", "b"), owners=("a", "gone"), npartitions=2)
+
+
 def test_the_graph_has_one_split_per_input_one_batch_per_worker_pair_one_concat_per_output():
     plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
     graph, keys = build_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"], {},
@@ -266,7 +271,7 @@ def test_each_task_runs_on_the_worker_the_plan_gives_it():
         with get_task_stream(client=client) as stream:
             shuffled, stats = shuffle(source, "key", 7, return_stats=True)
         ran = {task["key"]: task["worker"] for task in stream.data}
-        plan = Plan(workers=stats.workers, owners=("?",), npartitions=7)
+        plan = Plan(workers=stats.workers, owners=stats.workers[:1], npartitions=7)
         seen = set()
         for key, worker in ran.items():
             step = key_split(key)
