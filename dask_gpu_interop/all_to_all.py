@@ -405,7 +405,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         ``frame`` is not a dask DataFrame.
     ValueError
         ``on`` names no column of the frame, ``npartitions`` is not a positive whole number,
-        or no client runs.
+        or no client runs, or its cluster has no worker.
     ShuffleError
         A task of the shuffle failed, or data it needed was lost and could not be computed
         again. A worker lost during the shuffle is no error: what it held is computed again
@@ -436,6 +436,8 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
 
     meta = frame._meta.reset_index(drop=True) if ignore_index else frame._meta
     casts = hash_casts(frame._meta, on)
+    if not client.nthreads():
+        raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
     inputs = _input_partitions(client, frame)
     started = time.perf_counter()
     workers = tuple(sorted(client.nthreads()))

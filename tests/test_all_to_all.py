@@ -360,6 +360,14 @@ def test_no_client_is_refused_in_one_line(monkeypatch):
     assert "\n" not in str(refused.value)
 
 
+def test_a_cluster_without_workers_is_refused_in_one_line():
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        with pytest.raises(ValueError, match="no worker is connected") as refused:
+            shuffle(dask_frame(frame(2, rows=10)), "key", client=client)
+    assert "\n" not in str(refused.value)
+
+
 def test_the_inputs_own_error_comes_through(client):
     def broken():
         raise ZeroDivisionError("a partition that cannot be made")
