@@ -45,13 +45,19 @@ def gpu_frame(pdf: pd.DataFrame, npartitions: int = 8):
     return dd.from_pandas(pdf, npartitions=npartitions, sort=False).to_backend("cudf")
 
 
+def library_of(part) -> str:
+    return type(part).__module__.split(".")[0]
+
+
 def gathered(client, shuffled) -> list[pd.DataFrame]:
     """The output partitions as pandas frames, after checking on the workers that each is a
-    cuDF frame."""
-    kinds = client.compute(shuffled.map_partitions(lambda p: pd.Series([type(p).__module__]),
-                                                   meta=(None, object)), sync=True)  # fmt: skip
-    assert set(kinds) == {"cudf.core.dataframe"}, set(kinds)
-    return [p.to_pandas() for p in client.compute(shuffled.to_delayed(), sync=True)]
+    cuDF frame (every call names its client: two clusters can be up at once here)."""
+    import dask
+
+    parts = shuffled.to_delayed()
+    kinds = client.compute([dask.delayed(library_of)(p) for p in parts], sync=True)
+    assert set(kinds) == {"cudf"}, set(kinds)
+    return [p.to_pandas() for p in client.compute(parts, sync=True)]
 
 
 def assert_rows(parts, pdf):
@@ -75,7 +81,7 @@ def test_every_row_once_and_every_key_in_one_partition_on_a_gpu(one_gpu, on, npa
     from dask_gpu_interop import shuffle
 
     pdf = pandas_frame()
-    shuffled = shuffle(gpu_frame(pdf), on, npartitions)
+    shuffled = shuffle(gpu_frame(pdf), on, npartitions, client=one_gpu)
     parts = gathered(one_gpu, shuffled)
     assert len(parts) == (npartitions or 8)
     assert_rows(parts, pdf)
@@ -88,7 +94,7 @@ def test_all_keys_equal_and_empty_partitions_on_a_gpu(one_gpu):
     pdf = pandas_frame(rows=1_000, keys=1)
     source = gpu_frame(pdf, 4)
     source = source[source["n"] >= 500]  # the first partitions are empty
-    parts = gathered(one_gpu, shuffle(source, "key", 4, ignore_index=True))
+    parts = gathered(one_gpu, shuffle(source, "key", 4, ignore_index=True, client=one_gpu))
     assert sorted(len(p) for p in parts) == [0, 0, 0, 500]
     assert sorted(pd.concat(parts)["n"]) == list(range(500, 1000))
 
@@ -97,7 +103,7 @@ def test_cudf_rows_land_where_dasks_task_shuffle_puts_them(one_gpu):
     from dask_gpu_interop import shuffle
 
     source = gpu_frame(pandas_frame())
-    ours = gathered(one_gpu, shuffle(source, ["key", "name"], npartitions=6))
+    ours = gathered(one_gpu, shuffle(source, ["key", "name"], npartitions=6, client=one_gpu))
     theirs = gathered(one_gpu, source.shuffle(["key", "name"], npartitions=6,
                                               shuffle_method="tasks"))  # fmt: skip
     for mine, dasks in zip(ours, theirs, strict=True):
@@ -107,7 +113,7 @@ def test_cudf_rows_land_where_dasks_task_shuffle_puts_them(one_gpu):
 def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu):
     from dask_gpu_interop import memory_report, shuffle
 
-    shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4)
+    shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4, client=one_gpu)
     frame = memory_report(one_gpu).tasks_frame().set_index("prefix")
     assert frame.loc["gpu-shuffle-split", "tasks"] >= 8
     assert frame.loc["gpu-shuffle-batch", "tasks"] >= 1
@@ -145,7 +151,8 @@ def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus):
     from dask_gpu_interop import shuffle
 
     pdf = pandas_frame(rows=400_000)
-    shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True)
+    shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
+                              client=two_gpus)
     workers = sorted(two_gpus.nthreads())
     assert set(stats.crossed) <= {(workers[0], workers[1]), (workers[1], workers[0])}
     assert 0.3 * stats.output_bytes < stats.crossing_bytes < 0.7 * stats.output_bytes
@@ -162,8 +169,9 @@ def test_shuffle_merge_between_two_gpus_equals_cudfs_merge(two_gpus):
 
     performance = pandas_frame(rows=200_000, keys=5_000)
     acquisition = pd.DataFrame({"key": np.arange(0, 5_000, 2), "rate": np.arange(2_500) / 7})
-    joined = shuffle_merge(gpu_frame(performance, 8), gpu_frame(acquisition, 3), on="key")
-    got = joined.compute().to_pandas()
+    joined = shuffle_merge(gpu_frame(performance, 8), gpu_frame(acquisition, 3), on="key",
+                           client=two_gpus)
+    got = two_gpus.compute(joined, sync=True).to_pandas()
     want = cudf.DataFrame(performance).merge(cudf.DataFrame(acquisition), on="key").to_pandas()
     order = ["n"]
     pd.testing.assert_frame_equal(got.sort_values(order).reset_index(drop=True),
@@ -182,10 +190,10 @@ def test_a_gpu_worker_killed_mid_shuffle_changes_nothing(tmp_path):
     protocol = "ucx" if importlib.util.find_spec("distributed_ucxx") else "tcp"
     with cluster_client(device="gpu", n_workers=2, protocol=protocol,
                         memory={"pool_size": "0.2"}) as (client, _):  # fmt: skip
-        source = gpu_frame(pdf, 8).persist()
+        source = client.persist(gpu_frame(pdf, 8))
         pids = set(client.run(os.getpid).values())
         client.register_plugin(DieOnce(str(tmp_path / "died"), "gpu-shuffle-batch"))
-        parts = gathered(client, shuffle(source, "key", 6))
+        parts = gathered(client, shuffle(source, "key", 6, client=client))
         assert (tmp_path / "died").exists(), "no worker died: the test did not test anything"
         client.wait_for_workers(2, timeout=120)
         assert set(client.run(os.getpid).values()) != pids
