@@ -511,8 +511,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def dry_run(args) -> str:
     """What ``args`` would run, one line per configuration; nothing starts."""
-    workers = args.workers or ("one per GPU" if args.device == "gpu" else 2)
-    lines = [f"{workers} workers ({args.device}), {args.partitions_per_worker} partitions each; "
+    workers = (f"{args.workers} worker{'s' if args.workers > 1 else ''}" if args.workers
+               else "one worker per GPU" if args.device == "gpu" else "2 workers")
+    lines = [f"{workers} ({args.device}), {args.partitions_per_worker} partitions each; "
              f"{args.repeats} timed runs per method after a checked one"
              + (f"; raw peer copies of {format_bytes(args.peer_size)} first"
                 if args.device == "gpu" else "")]  # fmt: skip
