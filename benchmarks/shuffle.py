@@ -1,22 +1,37 @@
-"""All-to-all: a Dask shuffle of a large cuDF frame across every GPU, over UCX and over TCP.
+"""All-to-all: the library's shuffle against dask's task and p2p shuffles, on every GPU.
 
-    python benchmarks/shuffle.py [--per-worker 8GiB] [--partitions-per-worker 8]
-                                 [--protocols ucx,tcp] [--methods tasks] [--repeats 3]
-                                 [--workers 4] [--device gpu|cpu] [--out DIR]
+    python benchmarks/shuffle.py [--sizes 64MiB,1GiB,4GiB] [--partitions-per-worker 8]
+                                 [--methods library,tasks,p2p] [--p2p-up-to 64MiB]
+                                 [--protocols ucx,tcp] [--clusters library,dask-cuda]
+                                 [--repeats 3] [--workers 2] [--device gpu|cpu]
+                                 [--pool-size 0.6] [--peer-size 1GiB] [--dry-run]
+                                 [--out DIR] [--machine 2xH100] [--commit abc1234]
 
-Each worker (one per GPU, the GPUMemoryPlugin's pool, our serializers) makes its share of a
-frame of an int64 key and three float64 columns; the frame is then shuffled on the key into as
-many partitions and persisted. With keys spread evenly, (W-1)/W of the frame crosses between
-workers; the aggregate bandwidth is that volume over the shuffle's time, held against the sum of
-the peer-copy bandwidth of every link measured alone and against every GPU copying to every
-other at once (benchmarks/peer.py). The bytes the workers logged as received during the shuffle
-are reported too (tasks method only: P2P moves data outside that log; a multi-stage task
-shuffle moves data more than once). An untimed first run of each method is checked: no row
-lost, and no key in two partitions; the timed runs of the methods then alternate.
+For each cluster (``library``: the library's ``cluster_client``, one worker per GPU with the
+GPUMemoryPlugin's pool; ``dask-cuda``: a plain ``LocalCUDACluster(rmm_pool_size=...)``),
+protocol and size (bytes per worker), each worker makes its share of a frame of an int64 key
+and three float64 columns (random keys, ``--partitions-per-worker`` partitions each), which is
+then shuffled on the key into as many partitions and kept in memory, by each method in turn:
 
-``--device cpu`` runs the same with pandas on a LocalCluster over TCP (what CI can run).
-Results, through the harness (benchmarks/common.py: the machine, the commit, the alternation):
-DIR/shuffle-MACHINE.md and .json.
+- ``library``: ``dask_gpu_interop.shuffle`` (one batch per pair of workers);
+- ``tasks``, ``p2p``: dask's own ``frame.shuffle("key", shuffle_method=...)``, persisted.
+  P2P goes through host memory and is slow on GPUs: it runs only at sizes up to
+  ``--p2p-up-to``.
+
+The first run of each method at each size is checked, untimed: every row once (the count, and
+a checksum of every row's hash against the input's), no key in two partitions. The timed runs
+of the methods then alternate, round by round in a rotated order. One more run of the
+library's shuffle, untimed, records the task stream: when each step ran (split, batch, concat)
+and when the concat tasks fetched their batches (the transfers), from the shuffle's start.
+
+Figures: the frame's bytes over the time (as issue 41 counts its GB/s), and the bytes that
+cross between workers ((W-1)/W of the frame with keys spread evenly) over the time, held
+against every GPU copying to every other at once (benchmarks/peer.py, in a child process, in
+the same call) and against the sum of every link alone. The bytes the workers logged as
+received are reported too (p2p moves data outside that log). ``--dry-run`` prints the runs
+and starts nothing; ``--device cpu`` runs the same with pandas on CPU worker processes over
+TCP (what CI can run). Results, through the harness (benchmarks/common.py: the machine, the
+commit, the alternation): DIR/shuffle-MACHINE.md and .json.
 """
 
 from __future__ import annotations
@@ -52,7 +67,9 @@ from transfer import PROTOCOLS  # noqa: E402
 
 ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
-METHODS = ("tasks", "p2p")
+METHODS = ("library", "tasks", "p2p")
+CLUSTERS = ("library", "dask-cuda")
+STEPS = ("split", "batch", "concat")
 
 
 # ------------------------------------------------------------------ tasks, run on the workers
@@ -92,11 +109,35 @@ def register_serializers() -> bool:
     return True
 
 
+def row_hash_sum(part) -> int:
+    """The sum, modulo 2**64, of the hash of every row of ``part`` (its columns in name
+    order, not its index): equal for two frames holding the same rows in any order and any
+    partitions, on one backend."""
+    from dask.dataframe.dispatch import hash_object_dispatch
+
+    if len(part) == 0:
+        return 0
+    hashes = hash_object_dispatch(part[sorted(part.columns)], index=False)
+    return int(hashes.astype("uint64").sum()) % (1 << 64)
+
+
 # ------------------------------------------------------------------ the client side
 
 
 @contextlib.contextmanager
-def cluster(device: str, workers: int, protocol: str, pool_size: str | None):
+def cluster(kind: str, device: str, workers: int, protocol: str, pool_size: str | None):
+    """A client of ``workers`` workers, one thread each: the library's ``cluster_client`` or
+    dask-cuda's own ``LocalCUDACluster`` with its RMM pool."""
+    if kind == "dask-cuda":
+        from dask_cuda import LocalCUDACluster
+        from distributed import Client
+
+        pool = float(pool_size) if pool_size and pool_size.replace(".", "", 1).isdigit() \
+            else pool_size  # fmt: skip
+        with LocalCUDACluster(n_workers=workers, threads_per_worker=1, protocol=protocol,
+                              rmm_pool_size=pool) as local, Client(local) as client:  # fmt: skip
+            yield client
+        return
     from dask_gpu_interop import cluster_client
 
     memory = {"pool_size": pool_size} if device == "gpu" and pool_size else None
@@ -111,7 +152,7 @@ def build_frame(client, device: str, per_worker: int, parts_per_worker: int):
     import dask.dataframe as dd
     from distributed import wait
 
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
     rows = max(1, per_worker // parts_per_worker // ROW_BYTES)
     futures = [
         client.submit(make_partition, i, rows, device, workers=[workers[i % len(workers)]],
@@ -124,6 +165,7 @@ def build_frame(client, device: str, per_worker: int, parts_per_worker: int):
         import cudf
 
         meta = cudf.from_pandas(meta)
+
     def frame(run: int):
         """The same partitions under a new name for each run: a new shuffle, not old keys."""
         return dd.from_delayed(futures, meta=meta, verify_meta=False, prefix=f"shuffle-in-{run}")
@@ -131,28 +173,105 @@ def build_frame(client, device: str, per_worker: int, parts_per_worker: int):
     return frame, futures, rows * len(futures)
 
 
-def check(shuffled, rows: int) -> dict:
-    """No row lost; every key in exactly one output partition."""
+def checksum(frame) -> int:
+    """:func:`row_hash_sum` of the whole frame (each partition's sum comes back as a Python
+    int: a frame of them would turn those above 2**63 into floats)."""
+    import dask
+
+    sums = dask.compute(*[dask.delayed(row_hash_sum)(part) for part in frame.to_delayed()])
+    return sum(sums) % (1 << 64)
+
+
+def check(shuffled, rows: int, expected_checksum: int | None = None) -> dict:
+    """No row lost or doubled; every key in exactly one output partition."""
     import dask
 
     counts, keys = dask.compute(
         shuffled.map_partitions(len), shuffled.map_partitions(lambda p: p["key"].nunique())
     )
     total_keys = shuffled["key"].nunique().compute()
-    return {"rows": int(sum(counts)), "rows_ok": int(sum(counts)) == rows,
-            "keys_ok": int(sum(keys)) == int(total_keys)}  # fmt: skip
+    out = {"rows": int(sum(counts)), "rows_ok": int(sum(counts)) == rows,
+           "keys_ok": int(sum(keys)) == int(total_keys)}  # fmt: skip
+    if expected_checksum is not None:
+        out["checksum_ok"] = checksum(shuffled) == expected_checksum
+    return out
+
+
+def checked_ok(entry: dict) -> bool:
+    found = entry.get("check") or {}
+    return bool(found) and all(v for k, v in found.items() if k.endswith("_ok"))
 
 
 def shuffle_once(client, frame, method: str):
+    """(the shuffled frame in memory, seconds, bytes received as logged)."""
     from distributed import wait
+
+    import dask_gpu_interop
 
     start_wall = time.time()
     started = time.perf_counter()
-    out = frame.shuffle("key", shuffle_method=method, npartitions=frame.npartitions).persist()
-    wait(out)
+    if method == "library":
+        out = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions)
+    else:
+        out = frame.shuffle("key", shuffle_method=method, npartitions=frame.npartitions).persist()
+        wait(out)
     seconds = time.perf_counter() - started
     received = sum(client.run(received_since, start_wall).values())
     return out, seconds, received
+
+
+def step_times(stream: list[dict], start: float) -> dict:
+    """When each step of the library's shuffle ran, from its task stream: per step the first
+    start and last stop (seconds from ``start``), the tasks' summed busy time and count; and
+    the same for the concat tasks' fetches of their batches ("transfer")."""
+    from dask.utils import key_split
+
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for task in stream:
+        name = key_split(task["key"])
+        if not name.startswith("gpu-shuffle-"):
+            continue
+        step = name.removeprefix("gpu-shuffle-")
+        for startstop in task.get("startstops", ()):
+            action = startstop.get("action")
+            if action == "compute":
+                spans.setdefault(step, []).append((startstop["start"], startstop["stop"]))
+            elif action == "transfer" and step == "concat":
+                spans.setdefault("transfer", []).append((startstop["start"], startstop["stop"]))
+    return {
+        step: {"first": min(a for a, _ in runs) - start, "last": max(b for _, b in runs) - start,
+               "busy": sum(b - a for a, b in runs), "count": len(runs)}  # fmt: skip
+        for step, runs in spans.items()
+    }
+
+
+def profile_once(client, frame) -> dict:
+    """One untimed run of the library's shuffle with the task stream recorded."""
+    from distributed import get_task_stream
+
+    import dask_gpu_interop
+
+    with get_task_stream(client=client) as stream:
+        start = time.time()
+        out, stats = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions,
+                                              return_stats=True)  # fmt: skip
+        seconds = time.time() - start
+    del out
+    return {"seconds": seconds, "steps": step_times(stream.data, start),
+            "crossing_bytes": stats.crossing_bytes, "output_bytes": stats.output_bytes}
+
+
+def runs_planned(args) -> list[tuple[str, str, int, list[str]]]:
+    """(cluster, protocol, size, methods) for every configuration, in the order they run."""
+    planned = []
+    for kind, protocol, size in itertools.product(args.clusters, args.protocols, args.sizes):
+        methods = [m for m in args.methods if m != "p2p" or size <= args.p2p_up_to]
+        planned.append((kind, protocol, size, methods))
+    return planned
+
+
+def entry_key(kind: str, protocol: str, size: int, method: str) -> str:
+    return f"{kind}|{protocol}|{size}|{method}"
 
 
 def run(args) -> dict:
@@ -163,53 +282,69 @@ def run(args) -> dict:
         raise SystemExit("shuffle.py needs at least 2 workers (2 GPUs with --device gpu)")
     results = {
         "command": command_line(__file__, args.argv),
-        "commit": commit(),
+        "commit": args.commit or commit(),
         "machine_info": machine(),
         "date": now(),
         "workers": workers,
         "device": args.device,
-        "per_worker": args.per_worker,
+        "sizes": args.sizes,
         "partitions": workers * args.partitions_per_worker,
+        "repeats": args.repeats,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "NCCL_"))},
+        "frames": {},
         "runs": {},
+        "profiles": {},
+        "errors": {},
     }
     if args.device == "gpu":
         results["peer"] = peer.measure([args.peer_size], 5, "all", with_concurrent=True)
-    for protocol in args.protocols:
+    planned = runs_planned(args)
+    names = itertools.count()  # every shuffle gets inputs of its own name
+    for (kind, protocol), group in itertools.groupby(planned, key=lambda p: p[:2]):
         try:
-            with cluster(args.device, workers, protocol, args.pool_size) as client:
+            with cluster(kind, args.device, workers, protocol, args.pool_size) as client:
                 client.run(register_serializers)
                 register_serializers()
-                frame, made, rows = build_frame(client, args.device, args.per_worker,
-                                                args.partitions_per_worker)  # fmt: skip
-                results["rows"] = rows
-                results["frame_bytes"] = rows * ROW_BYTES
-                names = itertools.count()  # every shuffle gets inputs of its own name
-                entries = {m: results["runs"].setdefault(f"{protocol}:{m}", {})
-                           for m in args.methods}
-                for round_, method in alternate(args.methods, args.repeats + 1):
-                    entry = entries[method]
-                    if "error" in entry:
-                        continue
-                    try:
-                        out, seconds, received = shuffle_once(client, frame(next(names)), method)
-                        if round_ == 0:  # the warm-up, checked
-                            entry["check"] = check(out, rows)
-                            entry["seconds"], entry["received"] = [], []
-                            del out
-                            continue
-                        del out
-                        entry["seconds"].append(seconds)
-                        entry["received"].append(received)
-                        say(f"{protocol} {method} run {round_}: {seconds:.2f} s, "
-                            f"{format_bytes(received)} received")  # fmt: skip
-                    except Exception as err:  # one failure must not lose the other rows
-                        entry["error"] = f"{type(err).__name__}: {err}"
-                        say(f"{protocol} {method} failed: {entry['error']}")
-                del frame, made
-        except Exception as err:
-            results["runs"][f"{protocol}:*"] = {"error": f"{type(err).__name__}: {err}"}
+                for _, _, size, methods in group:
+                    measure_size(client, args, kind, protocol, size, methods, names, results)
+        except Exception as err:  # one cluster failing must not lose the other rows
+            results["errors"][f"{kind}|{protocol}"] = f"{type(err).__name__}: {err}"
+            say(f"{kind} {protocol} failed: {results['errors'][f'{kind}|{protocol}']}")
     return results
+
+
+def measure_size(client, args, kind, protocol, size, methods, names, results) -> None:
+    frame, made, rows = build_frame(client, args.device, size, args.partitions_per_worker)
+    results["frames"][str(size)] = {"rows": rows, "bytes": rows * ROW_BYTES}
+    expected = checksum(frame(next(names)))
+    entries = {m: results["runs"].setdefault(entry_key(kind, protocol, size, m), {})
+               for m in methods}  # fmt: skip
+    for round_, method in alternate(methods, args.repeats + 1, rotate=True):
+        entry = entries[method]
+        if "error" in entry:
+            continue
+        try:
+            out, seconds, received = shuffle_once(client, frame(next(names)), method)
+            if round_ == 0:  # the warm-up, checked
+                entry["check"] = check(out, rows, expected)
+                entry["seconds"], entry["received"] = [], []
+                del out
+                continue
+            del out
+            entry["seconds"].append(seconds)
+            entry["received"].append(received)
+            say(f"{kind} {protocol} {format_bytes(size)} {method} run {round_}: "
+                f"{seconds:.3f} s, {format_bytes(received)} received")  # fmt: skip
+        except Exception as err:  # one failure must not lose the other rows
+            entry["error"] = f"{type(err).__name__}: {err}"
+            say(f"{kind} {protocol} {format_bytes(size)} {method} failed: {entry['error']}")
+    if "library" in methods and "error" not in entries["library"]:
+        try:
+            results["profiles"][entry_key(kind, protocol, size, "library")] = profile_once(
+                client, frame(next(names)))
+        except Exception as err:
+            entries["library"]["profile_error"] = f"{type(err).__name__}: {err}"
+    del frame, made
 
 
 # ------------------------------------------------------------------ the report
@@ -220,76 +355,126 @@ def crossing_bytes(frame_bytes: int, workers: int) -> float:
     return frame_bytes * (workers - 1) / workers
 
 
+def rate(gbps: float) -> str:
+    """GB/s with the digits that matter at its size."""
+    return f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.1f}" if gbps >= 1 else f"{gbps:.3f}"
+
+
+def split_key(key: str) -> tuple[str, str, int, str]:
+    kind, protocol, size, method = key.split("|")
+    return kind, protocol, int(size), method
+
+
 def report(results: dict, machine: str) -> str:
     workers = results["workers"]
-    frame_bytes = results.get("frame_bytes", 0)
-    moved = crossing_bytes(frame_bytes, workers)
     ceiling = peer.summary(results.get("peer") or {})
+    both = ceiling.get("concurrent_GBps")
+    links = ceiling.get("sum_of_links_GBps")
     lines = [
         *header(f"All-to-all shuffle, {machine}", results["command"],
                 results.get("machine_info") or {}, results.get("commit"), results.get("date")),
-        f"- {workers} workers ({results['device']}), "
-        f"{format_bytes(frame_bytes)} frame ({results.get('rows', 0):,} rows of int64 key + 3 "
-        f"float64) in {results['partitions']} partitions, shuffled on the key into as many; "
-        f"{format_bytes(int(moved))} cross between workers ((W-1)/W of the frame)",
+        f"- {workers} workers ({results['device']}), one thread each; per worker "
+        f"{', '.join(format_bytes(s) for s in results['sizes'])} of int64 key + 3 float64, "
+        f"{results['partitions']} partitions in all, shuffled on the key into as many; "
+        f"(W-1)/W of the frame crosses between workers; medians of {results['repeats']} runs, "
+        "methods alternated",
         f"- UCX/NCCL environment as found: {results['env'] or 'none set'}",
     ]
     if ceiling:
         lines.append(
             f"- ceilings (raw peer copies, {format_bytes(ceiling.get('link_size', 0))}): sum of "
-            f"the {len(ceiling.get('links_GBps', {}))} links each alone "
-            f"{ceiling.get('sum_of_links_GBps', 0):.0f} GB/s; every GPU to every other at once "
-            f"{ceiling.get('concurrent_GBps', 0):.0f} GB/s"
-        )
-    elif results.get("peer", {}).get("error"):
+            f"the {len(ceiling.get('links_GBps', {}))} links each alone {links or 0:.0f} GB/s; "
+            f"every GPU to every other at once {both or 0:.0f} GB/s")
+    elif (results.get("peer") or {}).get("error"):
         lines.append(f"- peer copies failed: {results['peer']['error']}")
-    lines += [
-        "",
-        "| protocol | method | median s | min s | aggregate GB/s | per worker GB/s | vs sum of "
-        "links | vs concurrent copy | received (logged) | checked |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for key, entry in results["runs"].items():
-        protocol, method = key.split(":")
-        if "error" in entry and not entry.get("seconds"):
-            lines.append(f"| {protocol} | {method} | failed: {entry['error'][:160]} |" + " |" * 7)
-            continue
-        med = statistics.median(entry["seconds"])
-        gbps = moved / med / 1e9
-        links = ceiling.get("sum_of_links_GBps")
-        both = ceiling.get("concurrent_GBps")
-        received = statistics.median(entry["received"])
-        ok = entry.get("check", {})
-        lines.append(
-            f"| {protocol} | {method} | {med:.2f} | {min(entry['seconds']):.2f} | {gbps:.1f} | "
-            f"{gbps / workers:.1f} | {f'{gbps / links:.1%}' if links else '-'} | "
-            f"{f'{gbps / both:.1%}' if both else '-'} | "
-            f"{'not logged' if method == 'p2p' else format_bytes(int(received))} | "
-            f"{'ok' if ok.get('rows_ok') and ok.get('keys_ok') else f'FAILED {ok}'} |"
-        )
-    by = {k: statistics.median(e["seconds"]) for k, e in results["runs"].items()
-          if e.get("seconds")}  # fmt: skip
-    for method in METHODS:
-        if f"ucx:{method}" in by and f"tcp:{method}" in by:
-            ratio = by[f"tcp:{method}"] / by[f"ucx:{method}"]
-            lines.append(f"\nUCX vs TCP ({method}): {ratio:.2f}x")
+    for where, error in (results.get("errors") or {}).items():
+        lines.append(f"- {where.replace('|', ' ')}: failed: {error[:300]}")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for key in results["runs"]:
+        groups.setdefault(split_key(key)[:2], []).append(key)
+    for (kind, protocol), keys in groups.items():
+        lines += ["", f"### {kind} cluster, {protocol.upper()}", "",
+                  "| per worker | method | median s | min s | frame GB/s | crossing GB/s | vs "
+                  "all peer copies | vs tasks | received (logged) | checked |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for key in keys:
+            lines.append(table_row(results, key, workers, both))
+        lines += step_lines(results, kind, protocol, workers)
     return "\n".join(lines) + "\n"
+
+
+def table_row(results: dict, key: str, workers: int, both: float | None) -> str:
+    kind, protocol, size, method = split_key(key)
+    entry = results["runs"][key]
+    frame_bytes = (results["frames"].get(str(size)) or {}).get("bytes", size * workers)
+    if not entry.get("seconds"):
+        why = entry.get("error") or "no timed run"
+        return f"| {format_bytes(size)} | {method} | failed: {why[:160]} |" + " |" * 7
+    med = statistics.median(entry["seconds"])
+    crossing = crossing_bytes(frame_bytes, workers) / med / 1e9
+    tasks = results["runs"].get(entry_key(kind, protocol, size, "tasks"), {})
+    versus = (f"{statistics.median(tasks['seconds']) / med:.2f}x"
+              if tasks.get("seconds") and method != "tasks" else "-")
+    received = ("not logged" if method == "p2p"
+                else format_bytes(int(statistics.median(entry["received"]))))
+    ok = "ok" if checked_ok(entry) else f"FAILED {entry.get('check')}"
+    return (f"| {format_bytes(size)} | {method} | {med:.3f} | {min(entry['seconds']):.3f} | "
+            f"{rate(frame_bytes / med / 1e9)} | {rate(crossing)} | "
+            f"{f'{crossing / both:.1%}' if both else '-'} | {versus} | {received} | {ok} |")
+
+
+def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[str]:
+    profiles = {split_key(k)[2]: p for k, p in (results.get("profiles") or {}).items()
+                if split_key(k)[:2] == (kind, protocol)}  # fmt: skip
+    if not profiles:
+        return []
+    lines = ["", "The library's steps in one more run (task stream; seconds from the call: "
+             "first start-last stop, and the tasks' summed busy time):", "",
+             "| per worker | whole s | split | batch | transfers | concat | crossing GB/s over "
+             "the transfers |", "| ---: | ---: | --- | --- | --- | --- | ---: |"]
+    for size, profile in sorted(profiles.items()):
+        steps = profile["steps"]
+
+        def cell(step, steps=steps):
+            s = steps.get(step)
+            return f"{s['first']:.3f}-{s['last']:.3f} ({s['busy']:.3f}, {s['count']})" if s else "-"
+
+        moving = steps.get("transfer")
+        speed = (rate(profile["crossing_bytes"] / (moving["last"] - moving["first"]) / 1e9)
+                 if moving and moving["last"] > moving["first"] else "-")
+        lines.append(f"| {format_bytes(size)} | {profile['seconds']:.3f} | {cell('split')} | "
+                     f"{cell('batch')} | {cell('transfer')} | {cell('concat')} | {speed} |")
+    return lines
+
+
+# ------------------------------------------------------------------ the command line
 
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--per-worker", default="8GiB", help="frame bytes made on each worker")
+    parser.add_argument("--sizes", default="64MiB,1GiB,4GiB",
+                        help="frame bytes made on each worker, comma-separated")  # fmt: skip
+    parser.add_argument("--per-worker", default=None,
+                        help="one size: the same as --sizes SIZE")  # fmt: skip
     parser.add_argument("--partitions-per-worker", type=int, default=8)
-    parser.add_argument("--protocols", default="ucx,tcp")
-    parser.add_argument("--methods", default="tasks", help=f"of: {', '.join(METHODS)}")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"of: {', '.join(METHODS)}")
+    parser.add_argument("--p2p-up-to", default="64MiB",
+                        help="p2p runs only at sizes up to this (it goes through host memory)")
+    parser.add_argument("--protocols", default=None,
+                        help="default: ucx,tcp (--device cpu: tcp)")  # fmt: skip
+    parser.add_argument("--clusters", default="library",
+                        help=f"of: {', '.join(CLUSTERS)} (dask-cuda: GPUs only)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=None,
                         help="default: one per GPU (--device cpu: 2)")  # fmt: skip
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--pool-size", default="0.6", help="the plugin's RMM pool per worker")
+    parser.add_argument("--pool-size", default="0.6", help="the RMM pool per worker")
     parser.add_argument("--peer-size", default="1GiB", help="bytes per raw peer copy")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the runs it would make; start nothing")  # fmt: skip
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
     output_options(parser)
     return parser
 
@@ -300,21 +485,53 @@ def parse(argv=None) -> argparse.Namespace:
     args = parser_.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args.per_worker = parse_bytes(args.per_worker)
+        sizes = args.per_worker if args.per_worker is not None else args.sizes
+        args.sizes = [parse_bytes(s) for s in sizes.split(",") if s.strip()]
         args.peer_size = parse_bytes(args.peer_size)
+        args.p2p_up_to = parse_bytes(args.p2p_up_to)
     except ValueError as err:
-        parser_.error(f"--per-worker / --peer-size: {err}")
+        parser_.error(f"--sizes / --per-worker / --peer-size / --p2p-up-to: {err}")
+    if not args.sizes or min(args.sizes) < 1:
+        parser_.error("--sizes: at least one size, each above zero")
+    if args.protocols is None:
+        args.protocols = "ucx,tcp" if args.device == "gpu" else "tcp"
     args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
     args.methods = choices(parser_, "--methods", args.methods, METHODS)
+    args.clusters = choices(parser_, "--clusters", args.clusters, CLUSTERS)
     if "ucx" in args.protocols and args.device == "cpu":
         parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
+    if "dask-cuda" in args.clusters and args.device == "cpu":
+        parser_.error("--clusters dask-cuda needs --device gpu; use library on CPUs")
     if args.partitions_per_worker < 1:
         parser_.error("--partitions-per-worker must be at least 1")
+    if args.repeats < 1:
+        parser_.error("--repeats must be at least 1")
     return args
+
+
+def dry_run(args) -> str:
+    """What ``args`` would run, one line per configuration; nothing starts."""
+    workers = (f"{args.workers} worker{'s' if args.workers > 1 else ''}" if args.workers
+               else "one worker per GPU" if args.device == "gpu" else "2 workers")
+    lines = [f"{workers} ({args.device}), {args.partitions_per_worker} partitions each; "
+             f"{args.repeats} timed runs per method after a checked one"
+             + (f"; raw peer copies of {format_bytes(args.peer_size)} first"
+                if args.device == "gpu" else "")]  # fmt: skip
+    shuffles = 0
+    for kind, protocol, size, methods in runs_planned(args):
+        count = len(methods) * (args.repeats + 1) + ("library" in methods)
+        shuffles += count
+        lines.append(f"{kind} cluster, {protocol}: {format_bytes(size)} per worker: "
+                     f"{', '.join(methods)} ({count} shuffles)")  # fmt: skip
+    lines.append(f"{shuffles} shuffles in all")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     args = parse(argv)
+    if args.dry_run:
+        print(dry_run(args))
+        return
     results = run(args)
     machine = args.machine or (machine_name(results["machine_info"], results["workers"])
                                if args.device == "gpu" else "cpu")

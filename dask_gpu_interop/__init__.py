@@ -19,6 +19,7 @@ from .serialize import register as _register_serializers  # noqa: E402
 _register_serializers()  # lazily: no torch/JAX import until one of their objects is sent
 
 from ._imports import import_in_background  # noqa: E402
+from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
 from .cluster import cluster_client, local_cluster, resolve_device  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
@@ -31,6 +32,7 @@ from .memory import (  # noqa: E402
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
+from .shuffle_method import shuffle_config  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")
@@ -45,12 +47,17 @@ __all__ = [
     "MemoryReport",
     "MemoryTimeline",
     "OptionError",
+    "ShuffleError",
+    "ShuffleStats",
     "cluster_client",
     "import_in_background",
     "local_cluster",
     "memory_report",
     "record_memory",
     "resolve_device",
+    "shuffle",
+    "shuffle_config",
+    "shuffle_merge",
     "xgboost_config",
     "__version__",
 ]

@@ -25,6 +25,7 @@ from . import gpu_workers
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
+from .shuffle_method import shuffle_config
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 NANNY_ENVIRON = "distributed.nanny.environ"
@@ -122,7 +123,9 @@ def local_cluster(
 ):
     """A local cluster for ``device``: GPU workers with the memory plugin, or CPU workers.
 
-    Bad options raise here, before any process starts.
+    Bad options raise here, before any process starts. For dask's own shuffles of cuDF
+    frames on a GPU cluster, set ``dask.config.set(shuffle_config())`` in the client's process
+    (:func:`cluster_client` does).
 
     Parameters
     ----------
@@ -305,6 +308,10 @@ def cluster_client(
 ):
     """A Client, and the device its workers use, for the length of a ``with`` block.
 
+    With GPU workers, dask's own ``shuffle``, ``merge`` and ``groupby`` use its task shuffle
+    for the block, which keeps cuDF partitions on the devices, instead of its p2p shuffle
+    through host memory (:func:`shuffle_config`; a method you set in dask config is kept).
+
     Parameters
     ----------
     scheduler : str, optional
@@ -342,7 +349,7 @@ def cluster_client(
             device = workers_device(client, device)
             if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)
-            with _recording(client, memory_plot):
+            with _recording(client, memory_plot), dask.config.set(shuffle_config(device)):
                 yield client, device
         return
     device = check_local(device, protocol)
@@ -350,7 +357,8 @@ def cluster_client(
         device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
         memory=memory, security=security, processes=processes,
     )
-    with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot):
+    with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot), \
+            dask.config.set(shuffle_config(device)):
         yield client, device
 
 

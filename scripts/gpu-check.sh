@@ -5,13 +5,14 @@
 #
 # Sections: probe (bytecode: always, compiles what has none, as pip does) memory-tests memory-bench cupy-allocators-bench vs-dask-cuda-bench
 #           cluster-start-bench compat-tests cluster-tests serialize-tests convert-tests mortgage-tests
-#           mortgage-streams-tests ecg-tests demo-tests transfer-bench shuffle-bench
+#           mortgage-streams-tests ecg-tests demo-tests all_to_all-tests transfer-bench
+#           shuffle-bench join-bench
 #           mortgage-stages-bench mortgage-timeline-bench mortgage-bench etl-ceiling-bench
 #           wall-clock-bench ecg-bench
 #           (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # What each benchmark section measures, and its current results file: benchmarks/README.md.
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
-# VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS,
+# VS_DASK_CUDA_ARGS, TRANSFER_ARGS, SHUFFLE_ARGS, JOIN_ARGS, MORTGAGE_ARGS, MORTGAGE_STAGES_ARGS,
 # ETL_CEILING_ARGS, WALL_CLOCK_ARGS, ECG_ARGS, ECG_TRAIN_ARGS;
 # MORTGAGE_DATA: where the mortgage benchmarks generate their datasets (default
 # /tmp/mortgage-bench), MORTGAGE_STAGES_SIZE: the stages' dataset per layout (default 10GB).
@@ -105,7 +106,7 @@ want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocat
 eval "vs_args=(${VS_DASK_CUDA_ARGS:-})"  # shell words: --configs 'plugin async;...' keeps its quotes
 want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 benchmarks/vs_dask_cuda.py --out "$OUT/results" "${vs_args[@]}"
 want cluster-start-bench benchmarks/cluster_start.py && section cluster-start-bench 600 python3 benchmarks/cluster_start.py --out "$OUT/results"
-for name in compat cluster serialize convert mortgage ecg demo; do
+for name in compat cluster serialize convert mortgage ecg demo all_to_all; do
   files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
@@ -136,6 +137,7 @@ mortgage_timeline() {  # the etl command's tasks over time, first and warm ETL, 
 want mortgage-timeline-bench benchmarks/mortgage_timeline.py && section mortgage-timeline-bench 600 mortgage_timeline
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
 want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 benchmarks/shuffle.py --out "$OUT/results" ${SHUFFLE_ARGS:-}
+want join-bench benchmarks/join.py && section join-bench 600 python3 benchmarks/join.py --out "$OUT/results" ${JOIN_ARGS:-}
 want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 benchmarks/mortgage.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
 want etl-ceiling-bench benchmarks/etl_ceiling.py && section etl-ceiling-bench 900 python3 benchmarks/etl_ceiling.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
 want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 benchmarks/wall_clock.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}

@@ -133,6 +133,8 @@ RUNNABLE = [
     convert.library_of,
     dask_gpu_interop.resolve_device,
     dask_gpu_interop.MemoryReport,
+    dask_gpu_interop.ShuffleStats,
+    dask_gpu_interop.shuffle_config,
 ]
 
 

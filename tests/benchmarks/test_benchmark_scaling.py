@@ -1,59 +1,20 @@
-"""The scaling benchmarks' own logic, on CPUs: the shuffle (pandas, TCP), its check, the peer
-and pair tables, and the scaling script's configurations."""
+"""The scaling benchmarks' own logic, on CPUs: the peer and pair tables, and the scaling
+script's configurations (the shuffle's are in test_benchmark_shuffle.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import peer  # noqa: E402
-import shuffle  # noqa: E402
 import transfer  # noqa: E402
-
-
-def test_shuffle_on_cpus_moves_every_row_and_keeps_each_key_in_one_partition(tmp_path):
-    shuffle.main(["--device", "cpu", "--protocols", "tcp", "--methods", "tasks",
-                  "--per-worker", "1MiB", "--partitions-per-worker", "2", "--repeats", "2",
-                  "--out", str(tmp_path), "--machine", "cpu-test"])  # fmt: skip
-    results = json.loads((tmp_path / "shuffle-cpu-test.json").read_text())
-    run = results["runs"]["tcp:tasks"]
-    assert "error" not in run
-    assert run["check"] == {"rows": results["rows"], "rows_ok": True, "keys_ok": True}
-    assert results["frame_bytes"] == results["rows"] * shuffle.ROW_BYTES
-    assert len(run["seconds"]) == 2 and all(s > 0 for s in run["seconds"])
-    # two workers: about half the frame crosses, and the workers' logs saw it cross
-    assert min(run["received"]) >= 0.5 * shuffle.crossing_bytes(results["frame_bytes"], 2)
-    table = (tmp_path / "shuffle-cpu-test.md").read_text()
-    assert "| tcp | tasks |" in table and "| ok |" in table
-
-
-def test_shuffle_check_catches_a_key_split_across_partitions():
-    import dask.dataframe as dd
-
-    frame = dd.from_pandas(pd.DataFrame({"key": [1, 2, 1, 3], "a": [0.0, 1.0, 2.0, 3.0]}),
-                           npartitions=2, sort=False)  # fmt: skip
-    got = shuffle.check(frame, rows=4)
-    assert got["rows_ok"] and not got["keys_ok"]
-    assert not shuffle.check(frame, rows=5)["rows_ok"]
-
-
-def test_shuffle_refuses_ucx_on_cpus_before_starting_anything():
-    with pytest.raises(SystemExit):
-        shuffle.main(["--device", "cpu", "--protocols", "ucx"])
-
-
-def test_crossing_bytes_is_the_share_other_workers_own():
-    assert shuffle.crossing_bytes(800, 4) == 600
-    assert shuffle.crossing_bytes(800, 2) == 400
 
 
 def test_peer_pairs_and_ceilings():

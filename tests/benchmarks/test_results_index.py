@@ -215,7 +215,7 @@ def gpu_check_commands() -> list[str]:
         plain = re.sub(r"\$\{\w+:-\}", "", command)
         assert "$" not in plain, f"gpu-check.sh: unfilled variable in {command!r}"
         out.append("python " + plain)
-        for variable in ("TRANSFER_ARGS", "SHUFFLE_ARGS", "MORTGAGE_ARGS"):
+        for variable in ("TRANSFER_ARGS", "SHUFFLE_ARGS", "JOIN_ARGS", "MORTGAGE_ARGS"):
             if f"${{{variable}:-}}" in command:
                 out.append("python " + command.replace(f"${{{variable}:-}}", scaling[variable]))
     return out
@@ -226,7 +226,7 @@ def test_gpu_check_is_valid_shell_and_its_commands_parse():
     commands = gpu_check_commands()
     scripts = {split(c)[0] for c in commands}
     assert {"memory", "cupy_allocators", "vs_dask_cuda", "cluster_start", "mortgage_stages",
-            "mortgage_timeline", "transfer", "shuffle", "mortgage", "ecg"} <= scripts
+            "mortgage_timeline", "transfer", "shuffle", "join", "mortgage", "ecg"} <= scripts
     for command in commands:
         check(command)
     text = (ROOT / "scripts" / "gpu-check.sh").read_text()

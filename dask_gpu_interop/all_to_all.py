@@ -1,0 +1,537 @@
+"""An all-to-all for dask DataFrames whose partitions stay on their workers' GPUs.
+
+    shuffled = dask_gpu_interop.shuffle(frame, "key")              # a dask DataFrame
+    joined = dask_gpu_interop.shuffle_merge(left, right, on="key")
+
+dask's task shuffle moves one piece per pair of input and output partitions, each a transfer
+of its own; its p2p shuffle turns every partition into Arrow tables in host memory. Here the
+data crosses between workers once per pair of workers, in one batch, over distributed's own
+comms (device to device over UCX with the "cuda" serializers), scheduled by distributed like
+any other tasks:
+
+1. the input is persisted, and :meth:`distributed.Client.who_has` says where each partition
+   is;
+2. ``gpu-shuffle-split``: on the worker holding it, each input partition's rows are ordered by
+   output partition (dask's own hash of the key columns, :mod:`.all_to_all_tasks`);
+3. ``gpu-shuffle-batch``: on each source worker, one task per destination worker takes the
+   slices of its splits bound for that worker's output partitions (views, no copy);
+4. ``gpu-shuffle-concat``: on each destination worker, one task per output partition
+   concatenates its rows from every batch; dask fetches each batch once.
+
+Every task is restricted to its worker loosely (``allow_other_workers``): when a worker dies,
+the scheduler recomputes what it held elsewhere from the tasks' lineage, and since every task
+is a pure function of its inputs the result is the same, every row once. A split's key is
+released once its batches are made, but its memory lives on in them (they are slices of it)
+until every destination has concatenated its partitions; what is received is freed then too.
+On GPU workers dask-cuda's spilling moves to host memory what does not fit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from . import all_to_all_tasks as tasks
+
+logger = logging.getLogger(__name__)
+
+#: The task prefix of every task of the all-to-all: ``gpu-shuffle-split``, ``-batch``,
+#: ``-concat`` (the memory report's per-task view groups by these; dask's ``key_split`` would
+#: drop an eight-letter word starting with a-f, such as "assemble", as if it were hex).
+PREFIX = "gpu-shuffle"
+MERGE_HOWS = ("inner", "left", "right", "outer")
+
+
+class ShuffleError(RuntimeError):
+    """The all-to-all could not finish: one of its tasks failed, or data it needed was lost
+    with a worker and could not be computed again. The message names the task and the cause,
+    which is chained (``err.__cause__``). A worker lost during a shuffle is not an error by
+    itself: what it held is computed again elsewhere.
+
+    Examples
+    --------
+    >>> import dask_gpu_interop
+    >>> try:  # doctest: +SKIP
+    ...     shuffled = dask_gpu_interop.shuffle(frame, "key")
+    ... except dask_gpu_interop.ShuffleError as err:
+    ...     print(err)
+    """
+
+
+@dataclass(frozen=True)
+class ShuffleStats:
+    """What one :func:`shuffle` did: its partitions, workers and time, and the bytes that
+    crossed between workers. ``str(stats)`` says it in one line, as the log does.
+
+    Parameters
+    ----------
+    npartitions_in, npartitions_out : int
+        Partitions of the input and of the output.
+    workers : tuple of str
+        The workers the output partitions were placed on, in order: output partition ``j``
+        went to ``workers[j * len(workers) // npartitions_out]``.
+    seconds : float
+        From the input in memory to every output partition in memory.
+    output_bytes : int
+        The output partitions' size, as dask measures it (``sizeof``).
+    crossed : dict
+        ``{(source, destination): bytes}``: what the shuffle's tasks fetched from other
+        workers, as the destination workers' transfer logs record it. Data that stayed on its
+        worker is not in it.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import ShuffleStats
+    >>> stats = ShuffleStats(npartitions_in=2, npartitions_out=2, workers=("a", "b"),
+    ...                      seconds=0.5, output_bytes=4096, crossed={("a", "b"): 1024,
+    ...                                                               ("b", "a"): 1024})
+    >>> stats.crossing_bytes
+    2048
+    >>> print(stats)
+    shuffled 2 partitions into 2 on 2 workers in 0.500 s: 2.00 kiB crossed between workers (50% of the output), output 4.00 kiB
+    """
+
+    npartitions_in: int
+    npartitions_out: int
+    workers: tuple[str, ...]
+    seconds: float
+    output_bytes: int
+    crossed: dict = field(default_factory=dict)
+
+    @property
+    def crossing_bytes(self) -> int:
+        """Bytes that crossed between workers, every pair together."""
+        return sum(self.crossed.values())
+
+    def __str__(self) -> str:
+        from dask.utils import format_bytes
+
+        share = (f" ({self.crossing_bytes / self.output_bytes:.0%} of the output)"
+                 if self.output_bytes else "")
+        return (f"shuffled {self.npartitions_in} partitions into {self.npartitions_out} on "
+                f"{len(self.workers)} worker{'s' if len(self.workers) != 1 else ''} in "
+                f"{self.seconds:.3f} s: {format_bytes(self.crossing_bytes)} crossed between "
+                f"workers{share}, output {format_bytes(self.output_bytes)}")
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each task of one all-to-all runs.
+
+    ``workers`` are every worker, sorted; ``owners[i]`` holds input partition ``i``. Output
+    partitions go to the workers in contiguous runs (:meth:`outputs_of`), so that each
+    split's rows bound for one worker are one slice of it.
+    """
+
+    workers: tuple[str, ...]
+    owners: tuple[str, ...]
+    npartitions: int
+
+    def __post_init__(self):
+        strays = sorted(set(self.owners) - set(self.workers))
+        if strays:  # their partitions would be split nowhere: rows lost, never that
+            raise ValueError(f"input partitions placed on {strays}, not among the workers")
+
+    def outputs_of(self, worker: int) -> tuple[int, int]:
+        """``(first, stop)``: the output partitions placed on ``workers[worker]``."""
+        count = len(self.workers)
+        return (-(-worker * self.npartitions // count),
+                -(-(worker + 1) * self.npartitions // count))  # fmt: skip
+
+    def destination(self, partition: int) -> int:
+        """The index in ``workers`` of the worker that concatenates output ``partition``."""
+        return partition * len(self.workers) // self.npartitions
+
+    def inputs_on(self, worker: int) -> list[int]:
+        """The input partitions held by ``workers[worker]``."""
+        address = self.workers[worker]
+        return [i for i, owner in enumerate(self.owners) if owner == address]
+
+    @property
+    def sources(self) -> list[int]:
+        """The workers (indices) holding at least one input partition."""
+        held = set(self.owners)
+        return [s for s, address in enumerate(self.workers) if address in held]
+
+    @property
+    def destinations(self) -> list[int]:
+        """The workers (indices) that receive at least one output partition."""
+        runs = [self.outputs_of(d) for d in range(len(self.workers))]
+        return [d for d, (first, stop) in enumerate(runs) if first < stop]
+
+
+def _restricted(worker: str) -> dict:
+    """Annotations that run a task on ``worker``, or elsewhere if it is gone."""
+    return {"workers": [worker], "allow_other_workers": True}
+
+
+def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
+                ignore_index: bool):
+    """The all-to-all as a ``HighLevelGraph`` (a layer per task kind and worker, annotated
+    with that worker), and the output partitions' keys in order.
+
+    ``inputs`` are the input partitions (futures, or any key the scheduler knows) in order.
+    """
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    split_name = f"{PREFIX}-split-{token}"
+    batch_name = f"{PREFIX}-batch-{token}"
+    concat_name = f"{PREFIX}-concat-{token}"
+    layers, dependencies = {}, {}
+    batch_layers = set()
+    for s in plan.sources:
+        worker = plan.workers[s]
+        held = plan.inputs_on(s)
+        name = f"{split_name}-on-{s}"
+        layers[name] = MaterializedLayer(
+            {(split_name, i): (tasks.split, inputs[i], on, casts, plan.npartitions,
+                               ignore_index) for i in held},
+            annotations=_restricted(worker))  # fmt: skip
+        dependencies[name] = set()
+        splits = [(split_name, i) for i in held]
+        batches = f"{batch_name}-from-{s}"
+        layers[batches] = MaterializedLayer(
+            {(batch_name, s, d): (tasks.batch, splits, *plan.outputs_of(d))
+             for d in plan.destinations},
+            annotations=_restricted(worker))  # fmt: skip
+        dependencies[batches] = {name}
+        batch_layers.add(batches)
+    for d in plan.destinations:
+        first, stop = plan.outputs_of(d)
+        name = f"{concat_name}-on-{d}"
+        incoming = [(batch_name, s, d) for s in plan.sources]
+        layers[name] = MaterializedLayer(
+            {(concat_name, j): (tasks.concat, incoming, j - first, ignore_index)
+             for j in range(first, stop)},
+            annotations=_restricted(plan.workers[d]))  # fmt: skip
+        dependencies[name] = set(batch_layers)
+    keys = [(concat_name, j) for j in range(plan.npartitions)]
+    return HighLevelGraph(layers, dependencies), keys
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def key_columns(frame, on) -> list[str]:
+    """``on`` as a list of the frame's column names; TypeError or ValueError in one line."""
+    import dask.dataframe as dd
+
+    if not isinstance(frame, dd.DataFrame):
+        raise TypeError(f"shuffle takes a dask DataFrame, not {type(frame).__name__}: "
+                        "for a Series, use series.to_frame()")  # fmt: skip
+    names = [on] if isinstance(on, str) or not isinstance(on, (list, tuple)) else list(on)
+    if not names:
+        raise ValueError("on=[]: name at least one column to shuffle on")
+    missing = [name for name in names if name not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"on={on!r}: {', '.join(map(repr, missing))} not a column of the frame (its "
+            f"columns: {', '.join(map(str, frame.columns))}); to shuffle on the index, "
+            "reset_index() first")
+    return names
+
+
+def output_partitions(frame, npartitions) -> int:
+    """``npartitions``, checked, or the frame's own count."""
+    if npartitions is None:
+        return frame.npartitions
+    if isinstance(npartitions, bool) or not isinstance(npartitions, int) or npartitions < 1:
+        raise ValueError(f"npartitions={npartitions!r}: give a positive whole number, or None "
+                         "for as many as the input has")  # fmt: skip
+    return npartitions
+
+
+def hash_casts(meta, on: list) -> dict:
+    """The key columns dask hashes as float64 (numbers, and categories of numbers), so that
+    equal ints and floats meet in one partition, as dask's own hash shuffle does."""
+    from pandas.api.types import is_numeric_dtype
+
+    casts = {}
+    for name in on:
+        dtype = meta[name].dtype
+        categories = getattr(dtype, "categories", None)
+        if is_numeric_dtype(dtype) or (categories is not None
+                                       and is_numeric_dtype(categories.dtype)):
+            casts[name] = "float64"
+    return casts
+
+
+def _client(client):
+    if client is not None:
+        return client
+    from distributed import get_client
+
+    try:
+        return get_client()
+    except ValueError:
+        raise ValueError("shuffle runs on a distributed cluster: create a Client first (or "
+                         "pass client=)") from None  # fmt: skip
+
+
+# --------------------------------------------------------------------------- running it
+
+
+def _input_partitions(client, frame) -> list:
+    """The frame's partitions as futures, in order, once they are in memory; an input that
+    failed raises its own error."""
+    from distributed import wait
+
+    futures = client.compute(frame.to_delayed())
+    wait(futures)
+    for future in futures:
+        if future.status != "finished":
+            future.result()  # the input's own error
+    return futures
+
+
+def _owners(client, futures, workers: tuple[str, ...]) -> tuple[str, ...]:
+    """The worker of ``workers`` holding each of ``futures`` (the first by address where
+    several do). One held nowhere among them (lost with a worker since, or held by one that
+    just left) gets a worker in turn: the scheduler computes or fetches it for its split."""
+    held = client.who_has(futures)
+    present = set(workers)
+    owners = []
+    for future in futures:
+        where = sorted(a for a in held.get(future.key) or () if a in present)
+        owners.append(where[0] if where else workers[len(owners) % len(workers)])
+    return tuple(owners)
+
+
+def _wait(futures) -> None:
+    """Until every output partition is in memory; ShuffleError for the first that is not."""
+    from concurrent.futures import CancelledError
+
+    from distributed import wait
+
+    try:
+        wait(futures)
+    except CancelledError:  # distributed says it in many lines: ours follows, in one
+        pass
+    for future in futures:
+        if future.status == "finished":
+            continue
+        if future.status == "error":
+            cause = future.exception()
+            raise ShuffleError(
+                f"the shuffle's {_failed_step(future.traceback())} task failed (for output "
+                f"partition {future.key[1]}): {type(cause).__name__}: {cause}") from cause
+        raise ShuffleError(
+            f"the shuffle's output partition {future.key[1]} was {future.status}: data it "
+            "needed was lost with a worker and cannot be computed again (scattered data, for "
+            "one): make the input again and shuffle it")
+
+
+def _failed_step(traceback) -> str:
+    """The task prefix of the step that raised, from the error's traceback: the outermost of
+    its frames in the tasks' module is the task's own function."""
+    import traceback as tb
+
+    for frame in tb.extract_tb(traceback) if traceback is not None else ():
+        if (os.path.basename(frame.filename) == os.path.basename(tasks.__file__)
+                and frame.name in ("split", "batch", "concat")):
+            return f"{PREFIX}-{frame.name}"
+    return PREFIX
+
+
+def received(token: str, dask_worker=None) -> list[tuple[str, int]]:
+    """On a worker: ``(source, bytes)`` of each transfer of the shuffle ``token``'s keys into
+    it, from its transfer log."""
+    out = []
+    for entry in list(getattr(dask_worker, "transfer_incoming_log", ())):
+        nbytes = sum(int(size or 0) for key, size in entry.get("keys", {}).items()
+                     if token in str(key[0] if isinstance(key, tuple) else key))
+        if nbytes:
+            out.append((entry.get("who"), nbytes))
+    return out
+
+
+def _stats(client, plan: Plan, npartitions_in: int, futures: list, token: str,
+           seconds: float) -> ShuffleStats:
+    crossed: dict = {}
+    for destination, transfers in client.run(received, token, on_error="ignore").items():
+        for source, nbytes in transfers:
+            pair = (source, destination)
+            crossed[pair] = crossed.get(pair, 0) + nbytes
+    sizes = client.nbytes(keys=[f.key for f in futures], summary=False)
+    return ShuffleStats(npartitions_in=npartitions_in, npartitions_out=plan.npartitions,
+                        workers=plan.workers, seconds=seconds,
+                        output_bytes=int(sum(sizes.values())), crossed=crossed)  # fmt: skip
+
+
+def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
+            return_stats=False):
+    """Hash-partition a dask DataFrame on its key columns, the partitions moving between
+    workers device to device in one batch per pair of workers.
+
+    Each row goes to the output partition that dask's own task shuffle would give it (the
+    same hash of the key columns, numbers hashed as float64), so every key is in exactly one
+    output partition, with every row once. The hash is the backend's: cuDF and pandas frames
+    place the same key in different partitions, each consistently. The shuffle runs when
+    called, as ``persist`` does, and returns once every output partition is in the workers'
+    memory; the input is persisted first (a persisted frame is used where it is).
+
+    Parameters
+    ----------
+    frame : dask.dataframe.DataFrame
+        The frame: cuDF partitions on GPU workers, pandas partitions on CPU workers.
+    on : str or list of str
+        The key columns.
+    npartitions : int, optional
+        Output partitions; by default as many as the input has.
+    ignore_index : bool
+        Drop the index instead of carrying it along (less to move); the output partitions
+        are then indexed from 0.
+    client : distributed.Client, optional
+        By default the current client.
+    return_stats : bool
+        Also return a :class:`ShuffleStats`: the time and the bytes that crossed between
+        each pair of workers (logged at INFO level on ``dask_gpu_interop.all_to_all`` too).
+
+    Returns
+    -------
+    dask.dataframe.DataFrame or (dask.dataframe.DataFrame, ShuffleStats)
+        The shuffled frame, backed by the output partitions in memory: the input's columns
+        and types, divisions unknown.
+
+    Raises
+    ------
+    TypeError
+        ``frame`` is not a dask DataFrame.
+    ValueError
+        ``on`` names no column of the frame, ``npartitions`` is not a positive whole number,
+        or no client runs, or its cluster has no worker.
+    ShuffleError
+        A task of the shuffle failed, or data it needed was lost and could not be computed
+        again. A worker lost during the shuffle is no error: what it held is computed again
+        elsewhere, and the result is the same.
+
+    Notes
+    -----
+    Memory: each worker holds its input partitions ordered by destination until every
+    destination has its batch, what it receives, and its output partitions: about three times
+    its share of the frame at the peak, above an input that you keep. GPU workers of dask-cuda
+    (and the library's clusters) spill to host memory what does not fit. The tasks' prefixes,
+    ``gpu-shuffle-split``, ``gpu-shuffle-batch`` and ``gpu-shuffle-concat``, show each
+    step's device memory in :func:`memory_report`.
+
+    Examples
+    --------
+    >>> import dask_gpu_interop
+    >>> shuffled = dask_gpu_interop.shuffle(frame, "loan_id")  # doctest: +SKIP
+    >>> shuffled, stats = dask_gpu_interop.shuffle(frame, ["a", "b"], npartitions=64,
+    ...                                            return_stats=True)  # doctest: +SKIP
+    >>> print(stats)  # doctest: +SKIP
+    shuffled 32 partitions into 64 on 4 workers in 0.412 s: 12.00 GiB crossed between workers (75% of the output), output 16.00 GiB
+    """
+    on = key_columns(frame, on)
+    npartitions = output_partitions(frame, npartitions)
+    client = _client(client)
+    import dask.dataframe as dd
+
+    meta = frame._meta.reset_index(drop=True) if ignore_index else frame._meta
+    casts = hash_casts(frame._meta, on)
+    if not client.nthreads():
+        raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
+    inputs = _input_partitions(client, frame)
+    started = time.perf_counter()
+    workers = tuple(sorted(client.nthreads()))
+    plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
+                npartitions=npartitions)  # fmt: skip
+    token = uuid.uuid4().hex
+    graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
+    outputs = client.get(graph, keys, sync=False)
+    del inputs  # the scheduler releases them once split, unless the caller holds them
+    _wait(outputs)
+    seconds = time.perf_counter() - started
+    stats = None
+    if return_stats or logger.isEnabledFor(logging.INFO):
+        stats = _stats(client, plan, frame.npartitions, outputs, token, seconds)
+        logger.info("%s", stats)
+    out = dd.from_delayed(outputs, meta=meta, divisions=None, verify_meta=False,
+                          prefix=f"{PREFIX}-{token}")  # fmt: skip
+    return (out, stats) if return_stats else out
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def _merge_partitions(left, right, **kwargs):
+    return left.merge(right, **kwargs)
+
+
+def shuffle_merge(left, right, on=None, *, left_on=None, right_on=None, how="inner",
+                  suffixes=("_x", "_y"), npartitions=None, client=None):
+    """Join two dask DataFrames on key columns: both sides moved with :func:`shuffle` into the
+    same partitions, then each pair of partitions merged where it lies.
+
+    Parameters
+    ----------
+    left, right : dask.dataframe.DataFrame
+        Both cuDF-backed or both pandas-backed.
+    on : str or list of str, optional
+        Key columns of both sides; or give ``left_on`` and ``right_on``.
+    left_on, right_on : str or list of str, optional
+        Key columns of each side, as many on each.
+    how : {"inner", "left", "right", "outer"}
+        As ``DataFrame.merge``.
+    suffixes : tuple of str
+        As ``DataFrame.merge``.
+    npartitions : int, optional
+        Partitions of the result; by default the larger side's count.
+    client : distributed.Client, optional
+        By default the current client.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        The joined frame (divisions unknown), computed lazily from the shuffled sides, which
+        are in memory.
+
+    Raises
+    ------
+    ValueError
+        Keys missing or given both ways, ``how`` not one of the four, or key columns whose
+        types would hash differently on the two sides (cast one side first).
+    ShuffleError
+        As :func:`shuffle`.
+
+    Examples
+    --------
+    >>> import dask_gpu_interop
+    >>> joined = dask_gpu_interop.shuffle_merge(performance, acquisition,
+    ...                                         on="loan_id")  # doctest: +SKIP
+    """
+    if how not in MERGE_HOWS:
+        raise ValueError(f"how={how!r}: choose one of {', '.join(MERGE_HOWS)}")
+    if (on is None) == (left_on is None and right_on is None) or (
+            on is None and (left_on is None or right_on is None)):
+        raise ValueError("give on=, or both left_on= and right_on=")
+    left_keys = key_columns(left, on if on is not None else left_on)
+    right_keys = key_columns(right, on if on is not None else right_on)
+    if len(left_keys) != len(right_keys):
+        raise ValueError(f"left_on={left_keys} and right_on={right_keys}: as many keys on "
+                         "each side")  # fmt: skip
+    left_casts, right_casts = hash_casts(left._meta, left_keys), hash_casts(right._meta,
+                                                                           right_keys)
+    for a, b in zip(left_keys, right_keys, strict=True):
+        kinds = (left_casts.get(a) or str(left._meta[a].dtype),
+                 right_casts.get(b) or str(right._meta[b].dtype))
+        if kinds[0] != kinds[1]:
+            raise ValueError(
+                f"key {a!r} is {left._meta[a].dtype} on the left and {b!r} "
+                f"{right._meta[b].dtype} on the right: they would hash differently, cast one "
+                "side first")
+    npartitions = output_partitions(
+        left, npartitions if npartitions is not None else max(left.npartitions,
+                                                              right.npartitions))
+    left = shuffle(left, left_keys, npartitions, client=client)
+    right = shuffle(right, right_keys, npartitions, client=client)
+    keys = {"on": on} if on is not None else {"left_on": left_on, "right_on": right_on}
+    return left.map_partitions(_merge_partitions, right, how=how, suffixes=suffixes,
+                               align_dataframes=False, **keys)  # fmt: skip

@@ -1,0 +1,435 @@
+"""The all-to-all (dask_gpu_interop.shuffle) on pandas partitions and CPU worker processes: the
+protocol the GPU path runs, with its plan, its graph, its tasks, its result, what it reports,
+its errors and a worker killed in the middle of it."""
+
+from __future__ import annotations
+
+import logging
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from dask.sizeof import sizeof
+from dask.utils import key_split
+from distributed import Client, LocalCluster, get_task_stream, wait
+
+import dask_gpu_interop
+from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
+from dask_gpu_interop import all_to_all_tasks as tasks
+from dask_gpu_interop.all_to_all import Plan, build_graph, hash_casts
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def frame(partitions: int = 6, rows: int = 2_000, keys: int = 97, seed: int = 0,
+          empty: tuple = ()) -> pd.DataFrame:
+    """A pandas frame of ``partitions`` blocks (those in ``empty`` with no rows): an int key,
+    a text key, a float and an int column, a non-default index."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for i in range(partitions):
+        n = 0 if i in empty else rows
+        blocks.append(pd.DataFrame({
+            "key": rng.integers(0, keys, n),
+            "name": rng.choice(["ash", "birch", "cedar", "damson", "elm"], n),
+            "x": rng.random(n),
+            "n": np.arange(n) + i * rows,
+        }, index=pd.RangeIndex(i * rows, i * rows + n) * 3))
+    return blocks
+
+
+def dask_frame(blocks) -> dd.DataFrame:
+    return dd.from_delayed([dask.delayed(b) for b in blocks], meta=blocks[0].iloc[:0],
+                           verify_meta=False)  # fmt: skip
+
+
+def partitions_of(client, shuffled) -> list[pd.DataFrame]:
+    return client.compute(shuffled.to_delayed(), sync=True)
+
+
+def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values("n").rename_axis("i").reset_index()
+
+
+def assert_same_rows(parts, blocks):
+    got = sorted_rows(pd.concat(parts))
+    want = sorted_rows(pd.concat(blocks))
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def assert_each_key_in_one_partition(parts, on):
+    on = [on] if isinstance(on, str) else on
+    seen = {}
+    for i, part in enumerate(parts):
+        for key in part[on].drop_duplicates().itertuples(index=False, name=None):
+            assert seen.setdefault(key, i) == i, f"key {key} in partitions {seen[key]} and {i}"
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
+        yield client
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@pytest.mark.parametrize("workers, npartitions", [(2, 8), (3, 8), (4, 3), (3, 1), (1, 5)])
+def test_each_worker_gets_a_contiguous_run_of_outputs_and_every_output_one_worker(workers,
+                                                                                  npartitions):
+    plan = Plan(workers=tuple(f"w{i}" for i in range(workers)), owners=("w0",),
+                npartitions=npartitions)
+    runs = [plan.outputs_of(d) for d in range(workers)]
+    assert runs[0][0] == 0 and runs[-1][1] == npartitions
+    assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
+    sizes = [stop - first for first, stop in runs]
+    assert max(sizes) - min(sizes) <= 1
+    for j in range(npartitions):
+        d = plan.destination(j)
+        assert runs[d][0] <= j < runs[d][1]
+    assert plan.destinations == [d for d, size in enumerate(sizes) if size]
+
+
+def test_a_plan_with_an_input_on_no_known_worker_is_refused():
+    with pytest.raises(ValueError, match="not among the workers"):
+        Plan(workers=("a", "b"), owners=("a", "gone"), npartitions=2)
+
+
+def test_the_graph_has_one_split_per_input_one_batch_per_worker_pair_one_concat_per_output():
+    plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
+    graph, keys = build_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"], {},
+                              False)  # fmt: skip
+    tasks_by_prefix = {}
+    restrictions = {}
+    for layer in graph.layers.values():
+        for key in layer:
+            tasks_by_prefix.setdefault(key_split(key), []).append(key)
+            restrictions[key] = layer.annotations
+    assert sorted(tasks_by_prefix) == ["gpu-shuffle-batch", "gpu-shuffle-concat",
+                                       "gpu-shuffle-split"]
+    assert len(tasks_by_prefix["gpu-shuffle-split"]) == 5
+    # sources a and c, destinations a, b, c (outputs 0-1, 2, 3): one batch per pair
+    assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-batch"]) == [
+        (0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
+    assert keys == [(k[0], j) for j, k in enumerate(sorted(tasks_by_prefix["gpu-shuffle-concat"]))]
+    for key, annotated in restrictions.items():
+        assert annotated["allow_other_workers"] is True
+        name = key_split(key)
+        if name == "gpu-shuffle-split":
+            assert annotated["workers"] == [plan.owners[key[1]]]
+        elif name == "gpu-shuffle-batch":
+            assert annotated["workers"] == [plan.workers[key[1]]]
+        else:
+            assert annotated["workers"] == [plan.workers[plan.destination(key[1])]]
+
+
+# --------------------------------------------------------------------------- the tasks
+
+
+def test_split_orders_rows_by_output_partition_and_says_where_each_starts():
+    block = frame(1, rows=500)[0]
+    ordered, offsets = tasks.split(block, ["key"], {"key": "float64"}, 7, False)
+    ids = tasks.partition_ids(block, ["key"], {"key": "float64"}, 7)
+    assert offsets[0] == 0 and offsets[-1] == 500 and (np.diff(offsets) >= 0).all()
+    assert list(np.diff(offsets)) == list(np.bincount(ids, minlength=7))
+    for j in range(7):
+        rows = ordered.iloc[offsets[j]:offsets[j + 1]]
+        assert set(rows.index) == set(block.index[ids == j])
+        assert list(rows["n"]) == sorted(rows["n"])  # stable: the input's order kept
+
+
+def test_partition_ids_are_dasks_own_hash_partitioning():
+    from dask.dataframe.shuffle import partitioning_index
+
+    block = frame(1, rows=300)[0]
+    ours = tasks.partition_ids(block, ["key", "name"], {"key": "float64"}, 5)
+    theirs = partitioning_index(block[["key", "name"]].astype({"key": "float64"}), 5)
+    assert list(ours) == list(theirs)
+    as_int = tasks.partition_ids(block.astype({"key": "float64"}), ["key"], {"key": "float64"}, 5)
+    assert list(tasks.partition_ids(block, ["key"], {"key": "float64"}, 5)) == list(as_int)
+
+
+def test_batch_and_concat_put_every_row_of_a_partition_together():
+    blocks = frame(3, rows=200)
+    splits = [tasks.split(b, ["key"], {}, 5, False) for b in blocks]
+    # outputs 1-3 go to one destination: one slice per split, offsets inside it
+    frames, offsets = tasks.batch(splits, 1, 4)
+    assert len(frames) == 3 and all(len(o) == 4 for o in offsets)
+    for j in range(1, 4):
+        got = tasks.concat([(frames, offsets)], j - 1, False)
+        want = pd.concat([o.iloc[s[j]:s[j + 1]] for o, s in splits])
+        pd.testing.assert_frame_equal(got, want)
+
+
+def test_a_batch_of_empty_slices_keeps_one_so_the_types_travel():
+    block = frame(1, rows=0)[0]
+    frames, offsets = tasks.batch([tasks.split(block, ["key"], {}, 3, False)] * 2, 0, 3)
+    assert len(frames) == 1 and len(frames[0]) == 0 and list(offsets[0]) == [0, 0, 0, 0]
+    out = tasks.concat([(frames, offsets)], 1, True)
+    assert len(out) == 0 and list(out.dtypes) == list(block.dtypes)
+
+
+def test_numbers_are_hashed_as_floats_as_dask_does():
+    meta = pd.DataFrame({"i": pd.Series([], dtype="int32"), "f": pd.Series([], dtype="float64"),
+                         "s": pd.Series([], dtype=object), "b": pd.Series([], dtype=bool),
+                         "c": pd.Series([], dtype="category")})  # fmt: skip
+    meta["c"] = meta["c"].cat.set_categories([1, 2, 3])
+    assert hash_casts(meta, ["i", "f", "s", "b", "c"]) == {"i": "float64", "f": "float64",
+                                                           "b": "float64", "c": "float64"}
+
+
+# --------------------------------------------------------------------------- on a cluster
+
+
+CASES = {
+    "int key": dict(on="key"),
+    "two keys": dict(on=["key", "name"]),
+    "text key": dict(on="name"),
+    "all keys the same": dict(on="key", keys=1),
+    "empty partitions": dict(on="key", empty=(0, 3, 4)),
+    "more outputs": dict(on="key", npartitions=11),
+    "fewer outputs": dict(on="key", npartitions=2),
+    "one output": dict(on="key", npartitions=1),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_row_arrives_once_and_every_key_in_one_partition(client, case):
+    options = dict(CASES[case])
+    on = options.pop("on")
+    npartitions = options.pop("npartitions", None)
+    blocks = frame(**options)
+    shuffled = shuffle(dask_frame(blocks), on, npartitions)
+    parts = partitions_of(client, shuffled)
+    assert len(parts) == shuffled.npartitions == (npartitions or len(blocks))
+    assert_same_rows(parts, blocks)  # the index travelled with its row
+    assert_each_key_in_one_partition(parts, on)
+    assert shuffled.divisions == (None,) * (len(parts) + 1)
+    pd.testing.assert_series_equal(shuffled._meta.dtypes, dask_frame(blocks)._meta.dtypes)
+    if case == "all keys the same":
+        assert sorted(len(p) for p in parts)[:-1] == [0] * (len(parts) - 1)
+
+
+def test_rows_land_where_dasks_task_shuffle_puts_them(client):
+    source = dask_frame(frame())
+    ours = partitions_of(client, shuffle(source, ["key", "name"], npartitions=5))
+    theirs = partitions_of(client, source.shuffle(["key", "name"], npartitions=5,
+                                                  shuffle_method="tasks"))  # fmt: skip
+    for mine, dasks in zip(ours, theirs, strict=True):
+        pd.testing.assert_frame_equal(sorted_rows(mine), sorted_rows(dasks), check_dtype=False)
+
+
+def test_ignore_index_drops_the_index(client):
+    blocks = frame()
+    shuffled = shuffle(dask_frame(blocks), "key", ignore_index=True)
+    parts = partitions_of(client, shuffled)
+    for part in parts:
+        assert list(part.index) == list(range(len(part)))
+    whole = pd.concat(parts).sort_values("n")
+    assert list(whole["n"]) == list(pd.concat(blocks).sort_values("n")["n"])
+
+
+def test_stats_count_the_bytes_that_crossed_and_the_log_says_so(client, caplog):
+    blocks = frame(8, rows=5_000)
+    with caplog.at_level(logging.INFO, logger="dask_gpu_interop.all_to_all"):
+        shuffled, stats = shuffle(dask_frame(blocks), "key", return_stats=True)
+    workers = sorted(client.nthreads())
+    assert stats.workers == tuple(workers) and stats.npartitions_in == 8
+    assert stats.npartitions_out == 8 and stats.seconds > 0
+    assert set(stats.crossed) <= {(a, b) for a in workers for b in workers if a != b}
+    # keys spread evenly: about half of what each worker holds belongs on the other
+    assert 0.2 * stats.output_bytes < stats.crossing_bytes < 0.8 * stats.output_bytes
+    parts = partitions_of(client, shuffled)
+    assert stats.output_bytes == pytest.approx(sum(sizeof(p) for p in parts), rel=0.05)
+    assert str(stats) in caplog.text and "crossed between workers" in caplog.text
+
+
+def test_nothing_but_the_output_is_left_in_memory(client):
+    shuffled = shuffle(dask_frame(frame()), "key")
+
+    def held(dask_scheduler):
+        return sorted({ts.prefix.name for ts in dask_scheduler.tasks.values()
+                       if ts.state == "memory"})  # fmt: skip
+
+    assert [p for p in client.run_on_scheduler(held) if p.startswith("gpu-shuffle")] == [
+        "gpu-shuffle-concat"]
+    del shuffled
+
+
+def test_each_task_runs_on_the_worker_the_plan_gives_it():
+    # work stealing may move a loosely restricted task to an idle worker: off, the plan shows
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                         dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+        source = dask_frame(frame(6, rows=500)).persist()
+        inputs = client.compute(source.to_delayed())  # the partitions the shuffle reads
+        wait(inputs)
+        held = client.who_has(inputs)
+        with get_task_stream(client=client) as stream:
+            shuffled, stats = shuffle(source, "key", 7, return_stats=True)
+        ran = {task["key"]: task["worker"] for task in stream.data}
+        plan = Plan(workers=stats.workers, owners=stats.workers[:1], npartitions=7)
+        seen = set()
+        for key, worker in ran.items():
+            step = key_split(key)
+            seen.add(step)
+            if step == "gpu-shuffle-concat":
+                assert worker == stats.workers[plan.destination(key[1])], key
+            elif step == "gpu-shuffle-batch":
+                assert worker == stats.workers[key[1]], key
+            elif step == "gpu-shuffle-split":
+                assert worker in held[inputs[key[1]].key], key
+        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-concat"} <= seen
+        assert len(partitions_of(client, shuffled)) == 7
+
+
+def test_a_persisted_input_is_used_and_left_as_it_was(client):
+    blocks = frame(4)
+    source = dask_frame(blocks).persist()
+    parts = partitions_of(client, shuffle(source, "key", 3))
+    assert_same_rows(parts, blocks)
+    assert_same_rows(partitions_of(client, source), blocks)
+
+
+def test_one_worker_moves_nothing_between_workers():
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+        blocks = frame(4)
+        shuffled, stats = shuffle(dask_frame(blocks), "key", 3, return_stats=True)
+        parts = partitions_of(client, shuffled)
+        assert_same_rows(parts, blocks)
+        assert_each_key_in_one_partition(parts, "key")
+        assert stats.crossed == {} and stats.crossing_bytes == 0
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "outer"])
+def test_shuffle_merge_equals_pandas_merge(client, how):
+    rng = np.random.default_rng(3)
+    left = pd.DataFrame({"id": rng.integers(0, 300, 4_000), "v": rng.random(4_000)})
+    right = pd.DataFrame({"id": np.arange(0, 400, 2).astype("int32"),
+                          "w": np.arange(200) * 1.5})
+    joined = shuffle_merge(dd.from_pandas(left, npartitions=5),
+                           dd.from_pandas(right, npartitions=2), on="id", how=how)
+    assert joined.npartitions == 5
+    got = joined.compute().sort_values(["id", "v"]).reset_index(drop=True)
+    want = left.merge(right, on="id", how=how).sort_values(["id", "v"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def test_shuffle_merge_with_keys_named_apart(client):
+    left = pd.DataFrame({"a": [1, 2, 3, 4], "x": [1.0, 2.0, 3.0, 4.0]})
+    right = pd.DataFrame({"b": [2.0, 4.0, 6.0], "y": ["two", "four", "six"]})
+    got = shuffle_merge(dd.from_pandas(left, npartitions=2), dd.from_pandas(right, npartitions=2),
+                        left_on="a", right_on="b", npartitions=3).compute()
+    assert sorted(zip(got["a"], got["y"], strict=True)) == [(2, "two"), (4, "four")]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda f: shuffle(f, "nope"), ValueError, "'nope' not a column of the frame"),
+    (lambda f: shuffle(f, []), ValueError, "name at least one column"),
+    (lambda f: shuffle(f, "key", npartitions=0), ValueError, "npartitions=0"),
+    (lambda f: shuffle(f, "key", npartitions=2.5), ValueError, "positive whole number"),
+    (lambda f: shuffle(f["key"], "key"), TypeError, "not Series"),
+    (lambda f: shuffle_merge(f, f, on="key", how="cross"), ValueError, "how='cross'"),
+    (lambda f: shuffle_merge(f, f), ValueError, "give on="),
+    (lambda f: shuffle_merge(f, f, on="key", left_on="key"), ValueError, "give on="),
+    (lambda f: shuffle_merge(f, f, left_on="key", right_on="name"), ValueError,
+     "would hash differently"),
+])
+def test_bad_arguments_are_refused_in_one_line_before_any_work(call, error, words):
+    with pytest.raises(error) as refused:
+        call(dask_frame(frame(2, rows=10)))  # checked before a client is even looked for
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_no_client_is_refused_in_one_line(monkeypatch):
+    import distributed
+
+    def no_client():
+        raise ValueError("No clients found")  # what distributed says where none runs
+
+    monkeypatch.setattr(distributed, "get_client", no_client)
+    with pytest.raises(ValueError, match="create a Client first") as refused:
+        shuffle(dask_frame(frame(2, rows=10)), "key")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_cluster_without_workers_is_refused_in_one_line():
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        with pytest.raises(ValueError, match="no worker is connected") as refused:
+            shuffle(dask_frame(frame(2, rows=10)), "key", client=client)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_inputs_own_error_comes_through(client):
+    def broken():
+        raise ZeroDivisionError("a partition that cannot be made")
+
+    source = dd.from_delayed([dask.delayed(broken)()], meta=frame(1, rows=0)[0])
+    with pytest.raises(ZeroDivisionError, match="cannot be made"):
+        shuffle(source, "key")
+
+
+def test_a_failing_task_is_one_shuffle_error_naming_it(client):
+    def not_a_frame():
+        return {"key": [1, 2, 3]}  # a partition that is no DataFrame: its split fails
+
+    source = dd.from_delayed([dask.delayed(not_a_frame)()], meta=frame(1, rows=0)[0],
+                             verify_meta=False)  # fmt: skip
+    with pytest.raises(ShuffleError, match="gpu-shuffle-split task failed") as failed:
+        shuffle(source, "key", npartitions=2)
+    assert "TypeError" in str(failed.value) and "\n" not in str(failed.value)
+
+
+# --------------------------------------------------------------------------- dask's own method
+
+
+def test_shuffle_config_sets_the_task_shuffle_unless_a_method_is_set():
+    with dask.config.set({"dataframe.shuffle.method": None}):
+        assert dask_gpu_interop.shuffle_config() == {"dataframe.shuffle.method": "tasks"}
+        assert dask_gpu_interop.shuffle_config("cpu") == {}
+    with dask.config.set({"dataframe.shuffle.method": "p2p"}):
+        assert dask_gpu_interop.shuffle_config() == {}
+    with pytest.raises(ValueError, match="device='tpu'"):
+        dask_gpu_interop.shuffle_config("tpu")
+
+
+def _lowered_names(collection) -> set[str]:
+    return {type(e).__name__ for e in collection.optimize().expr.walk()}
+
+
+def test_a_gpu_cluster_client_keeps_dasks_own_shuffles_off_p2p(client, monkeypatch):
+    from dask_gpu_interop import cluster
+
+    address = client.scheduler.address
+    source = dd.from_pandas(pd.DataFrame({"key": range(40), "x": 1.0}), npartitions=4)
+    other = dd.from_pandas(pd.DataFrame({"key": range(40), "y": 2.0}), npartitions=3)
+    with dask.config.set({"dataframe.shuffle.method": None}):
+        # dask's own default with a client: p2p (host memory), as the issue measured
+        assert "P2PShuffle" in _lowered_names(source.shuffle("key"))
+        monkeypatch.setattr(cluster, "workers_device", lambda client, device: "gpu")
+        with dask_gpu_interop.cluster_client(address) as (_, device):
+            assert device == "gpu"
+            assert dask.config.get("dataframe.shuffle.method") == "tasks"
+            assert "P2PShuffle" not in _lowered_names(source.shuffle("key"))
+            assert "TaskShuffle" in _lowered_names(source.shuffle("key"))
+            merged = _lowered_names(source.merge(other, on="key"))
+            assert not any("P2P" in name for name in merged), merged
+        assert dask.config.get("dataframe.shuffle.method") is None
+    with dask.config.set({"dataframe.shuffle.method": "p2p"}):  # the user's choice is kept
+        with dask_gpu_interop.cluster_client(address):
+            assert dask.config.get("dataframe.shuffle.method") == "p2p"
+
+
+def test_a_cpu_cluster_client_leaves_dasks_choice_alone(client):
+    with dask.config.set({"dataframe.shuffle.method": None}):
+        with dask_gpu_interop.cluster_client(client.scheduler.address) as (_, device):
+            assert device == "cpu"
+            assert dask.config.get("dataframe.shuffle.method") is None

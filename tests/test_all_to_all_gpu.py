@@ -1,0 +1,201 @@
+"""The all-to-all (dask_gpu_interop.shuffle) on cuDF partitions and GPU workers: every row
+once, every key in one partition, rows where dask's own task shuffle (dask-cuDF's hash) puts
+them, partitions that stay cuDF frames, the per-task memory report of each step; with two GPUs,
+over TCP and UCX, what crossed between the workers, a join, and a worker killed in the middle.
+Skipped without a GPU (two for the multi_gpu tests)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dask_gpu_interop.device import gpu_count
+from tests.test_all_to_all import assert_each_key_in_one_partition, sorted_rows
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("dask_cudf") is None, reason="needs dask-cudf"),
+]
+
+PROTOCOLS = [
+    "tcp",
+    pytest.param("ucx", marks=pytest.mark.skipif(
+        importlib.util.find_spec("distributed_ucxx") is None, reason="needs distributed-ucxx")),
+]
+
+
+def pandas_frame(rows: int = 40_000, keys: int = 501, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "key": rng.integers(0, keys, rows),
+        "name": rng.choice(["ash", "birch", "cedar", "damson", "elm"], rows),
+        "x": rng.random(rows),
+        "n": np.arange(rows),
+    }, index=pd.RangeIndex(0, 3 * rows, 3))
+
+
+def gpu_frame(pdf: pd.DataFrame, npartitions: int = 8):
+    import dask.dataframe as dd
+
+    return dd.from_pandas(pdf, npartitions=npartitions, sort=False).to_backend("cudf")
+
+
+def library_of(part) -> str:
+    return type(part).__module__.split(".")[0]
+
+
+def gathered(client, shuffled) -> list[pd.DataFrame]:
+    """The output partitions as pandas frames, after checking on the workers that each is a
+    cuDF frame (every call names its client: two clusters can be up at once here)."""
+    import dask
+
+    parts = shuffled.to_delayed()
+    kinds = client.compute([dask.delayed(library_of)(p) for p in parts], sync=True)
+    assert set(kinds) == {"cudf"}, set(kinds)
+    return [p.to_pandas() for p in client.compute(parts, sync=True)]
+
+
+def assert_rows(parts, pdf):
+    pd.testing.assert_frame_equal(sorted_rows(pd.concat(parts)), sorted_rows(pdf),
+                                  check_dtype=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_gpu():
+    from dask_gpu_interop import cluster_client
+
+    with cluster_client(device="gpu", n_workers=1, processes=True,
+                        memory={"pool_size": "0.2"}) as (client, device):  # fmt: skip
+        assert device == "gpu"
+        yield client
+
+
+@pytest.mark.parametrize("on, npartitions", [("key", None), (["key", "name"], 5),
+                                             ("name", 3), ("key", 1)])
+def test_every_row_once_and_every_key_in_one_partition_on_a_gpu(one_gpu, on, npartitions):
+    from dask_gpu_interop import shuffle
+
+    pdf = pandas_frame()
+    shuffled = shuffle(gpu_frame(pdf), on, npartitions, client=one_gpu)
+    parts = gathered(one_gpu, shuffled)
+    assert len(parts) == (npartitions or 8)
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, on)
+
+
+def test_all_keys_equal_and_empty_partitions_on_a_gpu(one_gpu):
+    from dask_gpu_interop import shuffle
+
+    pdf = pandas_frame(rows=1_000, keys=1)
+    source = gpu_frame(pdf, 4)
+    source = source[source["n"] >= 500]  # the first partitions are empty
+    parts = gathered(one_gpu, shuffle(source, "key", 4, ignore_index=True, client=one_gpu))
+    assert sorted(len(p) for p in parts) == [0, 0, 0, 500]
+    assert sorted(pd.concat(parts)["n"]) == list(range(500, 1000))
+
+
+def test_cudf_rows_land_where_dasks_task_shuffle_puts_them(one_gpu):
+    from dask_gpu_interop import shuffle
+
+    source = gpu_frame(pandas_frame())
+    ours = gathered(one_gpu, shuffle(source, ["key", "name"], npartitions=6, client=one_gpu))
+    theirs = gathered(one_gpu, source.shuffle(["key", "name"], npartitions=6,
+                                              shuffle_method="tasks"))  # fmt: skip
+    for mine, dasks in zip(ours, theirs, strict=True):
+        pd.testing.assert_frame_equal(sorted_rows(mine), sorted_rows(dasks), check_dtype=False)
+
+
+def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu):
+    from dask_gpu_interop import memory_report, shuffle
+
+    shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4, client=one_gpu)
+    frame = memory_report(one_gpu).tasks_frame().set_index("prefix")
+    assert frame.loc["gpu-shuffle-split", "tasks"] >= 8
+    assert frame.loc["gpu-shuffle-batch", "tasks"] >= 1
+    assert frame.loc["gpu-shuffle-concat", "tasks"] >= 4
+    assert frame.loc["gpu-shuffle-split", "peak_bytes_max"] > 0  # the split's ordered copy
+    del shuffled
+
+
+def test_dasks_own_shuffle_of_cudf_takes_the_task_shuffle_in_a_gpu_cluster_client(one_gpu):
+    import dask
+
+    source = gpu_frame(pandas_frame(rows=1_000))
+    assert dask.config.get("dataframe.shuffle.method") == "tasks"
+    lowered = {type(e).__name__ for e in source.shuffle("key").optimize().expr.walk()}
+    assert "TaskShuffle" in lowered and "P2PShuffle" not in lowered
+
+
+# --------------------------------------------------------------------------- two GPUs
+
+
+@pytest.fixture(scope="module", params=PROTOCOLS)
+def two_gpus(request):
+    if gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    from dask_gpu_interop import cluster_client
+
+    with cluster_client(device="gpu", n_workers=2, protocol=request.param,
+                        memory={"pool_size": "0.2"}) as (client, device):  # fmt: skip
+        assert device == "gpu" and len(client.nthreads()) == 2
+        yield client
+
+
+@pytest.mark.multi_gpu
+def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus):
+    from dask_gpu_interop import shuffle
+
+    pdf = pandas_frame(rows=400_000)
+    shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
+                              client=two_gpus)
+    workers = sorted(two_gpus.nthreads())
+    assert set(stats.crossed) <= {(workers[0], workers[1]), (workers[1], workers[0])}
+    assert 0.3 * stats.output_bytes < stats.crossing_bytes < 0.7 * stats.output_bytes
+    parts = gathered(two_gpus, shuffled)
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, ["key", "name"])
+
+
+@pytest.mark.multi_gpu
+def test_shuffle_merge_between_two_gpus_equals_cudfs_merge(two_gpus):
+    import cudf
+
+    from dask_gpu_interop import shuffle_merge
+
+    performance = pandas_frame(rows=200_000, keys=5_000)
+    acquisition = pd.DataFrame({"key": np.arange(0, 5_000, 2), "rate": np.arange(2_500) / 7})
+    joined = shuffle_merge(gpu_frame(performance, 8), gpu_frame(acquisition, 3), on="key",
+                           client=two_gpus)
+    got = two_gpus.compute(joined, sync=True).to_pandas()
+    want = cudf.DataFrame(performance).merge(cudf.DataFrame(acquisition), on="key").to_pandas()
+    order = ["n"]
+    pd.testing.assert_frame_equal(got.sort_values(order).reset_index(drop=True),
+                                  want.sort_values(order).reset_index(drop=True),
+                                  check_dtype=False)  # fmt: skip
+
+
+@pytest.mark.multi_gpu
+def test_a_gpu_worker_killed_mid_shuffle_changes_nothing(tmp_path):
+    if gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    from dask_gpu_interop import cluster_client, shuffle
+    from tests.test_all_to_all_faults import DieOnce
+
+    pdf = pandas_frame(rows=400_000)
+    protocol = "ucx" if importlib.util.find_spec("distributed_ucxx") else "tcp"
+    with cluster_client(device="gpu", n_workers=2, protocol=protocol,
+                        memory={"pool_size": "0.2"}) as (client, _):  # fmt: skip
+        source = client.persist(gpu_frame(pdf, 8))
+        pids = set(client.run(os.getpid).values())
+        client.register_plugin(DieOnce(str(tmp_path / "died"), "gpu-shuffle-batch"))
+        parts = gathered(client, shuffle(source, "key", 6, client=client))
+        assert (tmp_path / "died").exists(), "no worker died: the test did not test anything"
+        client.wait_for_workers(2, timeout=120)
+        assert set(client.run(os.getpid).values()) != pids
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, "key")
