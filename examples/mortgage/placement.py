@@ -104,7 +104,7 @@ class Memory:
 
     gpus: tuple[int, ...]
     host_bytes: int
-    cores_per_worker: int = 1  # the fewest of the workers' hosts' cores over their workers
+    cores_per_worker: int = 1  # the fewest cores a worker may use (see measure)
 
 
 @dataclass(frozen=True)
@@ -178,15 +178,16 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
 
 
 def _worker_memory(dask_worker=None) -> dict:
-    """This worker's host, memory limit (0: none), its host's memory and cores."""
+    """This worker's host, memory limit (0: none), its host's memory and cores, and the cores
+    this process may run on (dask-cuda pins each GPU worker to its GPU's)."""
     import psutil
 
     manager = getattr(dask_worker, "memory_manager", None)
     limit = getattr(manager, "memory_limit", None) or 0
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else os.cpu_count() or 1)
+    cpus = os.cpu_count() or 1
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
     return {"host": socket.gethostname(), "limit": int(limit),
-            "total": int(psutil.virtual_memory().total), "cores": cores}
+            "total": int(psutil.virtual_memory().total), "cpus": cpus, "allowed": allowed}
 
 
 def _device_bytes(dask_worker=None) -> int:
@@ -206,7 +207,9 @@ def measure(client, device: str) -> Memory:
         by_host.setdefault(info["host"], []).append(info)
     host = sum(min(group[0]["total"], sum(w["limit"] or group[0]["total"] for w in group))
                for group in by_host.values())
-    cores = min((group[0]["cores"] // len(group) for group in by_host.values()), default=1)
+    # a worker's cores: those it may run on, at most its host's shared out over its workers
+    cores = min((min(w["allowed"], w["cpus"] // len(group))
+                 for group in by_host.values() for w in group), default=1)
     gpus: tuple[int, ...] = ()
     if device == "gpu":
         sizes = {}

@@ -210,7 +210,24 @@ def test_the_workers_memory_limits_and_cores_are_measured():
         found = placement.measure(client, "cpu")
     assert found.gpus == ()
     assert found.host_bytes == 2 * 10**9  # one host: the sum of its workers' limits
-    assert found.cores_per_worker == max(1, len(os.sched_getaffinity(0)) // 2)
+    cores = min(len(os.sched_getaffinity(0)), os.cpu_count() // 2)  # shared by the two
+    assert found.cores_per_worker == max(1, cores)
+
+
+@pytest.mark.parametrize("allowed, workers, cores", [
+    (32, 2, 16),  # not pinned: the host's cores shared out
+    (16, 2, 16),  # pinned to its GPU's cores (dask-cuda): those
+    (16, 4, 8),  # pinned, four sharing a host: no more than a fourth each
+])
+def test_a_worker_s_cores_are_those_it_may_use_shared_with_its_host(monkeypatch, allowed,
+                                                                    workers, cores):
+    def pinned(dask_worker=None):
+        return {"host": "h", "limit": 10**9, "total": 2**40, "cpus": 32, "allowed": allowed}
+
+    monkeypatch.setattr(placement, "_worker_memory", pinned)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        assert placement.measure(client, "cpu").cores_per_worker == cores
 
 
 def test_each_gpu_worker_s_memory_is_its_pools_maximum_or_its_device(monkeypatch):
