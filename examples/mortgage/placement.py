@@ -15,9 +15,9 @@ Neither fits: a ``ValueError`` in one line, saying how much memory it needs and 
 The estimate: rows from the text's size and the bytes per line of the files' first lines;
 the table's bytes from its row width (45 float32 features and an int32 label); XGBoost's
 matrix about ``QUANTIZED_BYTES_PER_VALUE`` a feature value; the ETL's tasks in flight on a GPU
-its threads' partitions at ``TASK_PEAK`` times their text. A GPU may be filled to
-``DEVICE_SHARE`` of its memory (or of its pool's maximum), a worker's host memory to Dask's
-spill threshold.
+its threads' partitions at ``TASK_PEAK`` times their text. The data a GPU holds may fill
+``DEVICE_SHARE`` of its memory (or of its pool's maximum), the tasks passing through all of
+it; a worker's host memory is filled to Dask's spill threshold.
 """
 
 from __future__ import annotations
@@ -146,11 +146,11 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
     matrix = estimate_.quantized_bytes / gpus
     on_device = estimate_.table_bytes / gpus + max(estimate_.task_bytes, matrix)
     fits_device = on_device <= each
-    if estimate_.task_bytes > each:
+    if estimate_.task_bytes > min(memory.gpus):  # passing: the whole GPU, not its share
         raise ValueError(
             f"the ETL's tasks in flight on a GPU need up to {format_bytes(estimate_.task_bytes)}"
             f" (its threads' partitions at {TASK_PEAK}x their text), more than the "
-            f"{format_bytes(each)} a GPU may fill: give a smaller --partition-size or "
+            f"{format_bytes(min(memory.gpus))} a GPU has: give a smaller --partition-size or "
             "--threads-per-worker 1")
     if matrix > each:
         raise ValueError(
