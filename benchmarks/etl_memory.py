@@ -244,7 +244,10 @@ def markdown(payload: dict) -> str:
                   "", "wall: the whole command, start to prompt; ETL: its ETL line (reading, "
                   "features and the Parquet write: one stage), and its input text over that "
                   "time; GPU memory: each used GPU's peak in use (NVML, GiB), and its rise "
-                  "over the memory in use before the command.", "",
+                  "over the memory in use before the command. NVML counts what the memory "
+                  "pool reserved, used or not: the plugin's pool starts at half the device's "
+                  "free memory (or at the cap), and the peak rises above that only where the "
+                  "pool had to grow.", "",
                   "| data | variant | wall | ETL | ETL GB/s | Parquet | GPU memory peak "
                   "(rise), GiB |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in etl:
