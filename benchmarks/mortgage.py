@@ -8,8 +8,8 @@ Every figure is a command's own output, as a user sees it:
 1. ``python -m examples.mortgage generate --out DIR --size SIZE --layout L`` for each layout
    (reused when DIR already holds it);
 2. the ETL, ``python -m examples.mortgage etl --data DIR --out OUT --device gpu|cpu``, runs
-   alternating between the devices, on each layout: the ETL seconds it prints (the table
-   persisted in the workers' memory; the Parquet write after it is listed apart);
+   alternating between the devices, on each layout: the ETL seconds it prints (each
+   partition's table read, built and written to Parquet by its task, one stage);
 3. the whole job, ``python -m examples.mortgage --data SMALL --device gpu|cpu`` (ETL, the
    notebook's 100 rounds of XGBoost, the test AUC), on a smaller dataset so that the CPUs'
    training fits the time a run may take; and on the GPU with each memory setup (the
@@ -58,7 +58,7 @@ ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text 
                       r"(?P<parts>\d+) partitions, (?P<seconds>[\d.]+) s")
 STAGE_LINE = re.compile(r"^  (?P<stage>\w[\w ]*?) +(?P<seconds>[\d.]+) s$", re.M)
 AUC_LINE = re.compile(r"test AUC: (?P<auc>[\d.]+|nan)")
-WRITTEN = re.compile(r"written in (?P<seconds>[\d.]+) s")
+PARQUET = re.compile(r"read and written in one stage: (?P<size>[\d.]+ \w+) of Parquet")
 TOTAL = re.compile(r"^total: (?P<seconds>[\d.]+) s$", re.M)
 JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")
 GOALS = {"etl_ratio": 20.0, "gb_per_s": 5.0, "e2e_ratio": 15.0}
@@ -79,15 +79,16 @@ def run(command: list[str], cwd: str = ROOT, timeout: float = 1800,
 
 
 def parse_etl(text: str) -> dict:
-    """What the ETL's summary line says: rows, input bytes, partitions, seconds."""
+    """What the ETL's summary line says: rows, input bytes, partitions, seconds, and the
+    Parquet bytes the etl command wrote in the same stage."""
     found = ETL_LINE.search(text)
     if found is None:
         raise ValueError(f"no ETL summary in the output:\n{text[-2000:]}")
     out = {"rows": int(found["rows"].replace(",", "")), "bytes": parse_bytes(found["size"]),
            "partitions": int(found["parts"]), "seconds": float(found["seconds"])}
-    written = WRITTEN.search(text)
-    if written:
-        out["write_seconds"] = float(written["seconds"])
+    parquet = PARQUET.search(text)
+    if parquet:
+        out["written_bytes"] = parse_bytes(parquet["size"])
     return out
 
 
@@ -170,8 +171,7 @@ def etl_runs(directory: str, devices: dict[str, int], out: str, extra: list[str]
         found["wall"] = wall
         results[device].append(found)
         say(f"ETL {device} {os.path.basename(directory)}: {found['seconds']:.2f} s "
-            f"({found['partitions']} partitions), written in "
-            f"{found.get('write_seconds', 0):.2f} s")
+            f"({found['partitions']} partitions), wall {wall:.2f} s")
     return results
 
 
@@ -193,22 +193,19 @@ def markdown(payload: dict) -> str:
                      payload["command"], payload["machine"], payload["commit"],
                      payload["date"]), ""]
     lines += ["## ETL: `python -m examples.mortgage etl --data DIR --out OUT --device gpu|cpu`",
-              "", "| layout | data | partitions (gpu / cpu) | GPU | CPU | CPU / GPU | GB/s per GPU | write (gpu / cpu) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "", "| layout | data | partitions (gpu / cpu) | GPU | CPU | CPU / GPU | GB/s per GPU |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for layout, entry in payload["etl"].items():
         gpu, cpu = entry.get("gpu"), entry.get("cpu")
         g = gpu and summary([r["seconds"] for r in gpu])
         c = cpu and summary([r["seconds"] for r in cpu])
         first = (gpu or cpu)[0]
-        writes = [statistics.median(r.get("write_seconds", 0) for r in runs) if runs else 0
-                  for runs in (gpu, cpu)]
         speed = f"{first['bytes'] / g['median'] / 1e9:.2f}" if g else "-"
         lines.append(
             f"| {layout} | {format_bytes(first['bytes'])}, {first['rows']:,} rows | "
             f"{gpu[0]['partitions'] if gpu else '-'} / {cpu[0]['partitions'] if cpu else '-'} | "
             f"{spread(g) if g else '-'} | {spread(c) if c else '-'} | "
-            f"{ratio(c, g) if c and g else '-'} | {speed} | "
-            f"{writes[0]:.2f} / {writes[1]:.2f} s |")
+            f"{ratio(c, g) if c and g else '-'} | {speed} |")
     scaling = [(layout, name, summary([r["seconds"] for r in runs]))
                for layout, entry in payload["etl"].items() for name, runs in entry.items()
                if name[:3] == "gpu" and name[3:].isdigit() and runs and entry.get("gpu")]

@@ -7,9 +7,11 @@ Runs the README's command, ``python -m examples.mortgage etl --data DIR --out OU
 ``--device gpu`` unless the flags after ``--`` say otherwise), in this process, and records
 dask's task stream around its ETL: when the first task starts, each task's compute time (the
 classic layout's acquisition tasks apart), how busy the worker threads are, the last wave's
-idle threads and what follows the last task. ``--warm`` runs the ETL a second time on the same
-cluster, before the feature table is written, so that the first run's one-time costs (the
-first call of each kernel, libraries loading) show as the difference. This explains the ETL's
+idle threads and what follows the last task. A partition's task reads, builds and writes its
+table (the command streams it to Parquet). ``--warm`` runs the ETL a second time on the same
+cluster, before the feature table is moved into place (its tasks write the same files again),
+so that the first run's one-time costs (the first call of each kernel, libraries loading) show
+as the difference. This explains the ETL's
 figure; the figure that counts is benchmarks/mortgage.py's. The harness (benchmarks/common.py)
 records the machine and the commit and writes ``--out``/mortgage-timeline-MACHINE[-TAG].md (and
 .json).
@@ -50,7 +52,8 @@ def timeline(records: list[dict], started: float, finished: float) -> dict:
             continue
         name = record["key"][0] if isinstance(record["key"], tuple) else record["key"]
         kind = "acquisitions" if "load_acquisitions" in str(name) else (
-            "partition" if "process_part" in str(name) else "other")
+            "partition" if "write_part" in str(name) or "process_part" in str(name)
+            else "other")
         tasks.append({"kind": kind, "worker": record.get("worker"), "thread": record.get("thread"),
                       "start": compute[0]["start"] - started,
                       "stop": compute[-1]["stop"] - started,
@@ -93,24 +96,24 @@ def record(command_args: list[str], warm: bool) -> list[dict]:
     from examples.mortgage import cli
     from examples.mortgage import etl as etl_module
 
-    original, runs = etl_module.run, []
+    original, runs = etl_module._compute, []
 
-    def recorded(plan, **kwargs):
+    def recorded(reports, parts, progress):
         for repeat in range(2 if warm else 1):
             imported = all(get_client().run(_cudf_imported).values())
             with get_task_stream() as stream:
                 started = time.time()
-                result = original(plan, **kwargs)
+                result = original(reports, parts, progress)
                 finished = time.time()
             runs.append(timeline(stream.data, started, finished)
                         | {"repeat": repeat, "cudf_imported": imported})
         return result
 
-    etl_module.run = recorded
+    etl_module._compute = recorded
     try:
         cli.mortgage.main(["etl", *command_args], standalone_mode=False)
     finally:
-        etl_module.run = original
+        etl_module._compute = original
     return runs
 
 

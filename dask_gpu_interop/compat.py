@@ -245,3 +245,24 @@ def wrap_default_executor(worker, call) -> bool:
         call, current._max_workers, thread_name_prefix=current._thread_name_prefix)
     current.shutdown(wait=False)
     return True
+
+
+def device_data_bytes(worker) -> int | None:
+    """Bytes of the results ``worker`` keeps in device memory, where its data store tells them
+    from those in host memory; None where it does not (a plain dict).
+
+    Private: dask-cuda's ``DeviceHostFile.device`` (checked against 26.06 to 26.10), the
+    mapping of the results it holds on the device, which a ``LocalCUDACluster``'s workers and
+    an in-process GPU worker (:func:`device_host_file`) store their results in.
+    """
+    from collections.abc import Mapping
+
+    from dask.sizeof import sizeof
+
+    device = getattr(getattr(worker, "data", None), "device", None)
+    if not isinstance(device, Mapping):
+        return None
+    try:
+        return int(sum(sizeof(value) for value in list(device.values())))
+    except RuntimeError:  # changed by the worker meanwhile
+        return None

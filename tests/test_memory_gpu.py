@@ -125,7 +125,27 @@ def test_a_task_out_of_device_memory_is_explained_to_the_client(framework, optio
                  "maximum_pool_size"):
         assert part in text, (part, text)
     assert "a request for 1.00 GiB" in text or framework == "cudf", text
+    if "a request for 1.00 GiB" in text:  # larger than the pool may grow: nothing else helps
+        assert "This task alone needs more than the 512.00 MiB its pool may grow to" in text
+        assert "managed=True" not in text
     assert snap["tasks"]["prefixes"]["huge"]["errors"] == 1
+
+
+def test_results_held_on_the_worker_are_named_when_a_task_runs_out():
+    """Most of the pool held by results the worker keeps: the error says so, and suggests
+    releasing, streaming or spilling them rather than managed memory."""
+    require("cupy")
+    with cuda_cluster() as client:
+        client.register_plugin(GPUMemoryPlugin(pool_size="512MiB", maximum_pool_size="512MiB"))
+        held = [client.submit(_keep, "cupy", 128 * MiB, key=f"persisted-{i}") for i in range(3)]
+        client.gather(held)
+        with pytest.raises(GPUOutOfMemoryError) as info:
+            client.submit(_keep, "cupy", 192 * MiB, key="features-0").result()
+    text = str(info.value)
+    for part in ("'features-0'", "Most of it is not this task's", "held by results this worker "
+                 "keeps", "write them out as they are made", "more GPUs"):
+        assert part in text, (part, text)
+    assert "managed=True" not in text
 
 
 def test_same_configuration_twice_is_a_no_op(fresh):

@@ -184,6 +184,77 @@ def test_the_advice_fits_the_mode(mode, maximum, advice):
     assert advice in message
 
 
+def _advice(**numbers) -> str:
+    """The message for a device of 80 GiB and a pool without a maximum, with ``numbers``."""
+    given = dict(key="k", worker="w", mode="pool", pool_bytes=None, maximum_bytes=None,
+                 in_use_bytes=None, device_total=80 * GiB, asked_bytes=None, largest=[],
+                 overlapped=False)
+    return oom.explain(MemoryError("out_of_memory"), **{**given, **numbers})
+
+
+def test_a_task_larger_than_the_device_is_told_to_split_the_work():
+    text = _advice(in_use_bytes=60 * GiB, asked_bytes=30 * GiB, task_bytes=60 * GiB)
+    assert ("This task alone needs more than the 80.00 GiB the device has (at least 90.00 GiB):"
+            " split the work into smaller partitions.") in text
+    assert "managed=True" not in text and "maximum_pool_size" not in text
+    # beside other tasks its own share is not known: the refused request alone decides
+    beside = _advice(in_use_bytes=60 * GiB, asked_bytes=30 * GiB, task_bytes=60 * GiB,
+                     overlapped=True)
+    assert "This task alone" not in beside
+    assert "at least 90.00 GiB" in _advice(asked_bytes=90 * GiB, task_bytes=GiB, overlapped=True)
+    # a pool capped below the device: its maximum is the limit, and raising it helps too
+    capped = _advice(maximum_bytes=16 * GiB, in_use_bytes=14 * GiB, asked_bytes=4 * GiB,
+                     task_bytes=14 * GiB)
+    assert ("more than the 16.00 GiB its pool may grow to (at least 18.00 GiB): split the work "
+            "into smaller partitions, or raise maximum_pool_size (--gpu-maximum-pool-size).") in (
+        capped)
+
+
+def test_memory_held_by_the_workers_results_is_told_to_be_released_or_streamed():
+    text = _advice(in_use_bytes=70 * GiB, asked_bytes=2 * GiB, task_bytes=5 * GiB)
+    assert ("Most of it is not this task's: 65.00 GiB held by results this worker keeps, this "
+            "task 5.00 GiB.") in text
+    for part in ("Release the results you no longer need", "write them out as they are made "
+                 "instead of persisting them", "spill=True, --gpu-spill", "more GPUs"):
+        assert part in text, (part, text)
+    assert "managed=True" not in text
+    stored = _advice(in_use_bytes=70 * GiB, asked_bytes=2 * GiB, stored_bytes=55 * GiB)
+    assert "55.00 GiB held by results this worker keeps." in stored  # the store says
+    beside = _advice(in_use_bytes=70 * GiB, asked_bytes=2 * GiB, task_bytes=20 * GiB,
+                     overlapped=True)
+    assert "50.00 GiB held by results this worker keeps and the tasks beside it" in beside
+    assert oom.cause(mode="pool", maximum_bytes=None, device_total=80 * GiB,
+                     in_use_bytes=70 * GiB, asked_bytes=GiB, task_bytes=35 * GiB,
+                     stored_bytes=None, overlapped=False) == oom.HELD  # half: held
+    assert oom.cause(mode="pool", maximum_bytes=None, device_total=80 * GiB,
+                     in_use_bytes=70 * GiB, asked_bytes=GiB, task_bytes=36 * GiB,
+                     stored_bytes=None, overlapped=False) == oom.PRESSURE
+
+
+def test_a_task_that_fits_the_device_but_not_beside_the_rest_may_oversubscribe():
+    text = _advice(in_use_bytes=70 * GiB, asked_bytes=12 * GiB, task_bytes=60 * GiB)
+    assert ("Use managed=True (--gpu-managed) to oversubscribe the device (slower), or split "
+            "the work into smaller partitions.") in text
+    beside = _advice(in_use_bytes=70 * GiB, asked_bytes=12 * GiB, task_bytes=60 * GiB,
+                     overlapped=True)
+    assert "run fewer tasks at once per GPU" in beside
+    unknown = _advice(asked_bytes=GiB)  # nothing else known: the mode's advice
+    assert "managed=True" in unknown and "This task alone" not in unknown
+    managed = _advice(mode="managed", in_use_bytes=70 * GiB, asked_bytes=90 * GiB,
+                      task_bytes=GiB)
+    assert "Managed memory already oversubscribes the device" in managed
+
+
+def test_the_results_a_worker_keeps_on_the_device_are_read_from_its_store():
+    import numpy as np
+
+    from dask_gpu_interop import compat
+
+    store = SimpleNamespace(device={"a": np.zeros(1000, "u1"), "b": np.zeros(24, "u1")})
+    assert compat.device_data_bytes(SimpleNamespace(data=store)) == 1024
+    assert compat.device_data_bytes(SimpleNamespace(data={"a": np.zeros(8)})) is None
+
+
 # ------------------------------------------------------------- on a real distributed worker
 
 WORKER = {}  # the fake worker's counters and state, for the tasks below (run in-process)
@@ -199,6 +270,18 @@ def runs_out_of_device_memory():
     WORKER["counters"].alloc(5 * GiB)
     WORKER["fake"].stack.failures(4 * GiB)  # RMM's failure callback, as the pool refuses
     WORKER["counters"].free(5 * GiB)
+    raise MemoryError("std::bad_alloc: out_of_memory: RMM failure at: pool")
+
+
+def keeps(n):
+    WORKER["counters"].alloc(n)  # a result held on the device
+    return n
+
+
+def runs_out_beside_held_results():
+    WORKER["counters"].alloc(GiB)
+    WORKER["fake"].stack.failures(2 * GiB)
+    WORKER["counters"].free(GiB)
     raise MemoryError("std::bad_alloc: out_of_memory: RMM failure at: pool")
 
 
@@ -254,6 +337,19 @@ def test_a_device_out_of_memory_reaches_the_client_explained(fake_gpu_worker):
                  "maximum_pool_size", "out_of_memory"):
         assert part in text, (part, text)
     assert isinstance(info.value, MemoryError)
+
+
+def test_results_held_on_the_worker_are_named_in_the_clients_error(fake_gpu_worker):
+    client, counters, _ = fake_gpu_worker
+    held = client.submit(keeps, 6 * GiB, key="persisted-0")
+    held.result()
+    with pytest.raises(GPUOutOfMemoryError) as info:
+        client.submit(runs_out_beside_held_results, key="features-1").result()
+    text = str(info.value)
+    assert "6.00 GiB in use" in text
+    assert ("Most of it is not this task's: 5.00 GiB held by results this worker keeps, this "
+            "task 1.00 GiB.") in text, text
+    counters.free(6 * GiB)
 
 
 def test_other_errors_reach_the_client_unchanged(fake_gpu_worker):

@@ -6,7 +6,10 @@ std::bad_alloc: out_of_memory``, CuPy's and PyTorch's ``OutOfMemoryError``, Numb
 ``RESOURCE_EXHAUSTED``), and none of them knows the worker's pool or the other tasks. The
 plugin recognizes them when a task errs and replaces the error the client gets with
 :class:`GPUOutOfMemoryError`, whose message names the pool, what was in use, the largest
-tasks by peak and the option to change (the original error's text is kept in it).
+tasks by peak and what to change for that task (the original error's text is kept in it):
+smaller partitions where the task alone is larger than the pool or device, releasing,
+streaming or spilling the results the worker holds where they take most of the memory, and
+a larger pool or managed memory where the task fits but not beside the rest (:func:`cause`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ class GPUOutOfMemoryError(MemoryError):
     error in their place, so that the client's ``future.result()`` (or ``compute()``) raises
     it; the worker logs the same line. The message names the task, the refused request (when
     RMM saw it), the pool's size and maximum, what was in use, the largest tasks by peak on
-    that worker, the option to change, and ends with the original error's first line.
+    that worker, what to change for that task (smaller partitions for a task larger than the
+    pool or device; releasing, streaming or spilling results where the worker's held results
+    fill it; a larger pool or managed memory otherwise), and ends with the original error's
+    first line.
 
     See Also
     --------
@@ -108,8 +114,14 @@ def explain(
     asked_bytes: int | None,
     largest: list[tuple[str, int]],
     overlapped: bool,
+    task_bytes: int | None = None,
+    stored_bytes: int | None = None,
 ) -> str:
-    """The one-line message for a task that ran out of device memory."""
+    """The one-line message for a task that ran out of device memory.
+
+    ``task_bytes``: the most the failed task allocated itself (with the tasks beside it when
+    ``overlapped``); ``stored_bytes``: the results the worker keeps on the device, where its
+    data store says. With them the advice fits the cause (see :func:`cause`)."""
     where = f"GPU out of memory in task {key!r} on {worker}"
     if asked_bytes:
         where += f" (a request for {format_bytes(asked_bytes)} was refused)"
@@ -133,23 +145,100 @@ def explain(
         tasks = f"; largest tasks by peak here: {ranked}"
         if overlapped:
             tasks += " (tasks ran side by side, so these peaks overlap)"
-    return (
-        f"{where}: {state}{tasks}. {_advice(mode, maximum_bytes)} "
-        f"[{type(exc).__name__}: {_first_line(exc)}]"
-    )
+    found = cause(mode=mode, maximum_bytes=maximum_bytes, device_total=device_total,
+                  in_use_bytes=in_use_bytes, asked_bytes=asked_bytes, task_bytes=task_bytes,
+                  stored_bytes=stored_bytes, overlapped=overlapped)
+    advice = _advice(found, mode=mode, maximum_bytes=maximum_bytes, device_total=device_total,
+                     in_use_bytes=in_use_bytes, asked_bytes=asked_bytes, task_bytes=task_bytes,
+                     stored_bytes=stored_bytes, overlapped=overlapped)
+    return f"{where}: {state}{tasks}. {advice} [{type(exc).__name__}: {_first_line(exc)}]"
 
 
-def _advice(mode: str, maximum_bytes: int | None) -> str:
+TASK, HELD, PRESSURE = "task", "held", "pressure"
+
+
+def _limit(maximum_bytes: int | None, device_total: int | None) -> int | None:
+    """The most a task could have: the pool's maximum, else the device."""
+    if maximum_bytes and device_total:
+        return min(maximum_bytes, device_total)
+    return maximum_bytes or device_total
+
+
+def _held(in_use_bytes, task_bytes, stored_bytes) -> int | None:
+    """Bytes in use that are not the failed task's: results kept on the worker (and the
+    tasks beside it); None when unknown."""
+    held = None
+    if in_use_bytes is not None and task_bytes is not None:
+        held = max(0, in_use_bytes - task_bytes)
+    if stored_bytes:
+        held = max(held or 0, stored_bytes)
+    return held
+
+
+def cause(*, mode: str, maximum_bytes: int | None, device_total: int | None,
+          in_use_bytes: int | None, asked_bytes: int | None, task_bytes: int | None,
+          stored_bytes: int | None, overlapped: bool) -> str:
+    """Why a task ran out of device memory, from what the plugin saw:
+
+    - ``"task"``: the task alone asks for more than the pool or device can ever give (its
+      refused request, plus what it held, when it ran alone): only smaller pieces of work
+      help;
+    - ``"held"``: most of the memory in use is not the task's but results the worker keeps
+      (or other tasks): releasing, spilling or streaming them, or more GPUs, help;
+    - ``"pressure"``: the task fits the device but not beside what is in use, or the numbers
+      are not known: a larger pool, fewer tasks at once, or oversubscribing the device with
+      managed memory help. Managed memory is always this: it oversubscribes the device
+      already, and what ran out is the host memory behind it.
+    """
+    if mode == "managed":
+        return PRESSURE
+    limit = _limit(maximum_bytes, device_total)
+    if limit and asked_bytes:
+        need = asked_bytes + (0 if overlapped else task_bytes or 0)
+        if need > limit:
+            return TASK
+    held = _held(in_use_bytes, task_bytes, stored_bytes)
+    if held is not None and in_use_bytes and held * 2 >= in_use_bytes:
+        return HELD
+    return PRESSURE
+
+
+def _advice(found: str, *, mode: str, maximum_bytes: int | None, device_total: int | None,
+            in_use_bytes: int | None, asked_bytes: int | None, task_bytes: int | None,
+            stored_bytes: int | None, overlapped: bool) -> str:
     smaller = "or split the work into smaller partitions"
+    raise_maximum = (maximum_bytes is not None and device_total is not None
+                     and maximum_bytes < device_total)
+    if found == TASK:
+        need = asked_bytes + (0 if overlapped else task_bytes or 0)
+        limit = _limit(maximum_bytes, device_total)
+        text = (f"This task alone needs more than the {format_bytes(limit)} "
+                f"{'its pool may grow to' if raise_maximum else 'the device has'} (at least "
+                f"{format_bytes(need)}): split the work into smaller partitions")
+        if raise_maximum:
+            text += ", or raise maximum_pool_size (--gpu-maximum-pool-size)"
+        return text + "."
+    if found == HELD:
+        held = _held(in_use_bytes, task_bytes, stored_bytes)
+        mine = f", this task {format_bytes(task_bytes)}" if task_bytes is not None else ""
+        whose = "results this worker keeps" + (
+            " and the tasks beside it" if overlapped and not stored_bytes else "")
+        return (f"Most of it is not this task's: {format_bytes(held)} held by {whose}{mine}. "
+                "Release the results you no longer need, write them out as they are made "
+                "instead of persisting them, let the worker spill them to host memory "
+                "(spill=True, --gpu-spill), or spread the data over more GPUs.")
+    at_once = " run fewer tasks at once per GPU," if overlapped else ""
     if mode == "managed":
         return f"Managed memory already oversubscribes the device: free host memory {smaller}."
     if mode == "async":
         cap = "raise maximum_pool_size, " if maximum_bytes is not None else ""
-        return f"Free what the workers hold, {cap}{smaller} (managed=True oversubscribes the device)."
+        return (f"Free what the workers hold,{at_once} {cap}{smaller} (managed=True "
+                "oversubscribes the device, slower).")
     if maximum_bytes is not None:
-        return (f"Raise maximum_pool_size (--gpu-maximum-pool-size), use managed=True to "
-                f"oversubscribe the device, {smaller}.")
-    return f"Use managed=True (--gpu-managed) to oversubscribe the device, {smaller}."
+        return (f"Raise maximum_pool_size (--gpu-maximum-pool-size),{at_once} use managed=True "
+                f"to oversubscribe the device (slower), {smaller}.")
+    return (f"Use managed=True (--gpu-managed) to oversubscribe the device (slower),{at_once} "
+            f"{smaller}.")
 
 
 def _first_line(exc: BaseException) -> str:

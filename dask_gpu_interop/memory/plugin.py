@@ -226,6 +226,8 @@ class GPUMemoryPlugin(WorkerPlugin):
             asked_bytes=failure[0] if failure is not None else None,
             largest=current.tasks.largest(3),
             overlapped=record.overlapped,
+            task_bytes=record.peak_bytes,
+            stored_bytes=compat.device_data_bytes(worker),
         )
         logger.error("%s", message)
         if not compat.replace_task_error(worker, key, oom.GPUOutOfMemoryError(message)):

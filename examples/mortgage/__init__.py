@@ -10,7 +10,9 @@ need not compile.
 - ``cpu_workers``: how local CPU workers allocate (a task reuses the memory the last one freed)
 - ``features``: the per-loan features, the label and the feature table
 - ``features_gpu``: the same steps as pylibcudf calls, for cuDF frames
-- ``etl``: the ETL as a dask DataFrame of one partition per piece of the files
+- ``etl``: the ETL, a task per partition: streamed to Parquet, or kept for training
+- ``placement``: where the whole job keeps the table for training (the GPUs' memory or the
+  workers' host memory), decided before any work
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter
 - ``job``: all of it on a cluster, with timings and memory
 

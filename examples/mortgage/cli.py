@@ -20,7 +20,7 @@ from dask.utils import format_bytes, parse_bytes
 from dask_gpu_interop import cluster_client, import_in_background, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import cpu_workers, files, gpu_workers, output, read, schema, train
+from . import cpu_workers, files, gpu_workers, output, placement, read, schema, train
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -206,10 +206,15 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
               help="Also write the feature table here (a Parquet directory).")
 @click.option("--model-out", type=click.Path(dir_okay=False), default=None,
               help="Save the trained model here (XGBoost JSON).")
+@click.option("--training-data", type=click.Choice(placement.CHOICES), default="auto",
+              show_default=True,
+              help="Where the table lives for training: the GPUs' memory (device), or the "
+                   "workers' host memory with XGBoost's quantized matrix on the GPUs (host); "
+                   "auto: device when the table and the matrix fit the GPUs.")
 @click.pass_context
 def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans_per_part,
              layout, partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout,
-             features_out, model_out):
+             features_out, model_out, training_data):
     """The Fannie Mae mortgage ETL and XGBoost training on Dask (cuDF on GPUs, pandas on CPUs).
 
     With no sub-command: generate a small dataset (or use --data), start a local cluster (or
@@ -268,7 +273,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         try:
             result = job.run(client, device, the_plan, bad_rows=bad_rows, rounds=rounds,
                              holdout=holdout, params=params, progress=True,
-                             echo=click.echo)
+                             echo=click.echo, training_data=training_data)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}

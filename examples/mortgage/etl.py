@@ -1,12 +1,21 @@
-"""The ETL as a dask DataFrame of cuDF or pandas partitions, one per piece of the files.
+"""The ETL: a task per partition of the files, on cuDF or pandas.
 
 A partition's task reads its pieces, adds the per-loan features and the label and joins each
 row to its loan's acquisition fields: in the classic layout from a task per quarter that reads
-its acquisition file once, in the current layout from the loan's first row. The table stays in
-the workers' memory for ``xgboost.dask``, or is written to Parquet.
+its acquisition file once, in the current layout from the loan's first row.
 
-Bad rows are counted in the tasks and judged on the client: ``bad_rows="error"`` raises one
-``BadRowsError`` naming every bad row's file and line; "warn" and "skip" drop and count them.
+Two ways to use the tables:
+
+- :func:`write` streams them: each task writes its partition's table to a Parquet file of its
+  own and returns only its report, so that the workers hold no more than the partitions they
+  are working on, whatever the size of the data;
+- :func:`run` keeps them in the workers' memory as a dask DataFrame, for ``xgboost.dask``: in
+  the GPUs' memory, or converted to pandas in the workers' host memory
+  (``into="host"``) when the table is larger than the GPUs hold.
+
+Bad rows are counted in the tasks and judged on the client once every task has ended:
+``bad_rows="error"`` raises one ``BadRowsError`` naming every bad row's file and line; "warn"
+and "skip" drop and count them.
 """
 
 from __future__ import annotations
@@ -25,15 +34,19 @@ from .progress import current_client, wait
 from .read import BadRow
 
 KEPT_BAD_ROWS = 1000  # bad rows a report keeps in full (all are counted)
+PART_FILE = "part.{:05d}.parquet"  # partition i's file: in partition order, by name too
+PLACES = ("device", "host")  # where ``run`` keeps the table on GPU workers
 
 
 @dataclass
 class Report:
-    """What one task read: rows kept, and its bad rows (the first KEPT_BAD_ROWS in full)."""
+    """What one task read: rows kept, its bad rows (the first KEPT_BAD_ROWS in full), and the
+    bytes of the file it wrote (when streamed)."""
 
     rows: int = 0
     bad_count: int = 0
     bad: list[BadRow] = field(default_factory=list)
+    written_bytes: int = 0
 
     @classmethod
     def of(cls, result: read.ReadResult) -> Report:
@@ -59,8 +72,10 @@ def acquisition_view(frame) -> features.Acquisitions:
     return features.acquisitions(frame.loc[first, list(schema.ACQUISITION_READ)])
 
 
-def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: str, names):
-    """One partition's feature table, and the report of what its task read."""
+def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: str, names,
+                 into: str = "device"):
+    """One partition's feature table, and the report of what its task read; ``into="host"``:
+    a GPU's table handed back as pandas, in the worker's host memory."""
     if layout.name == schema.CURRENT.name:
         columns = schema.PERFORMANCE_READ + schema.ACQUISITION_READ[1:]
         result = read.read(part.pieces, layout, columns, device, "skip", names)
@@ -75,7 +90,20 @@ def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: 
     table = features.feature_table(perf, acq)
     if device == "gpu":
         gpu_workers.synchronize()
+        if into == "host":
+            table = table.to_pandas()
     return table, report
+
+
+def write_part(path: str, part: files.Part, layout: schema.Layout, acquisitions, device: str,
+               names) -> Report:
+    """One partition's feature table written to the Parquet file ``path`` (by cuDF on GPUs, by
+    pandas and pyarrow on CPUs), and the report of its task: the table is freed when the task
+    ends, so that a worker holds only the partitions it is working on."""
+    table, report = process_part(part, layout, acquisitions, device, names)
+    table.to_parquet(path, index=False)
+    report.written_bytes = os.path.getsize(path)
+    return report
 
 
 def meta(device: str = "cpu"):
@@ -88,19 +116,39 @@ def meta(device: str = "cpu"):
     return frame
 
 
-def graph(plan: files.Plan, device: str):
-    """(feature table as a dask DataFrame, the reports of its tasks), not computed yet."""
-    acquisitions = {}
-    if plan.layout.name != schema.CURRENT.name:
-        for quarter in dict.fromkeys(plan.quarters):
-            acquisitions[quarter] = dask.delayed(load_acquisitions, pure=False, nout=2)(
+def _acquisition_tasks(plan: files.Plan, device: str) -> dict:
+    """Each quarter's acquisitions task (classic layout; none in the current one): shared by
+    the quarter's partitions, and released by the scheduler once they are done."""
+    if plan.layout.name == schema.CURRENT.name:
+        return {}
+    return {quarter: dask.delayed(load_acquisitions, pure=False, nout=2)(
                 plan.acquisition_files(quarter), device, plan.names)
+            for quarter in dict.fromkeys(plan.quarters)}
+
+
+def graph(plan: files.Plan, device: str, into: str = "device"):
+    """(feature table as a dask DataFrame, the reports of its tasks), not computed yet."""
+    if into not in PLACES:
+        raise ValueError(f"into={into!r}: choose one of {', '.join(PLACES)}")
+    acquisitions = _acquisition_tasks(plan, device)
     tasks = [dask.delayed(process_part, pure=False, nout=2)(
         part, plan.layout, acquisitions[part.quarter][0] if acquisitions else None, device,
-        plan.names) for part in plan.parts]
-    frame = dd.from_delayed([t[0] for t in tasks], meta=meta(device), verify_meta=False)
+        plan.names, into) for part in plan.parts]
+    frame = dd.from_delayed([t[0] for t in tasks],
+                            meta=meta("cpu" if into == "host" else device), verify_meta=False)
     reports = [t[1] for t in tasks] + [a[1] for a in acquisitions.values()]
     return frame, reports
+
+
+def streamed(plan: files.Plan, device: str, directory: str) -> list:
+    """The reports of tasks that each write their partition's table into ``directory``
+    (``PART_FILE``), then those of the acquisitions tasks; not computed yet."""
+    acquisitions = _acquisition_tasks(plan, device)
+    reports = [dask.delayed(write_part, pure=False)(
+        os.path.join(directory, PART_FILE.format(i)), part, plan.layout,
+        acquisitions[part.quarter][0] if acquisitions else None, device, plan.names)
+        for i, part in enumerate(plan.parts)]
+    return reports + [a[1] for a in acquisitions.values()]
 
 
 @dataclass
@@ -113,26 +161,28 @@ class EtlResult:
     bad: list[BadRow]
     seconds: float
     partitions: int
-    write_seconds: float | None = None  # writing the table out, after the ETL
+    written_bytes: int | None = None  # the Parquet files, when the tables were written
 
     def summary(self) -> str:
         seconds = self.seconds or float("nan")
         text = (f"{self.rows:,} rows from {format_bytes(self.input_bytes)} of text in "
                 f"{self.partitions} partitions, {self.seconds:.2f} s ({self.rows / seconds:,.0f} "
                 f"rows/s, {format_bytes(self.input_bytes / seconds)}/s)")
+        if self.written_bytes is not None:
+            text += (f", read and written in one stage: {format_bytes(self.written_bytes)} of "
+                     "Parquet")
         if self.bad_count:
             text += f"; {self.bad_count:,} bad rows dropped"
-        if self.write_seconds is not None:
-            text += f"; written in {self.write_seconds:.2f} s"
         return text
 
 
 def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
-        progress: bool = False) -> EtlResult:
-    """The ETL of ``plan``, its table kept in the workers' memory (or local threads')."""
+        progress: bool = False, into: str = "device") -> EtlResult:
+    """The ETL of ``plan``, its table kept in the workers' memory (or local threads'): on GPU
+    workers in device memory, or with ``into="host"`` as pandas in their host memory."""
     read.check_policy(bad_rows)
     started = time.perf_counter()
-    frame, reports = graph(plan, device)
+    frame, reports = graph(plan, device, into)
     frame, reports = _persist(frame, reports, len(plan.parts), progress, device)
     rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
     return EtlResult(frame, plan.quarters, rows, plan.input_bytes, count, bad,
@@ -141,18 +191,56 @@ def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
 
 def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
           overwrite: bool = False, progress: bool = False, data=None) -> EtlResult:
-    """Run the ETL and write the feature table to ``out``, Parquet files written by the workers
-    (who must see ``out``'s parent) and renamed into place when complete (see ``output``).
-    ``data``, the paths given for the input, and the plan's files may not be or hold ``out``."""
+    """Run the ETL and write the feature table to ``out``: a Parquet file per partition
+    (``part.00000.parquet``, ... in partition order), each written by the task that made it
+    into a staging folder beside ``out`` (which the workers must see), and renamed into place
+    once every task has ended and the bad rows are judged (see ``output``). ``data``, the
+    paths given for the input, and the plan's files may not be or hold ``out``."""
+    read.check_policy(bad_rows)
     given = [data] if isinstance(data, (str, os.PathLike)) else list(data or ())
     with output.Staged(out, what="feature table", overwrite=overwrite,
                        inputs=[*given, *plan.inputs()]) as staging:
-        result = run(plan, device=device, bad_rows=bad_rows, progress=progress)
         started = time.perf_counter()
-        result.frame.to_parquet(staging, write_index=False)
-    result.write_seconds = time.perf_counter() - started
-    result.frame = None
-    return result
+        reports = _compute(streamed(plan, device, staging), len(plan.parts), progress)
+        rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
+        seconds = time.perf_counter() - started
+    return EtlResult(None, plan.quarters, rows, plan.input_bytes, count, bad, seconds,
+                     len(plan.parts), sum(r.written_bytes for r in reports))
+
+
+def _compute(reports: list, parts: int, progress: bool) -> list[Report]:
+    """The reports, computed on the current client (or local threads). Where a task fails or
+    the wait is interrupted, the tasks not started are cancelled and those running awaited,
+    so that none writes into a folder being removed."""
+    client = current_client()
+    if client is None:
+        return list(dask.compute(*reports))
+    futures = client.compute(reports)
+    try:
+        if progress:
+            wait(futures[:parts], "ETL partitions")
+        return client.gather(futures)
+    except BaseException:
+        client.cancel(futures)
+        _settle(client, {future.key for future in futures})
+        raise
+
+
+def _running(keys, dask_worker=None) -> int:
+    """How many of the tasks ``keys`` a worker is still running (cancelled ones included)."""
+    return sum(task.key in keys for task in dask_worker.state.executing)
+
+
+def _settle(client, keys: set, timeout: float = 60.0) -> None:
+    """Wait (at most ``timeout`` seconds) until no worker runs any of the tasks ``keys``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if not any(client.run(_running, keys).values()):
+                return
+        except Exception:  # the cluster is going away: nothing more to wait for
+            return
+        time.sleep(0.1)
 
 
 def _persist(frame, reports, parts: int, progress: bool, device: str):
@@ -161,7 +249,7 @@ def _persist(frame, reports, parts: int, progress: bool, device: str):
     if client is None:  # local threads: the tables and the reports in one computation
         computed = dask.compute(*frame.to_delayed(), *reports)
         tables, reports = computed[:frame.npartitions], list(computed[frame.npartitions:])
-        frame = dd.from_delayed([dask.delayed(t) for t in tables], meta=meta(device))
+        frame = dd.from_delayed([dask.delayed(t) for t in tables], meta=frame._meta)
         return frame, reports
     frame = client.persist(frame)
     futures = client.compute(reports)

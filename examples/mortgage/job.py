@@ -10,7 +10,7 @@ from dask.utils import format_bytes
 
 from dask_gpu_interop import memory_report
 
-from . import etl, train
+from . import etl, placement, train
 
 
 def _host_memory(dask_worker=None) -> dict:
@@ -36,6 +36,7 @@ class JobResult:
     memory: dict  # the GPU memory report (MemoryReport)
     host: dict[str, dict]
     stages: dict[str, float] = field(default_factory=dict)
+    placement: placement.Placement | None = None  # where the training data lived, and why
 
     def lines(self) -> list[str]:
         e, t = self.etl, self.training
@@ -44,6 +45,7 @@ class JobResult:
             "stage times:",
             *(f"  {name:<9} {seconds:8.2f} s" for name, seconds in self.stages.items()),
             f"ETL:      {e.summary()}",
+            *([self.placement.line()] if self.placement else []),
             f"training: {t.train_rows:,} rows, test {t.test_rows:,} rows ({t.holdout}); "
             f"{t.train_rows / t.seconds:,.0f} rows/s",
             f"test AUC: {t.auc:.4f} (train AUC {t.train_auc:.4f})",
@@ -57,19 +59,30 @@ class JobResult:
 
 def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = train.ROUNDS,
         holdout: str | None = None, params: dict | None = None, progress: bool = False,
-        echo=None) -> JobResult:
-    """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends."""
+        echo=None, training_data: str = "auto") -> JobResult:
+    """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends.
+
+    ``training_data``: where the table lives for training ("auto", "device", "host"; see
+    ``placement``), decided before any work; a ValueError says why it cannot fit."""
     say = echo or (lambda text: None)
+    memory = placement.measure(client, device)
+    threads = max(client.nthreads().values(), default=1)
+    placed = placement.choose(placement.estimate(plan, threads), memory, device, training_data)
+    say(placed.line())
+    on_host = device == "gpu" and placed.where == "host"
     say(f"ETL: {len(plan.parts)} partitions of {plan.layout.name} files ...")
-    result = etl.run(plan, device=device, bad_rows=bad_rows, progress=progress)
+    result = etl.run(plan, device=device, bad_rows=bad_rows, progress=progress,
+                     into="host" if on_host else "device")
     say(f"ETL done: {result.summary()}")
     say(f"training ({rounds} rounds) ...")
     merged = {**train.PARAMS, **(params or {})}
     if device == "gpu" and merged.get("grow_policy") == "lossguide" and len(
             client.scheduler_info()["workers"]) > 1:
         say(f"note: {train.SEVERAL_WORKERS_HINT}")
+    # XGBoost quantizes host partitions on the worker's CPU cores: all of the worker's share
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
-                          holdout=holdout, params=params, progress=progress, echo=say)
+                          holdout=holdout, params=params, progress=progress, echo=say,
+                          nthread=memory.cores_per_worker if on_host else None)
     say(f"training done: {trained.seconds:.2f} s, test AUC {trained.auc:.4f}")
     return JobResult(
         device=device,
@@ -80,4 +93,5 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
         host=client.run(_host_memory),
         stages={"ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
                 "training": trained.train_seconds},
+        placement=placed,
     )

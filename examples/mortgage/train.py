@@ -256,8 +256,12 @@ def without_rank_lines():
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
           holdout: str | None = None, params: dict | None = None, progress: bool = False,
-          echo=print) -> TrainResult:
-    """Train on the ETL result ``frame`` (persisted), test on a held-out quarter (AUC)."""
+          echo=print, nthread: int | None = None) -> TrainResult:
+    """Train on the ETL result ``frame`` (persisted), test on a held-out quarter (AUC).
+
+    ``frame``'s partitions are cuDF (on GPU workers: XGBoost builds its matrix on the device)
+    or pandas (host memory: XGBoost quantizes them on the workers' CPU cores, ``nthread``
+    each, and trains on the GPUs when ``device`` is "gpu")."""
     import dask
     import xgboost
     import xgboost.dask as dxgb
@@ -268,6 +272,8 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     train_frame = spread(client, train_frame)
     test_frame = spread(client, test_frame)
     params = {**PARAMS, **(params or {}), "device": "cuda" if device == "gpu" else "cpu"}
+    if nthread is not None:
+        params["nthread"] = nthread
     features = list(schema.FEATURES)
     label = schema.LABEL
     counts = dask.compute(train_frame[label].count(), train_frame[label].sum(),

@@ -106,7 +106,7 @@ def test_an_etl_that_fails_or_is_interrupted_leaves_nothing(tmp_path, monkeypatc
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(etl, "run", interrupted)
+    monkeypatch.setattr(etl, "_compute", interrupted)
     with dask.config.set(scheduler="threads"), pytest.raises(KeyboardInterrupt):
         etl.write(str(out), plan)
     assert os.listdir(tmp_path) == []
@@ -114,7 +114,7 @@ def test_an_etl_that_fails_or_is_interrupted_leaves_nothing(tmp_path, monkeypatc
     with dask.config.set(scheduler="threads"):
         etl.write(str(out), plan)  # a first table, then one that fails while replacing it
     kept = _tree(out)
-    monkeypatch.setattr(etl, "run", interrupted)
+    monkeypatch.setattr(etl, "_compute", interrupted)
     with dask.config.set(scheduler="threads"), pytest.raises(KeyboardInterrupt):
         etl.write(str(out), plan, overwrite=True)
     assert _tree(out) == kept

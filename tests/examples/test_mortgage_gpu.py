@@ -1,9 +1,11 @@
 """The mortgage pipeline on GPUs: cuDF gives pandas' table in both layouts, bad rows are caught
-there too, byte ranges give every row once, training runs on the device, and one partition's
-ETL stays within a few times its size."""
+there too, byte ranges give every row once, training runs on the device (and from host
+memory), one partition's ETL stays within a few times its size, and the streamed write's
+device memory does not grow with the data."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -259,6 +261,101 @@ def test_the_etl_command_on_gpus_gives_the_cpus_table(dataset, tmp_path):
         tables[which] = pd.read_parquet(out)
     assert len(tables["gpu"]) > 0
     pd.testing.assert_frame_equal(tables["gpu"], tables["cpu"], check_exact=True)
+
+
+def test_the_streamed_write_on_gpus_writes_the_cpus_table(dataset, tmp_path):
+    """Each GPU task writes its partition with cuDF's writer: the same files as the CPUs', the
+    same table through pandas' and cuDF's readers."""
+    import cudf
+
+    plan = files.plan(dataset.directory_of("classic"), partition_size="1MiB")
+    cpu, gpu = tmp_path / "cpu", tmp_path / "gpu"
+    etl.write(str(cpu), plan, device="cpu")
+    written = etl.write(str(gpu), plan, device="gpu")
+    assert sorted(os.listdir(gpu)) == sorted(os.listdir(cpu)) and len(plan.parts) > 2
+    want = pd.read_parquet(cpu)
+    assert written.rows == len(want) and written.written_bytes > 0
+    pd.testing.assert_frame_equal(pd.read_parquet(gpu), want, check_exact=True)
+    pd.testing.assert_frame_equal(cudf.read_parquet(str(gpu)).to_pandas(), want,
+                                  check_exact=True)
+
+
+@contextlib.contextmanager
+def _device_peak(found: list):
+    """Appends the peak device bytes allocated through RMM within the block."""
+    import rmm
+
+    previous = rmm.mr.get_current_device_resource()
+    rmm.statistics.enable_statistics()
+    try:
+        rmm.statistics.push_statistics()
+        yield
+        found.append(rmm.statistics.pop_statistics().peak_bytes)
+    finally:
+        rmm.mr.set_current_device_resource(previous)
+
+
+def test_the_streamed_write_s_device_memory_does_not_grow_with_the_data(tmp_path):
+    """One quarter, then four, in partitions of the same size: the write's peak device memory
+    is a partition's in flight (and the acquisitions), not the table's."""
+    spec = gen.Spec(2007, 2007, loans_per_quarter=20000, loans_per_part=20000, seed=12)
+    made = gen.generate(str(tmp_path / "data"), spec)
+    first = [p for p in made.performance if "2007Q1" in p]
+    plans = {name: files.plan(perf=perf, acq=made.acquisition, partition_size="8MiB")
+             for name, perf in (("one", first), ("four", made.performance))}
+    peaks = []
+    for name, plan in plans.items():
+        with _device_peak(peaks):
+            etl.write(str(tmp_path / name), plan, device="gpu")
+    text = {name: sum(p.nbytes for p in plan.parts) for name, plan in plans.items()}
+    assert text["four"] > 3.5 * text["one"] and len(plans["one"].parts) >= 4
+    assert peaks[1] < 1.25 * peaks[0] + 16 * 2**20, (
+        f"peak {peaks[1] / 2**20:.0f} MiB for four quarters, {peaks[0] / 2**20:.0f} for one")
+
+
+@pytest.mark.parametrize("layout", ["classic", "current"])
+def test_a_table_kept_in_host_memory_is_pandas_and_the_cpus_table(dataset, layout):
+    plan = files.plan(dataset.directory_of(layout), partition_size="1MiB")
+    cpu = etl.run(plan, device="cpu")
+    host = etl.run(plan, device="gpu", into="host")
+    parts = dask.compute(*host.frame.to_delayed())
+    assert len(parts) > 1 and all(type(part) is pd.DataFrame for part in parts)
+    pd.testing.assert_frame_equal(pd.concat(parts).reset_index(drop=True),
+                                  cpu.frame.compute().reset_index(drop=True), check_exact=True)
+
+
+def _jobs(plan, workers: int):
+    from dask_gpu_interop import cluster_client
+    from examples.mortgage import job
+
+    with cluster_client(device="gpu", n_workers=workers, processes=True) as (client, where):
+        assert where == "gpu"
+        return {place: job.run(client, "gpu", plan, rounds=20, training_data=place)
+                for place in ("device", "host")}
+
+
+@pytest.mark.slow
+def test_training_from_host_memory_on_a_gpu_scores_as_from_the_device(dataset):
+    """The table in the worker's host memory (XGBoost quantizes it on the CPU and trains on
+    the GPU) against the table on the GPU: the same rows, about the same test AUC."""
+    plan = files.plan(dataset.directory_of("classic"), partition_size="1MiB")
+    jobs = _jobs(plan, 1)
+    assert jobs["host"].placement.where == "host" and jobs["device"].placement.where == "device"
+    assert "training data: in the workers' host memory (host): asked for" in (
+        "\n".join(jobs["host"].lines()))
+    assert jobs["host"].training.train_rows == jobs["device"].training.train_rows
+    assert jobs["host"].training.auc > 0.75
+    assert abs(jobs["host"].training.auc - jobs["device"].training.auc) < 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.multi_gpu
+def test_training_from_host_memory_on_two_gpus_scores_as_from_the_device(dataset):
+    plan = files.plan(dataset.directory_of("classic"), partition_size="1MiB")
+    jobs = _jobs(plan, 2)
+    assert jobs["host"].workers == 2
+    assert jobs["host"].training.train_rows == jobs["device"].training.train_rows
+    assert abs(jobs["host"].training.auc - jobs["device"].training.auc) < 0.01
 
 
 def test_the_sample_directory_on_gpus():

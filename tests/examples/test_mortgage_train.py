@@ -137,7 +137,9 @@ def test_the_job_reports_times_auc_and_memory(client, data):
     assert set(result.host) == set(client.scheduler_info()["workers"])
     assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
     assert text.count("no GPU: the plugin does nothing here") == 2
-    assert said[0].startswith("ETL: ") and said[-1].startswith("training done")
+    assert said[0].startswith("training data: in the workers' host memory (host): CPU workers")
+    assert said[0] in text  # where the training data lived, said before the work and after
+    assert said[1].startswith("ETL: ") and said[-1].startswith("training done")
 
 
 def test_xgboost_parameters_from_key_value_text():
