@@ -138,7 +138,8 @@ def in_child(setup: str, call: str, runs: int, env: dict | None = None) -> list[
 
 
 def layout_runs(directory: str, runs: int, reader_runs: int) -> dict:
-    from examples.mortgage import files, gpu_workers
+    from dask_gpu_interop import gpu_workers
+    from examples.mortgage import files
 
     workers_env = {k: v for k, v in gpu_workers.ENVIRON.items() if k not in os.environ}
     input_bytes = files.plan(directory, partition_size=RANGE).input_bytes

@@ -6,7 +6,6 @@ need not compile.
 
 - ``files``: which files a dataset holds, their layout, and the partitions they are cut into
 - ``read``: the files into typed frames (libcudf's CSV reader / pyarrow's), bad rows reported
-- ``gpu_workers``: how local GPU workers run the tasks (two threads, a stream each)
 - ``cpu_workers``: how local CPU workers allocate (a task reuses the memory the last one freed)
 - ``features``: the per-loan features, the label and the feature table
 - ``features_gpu``: the same steps as pylibcudf calls, for cuDF frames

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 from dask.utils import format_bytes, parse_bytes
 
-from dask_gpu_interop import cluster_client, import_in_background, resolve_device
+from dask_gpu_interop import cluster_client, gpu_workers, import_in_background, resolve_device
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import cpu_workers, files, gpu_workers, output, placement, read, schema, train
+from . import cpu_workers, files, output, placement, read, schema, train
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -170,10 +170,13 @@ def _balanced(plan: files.Plan, client, device: str, partition_size) -> files.Pl
 @contextlib.contextmanager
 def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
-    on GPUs), the GPU workers' environment set first; for training, the workers' standard
-    error without XGBoost's rank lines (a worker in this process writes them to this one's)."""
+    on GPUs), the library's GPU worker settings in this process's environment first (a local
+    GPU worker may run in it, and reads them as it imports cuDF); for training, the workers'
+    standard error without XGBoost's rank lines (a worker in this process writes them to
+    this one's)."""
     with contextlib.ExitStack() as stack:
-        stack.enter_context(gpu_workers.environ(cluster, expected))
+        if expected == "gpu" and not cluster.get("scheduler"):
+            stack.enter_context(gpu_workers.environ())
         stack.enter_context(cpu_workers.environ(cluster, expected))
         for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
             import_in_background(module)
@@ -224,7 +227,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if ctx.invoked_subcommand is not None:
         return
     expected = _check_device(cluster)
-    cluster = gpu_workers.threads(_shared_pool(cluster), expected)
+    cluster = _shared_pool(cluster)
     params = _bad("--xgb-param", train.parse_params, xgb_params)
     _bad("--xgb-param", train.check_params, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
@@ -349,7 +352,6 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
-    cluster = gpu_workers.threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,

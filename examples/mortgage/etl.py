@@ -29,7 +29,7 @@ import dask
 import dask.dataframe as dd
 from dask.utils import format_bytes
 
-from . import features, files, gpu_workers, output, read, schema
+from . import features, files, output, read, schema
 from .progress import current_client, wait
 from .read import BadRow
 
@@ -59,8 +59,6 @@ def load_acquisitions(paths, device: str, names):
     result = read.read(pieces, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, device,
                        "skip", names, unique_ids=True)
     acquisitions = features.acquisitions(result.frame)
-    if device == "gpu":
-        gpu_workers.synchronize()
     return acquisitions, Report.of(result)
 
 
@@ -88,10 +86,8 @@ def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: 
     report = Report(len(perf), len(result.bad), result.bad[:KEPT_BAD_ROWS])
     perf = features.performance_features(perf)
     table = features.feature_table(perf, acq)
-    if device == "gpu":
-        gpu_workers.synchronize()
-        if into == "host":
-            table = table.to_pandas()
+    if device == "gpu" and into == "host":
+        table = table.to_pandas()
     return table, report
 
 

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 from distributed import LocalCluster
 
-from examples.mortgage import files, gpu_workers, schema
+from dask_gpu_interop import gpu_workers
+from examples.mortgage import files, schema
 from examples.mortgage.cli import mortgage as main
 
 from .mortgage_sample import SAMPLE
@@ -222,26 +223,20 @@ def test_a_running_cluster_keeps_its_own_memory_setup():
 
 
 @pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
-@pytest.mark.parametrize("flags, threads", [([], 2), (["--threads-per-worker", "1"], 1),
+@pytest.mark.parametrize("flags, threads", [([], None), (["--threads-per-worker", "1"], 1),
                                             (["--threads-per-worker", "3"], 3)])
-def test_local_gpu_workers_run_two_tasks_at_once_unless_told(monkeypatch, command, flags,
-                                                              threads):
+def test_local_gpu_workers_threads_are_the_librarys_unless_told(monkeypatch, command, flags,
+                                                                 threads):
+    """None: the library's local GPU clusters give each worker its default (two threads)."""
     args = [*command[:1], "--device", "gpu", *flags, *command[1:]]
     assert _given_to_the_cluster(monkeypatch, args)["threads_per_worker"] == threads
-
-
-def test_cpu_workers_and_running_clusters_keep_their_threads():
-    running = {"scheduler": "tcp://somewhere:8786", "threads_per_worker": None}
-    assert gpu_workers.threads(running, "gpu") == running
-    local_cpu = {"scheduler": None, "threads_per_worker": None}
-    assert gpu_workers.threads(local_cpu, "cpu") == local_cpu
 
 
 @pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
 def test_local_gpu_workers_start_with_per_thread_streams_and_eight_io_threads(
         monkeypatch, command):
-    """The command's environment has the workers' settings before it imports a GPU library
-    (a worker in the command's process reads them there), and not after the command."""
+    """The command's environment has the library's GPU worker settings before it imports a GPU
+    library (a worker in the command's process reads them there), and not after the command."""
     for name in gpu_workers.ENVIRON:
         monkeypatch.delenv(name, raising=False)
     args = [*command[:1], "--device", "gpu", *command[1:]]
@@ -250,19 +245,13 @@ def test_local_gpu_workers_start_with_per_thread_streams_and_eight_io_threads(
     assert not set(gpu_workers.ENVIRON) & set(os.environ)  # restored
 
 
-def test_the_workers_environment_yields_to_what_is_set_already(monkeypatch):
+def test_a_running_cluster_keeps_the_settings_its_workers_started_with(monkeypatch):
     for name in gpu_workers.ENVIRON:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("KVIKIO_NTHREADS", "32")
-    local = {"scheduler": None}
-    with gpu_workers.environ(local, "gpu"):
-        got = {name: os.environ.get(name) for name in gpu_workers.ENVIRON}
-    assert got == {**gpu_workers.ENVIRON, "KVIKIO_NTHREADS": "32"}
-    assert os.environ["KVIKIO_NTHREADS"] == "32"
-    assert not (set(gpu_workers.ENVIRON) - {"KVIKIO_NTHREADS"}) & set(os.environ)
-    for cluster, device in (({"scheduler": "tcp://somewhere:8786"}, "gpu"), (local, "cpu")):
-        with gpu_workers.environ(cluster, device):
-            assert os.environ.get("CUDF_PER_THREAD_STREAM") is None
+    seen = _given_to_the_cluster(monkeypatch, ["etl", "--scheduler", "tcp://127.0.0.1:1",
+                                               "--device", "gpu", "--data", SAMPLE, "--out",
+                                               "unused"])
+    assert seen["environ"] == {name: None for name in gpu_workers.ENVIRON}
 
 
 @pytest.mark.parametrize("flags, processes", [([], os.cpu_count()),
