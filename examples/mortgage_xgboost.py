@@ -64,7 +64,7 @@ SELLERS = dict(pair.strip().split("=") for pair in """BANK OF AMERICA, N.A.=Bank
 # The notebook's parameters, its reg:linear objective made binary:logistic.
 PARAMS = {"max_depth": 8, "max_leaves": 2**8, "alpha": 0.9, "eta": 0.1, "gamma": 0.1,
           "subsample": 1, "reg_lambda": 1, "scale_pos_weight": 2, "min_child_weight": 30,
-          "grow_policy": "lossguide", "objective": "binary:logistic", "tree_method": "hist",
+          "grow_policy": "depthwise", "objective": "binary:logistic", "tree_method": "hist",
           "eval_metric": "auc"}
 
 

@@ -202,7 +202,7 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
 @click.option("--rounds", type=click.IntRange(min=1), default=train.ROUNDS, show_default=True)
 @click.option("--xgb-param", "xgb_params", multiple=True, metavar="KEY=VALUE",
               help="An XGBoost parameter over the notebook's (repeatable), e.g. "
-                   "grow_policy=depthwise: faster on several GPUs.")
+                   "max_depth=10.")
 @click.option("--holdout", default=None, metavar="YYYYQn",
               help="Quarter to test on (default: the latest).")
 @click.option("--features-out", type=click.Path(), default=None,

@@ -46,8 +46,8 @@ class JobResult:
             *(f"  {name:<9} {seconds:8.2f} s" for name, seconds in self.stages.items()),
             f"ETL:      {e.summary()}",
             *([self.placement.line()] if self.placement else []),
-            f"training: {t.train_rows:,} rows, test {t.test_rows:,} rows ({t.holdout}); "
-            f"{t.train_rows / t.seconds:,.0f} rows/s",
+            f"training: {t.train_rows:,} rows on {t.workers} worker(s), test {t.test_rows:,} "
+            f"rows ({t.holdout}); {t.train_rows / t.seconds:,.0f} rows/s",
             f"test AUC: {t.auc:.4f} (train AUC {t.train_auc:.4f})",
             "peak host memory per worker (since it started):",
         ]

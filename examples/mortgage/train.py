@@ -16,7 +16,10 @@ from dask_gpu_interop import xgboost_config
 from . import schema
 from .progress import Progress
 
-# The classic notebook's parameters (its reg:linear objective made binary:logistic).
+# The classic notebook's parameters (its reg:linear objective made binary:logistic), with its
+# trees grown a level at a time (depthwise) instead of a leaf at a time (lossguide): capped at
+# the same depth and leaves they come out alike, and on several GPUs a lossguide tree waits for
+# every GPU at each new leaf, depthwise once a level.
 PARAMS = {
     "max_depth": 8,
     "max_leaves": 2**8,
@@ -27,7 +30,7 @@ PARAMS = {
     "reg_lambda": 1,
     "scale_pos_weight": 2,
     "min_child_weight": 30,
-    "grow_policy": "lossguide",
+    "grow_policy": "depthwise",
     "objective": "binary:logistic",
     "tree_method": "hist",
     "eval_metric": "auc",
@@ -35,10 +38,22 @@ PARAMS = {
 ROUNDS = 100
 TEST_SHARE = 0.2  # of rows, when there is a single quarter to learn from
 
+# Training rows per GPU below which another GPU makes the training no faster: each tree level
+# waits for every GPU's histograms, and with few rows each GPU's share of the work is shorter
+# than that wait. A small table trains on fewer GPUs than the cluster has.
+ROWS_PER_GPU = 25_000_000
+
 SEVERAL_WORKERS_HINT = (
-    "the notebook's lossguide trees train slower on several GPUs than on one (each new leaf "
-    "waits for all of them); grow_policy='depthwise' (--xgb-param grow_policy=depthwise) grows "
-    "a level at a time")
+    "lossguide trees train slower on several GPUs than on one (each new leaf waits for all of "
+    "them); the default, grow_policy=depthwise, grows a level at a time")
+
+
+def training_workers(workers: int, rows: int, device: str) -> int:
+    """How many of ``workers`` train on ``rows`` training rows: every CPU worker; GPU workers
+    at least ``ROWS_PER_GPU`` rows each (one at least)."""
+    if device != "gpu":
+        return max(1, workers)
+    return max(1, min(workers, rows // ROWS_PER_GPU))
 
 
 def parse_params(items) -> dict:
@@ -109,6 +124,7 @@ class TrainResult:
     test_rows: int
     dmatrix_seconds: float
     train_seconds: float
+    workers: int = 1  # the workers that trained
 
     @property
     def seconds(self) -> float:
@@ -187,14 +203,15 @@ def ranked_workers(client) -> list[str]:
                                                f":{address}")
 
 
-def spread(client, part):
-    """``part`` with partition ``i`` on the worker of rank ``i`` modulo the workers, at least
-    one each: xgboost.dask trains each worker on the partitions it holds, so the same data and
-    seed give the same model on any number of workers, and no worker's matrix is empty."""
+def spread(client, part, count: int | None = None):
+    """``part`` with partition ``i`` on the worker of rank ``i`` modulo the first ``count``
+    workers (default: all), at least one each: xgboost.dask trains each worker on the
+    partitions it holds, so the same data and seed give the same model on any number of
+    workers, no worker's matrix is empty, and workers that hold nothing do not train."""
     import dask.dataframe as dd
 
-    workers = ranked_workers(client)
-    if len(workers) < 2:
+    workers = ranked_workers(client)[:count]
+    if len(ranked_workers(client)) < 2:
         return part
     if part.npartitions < len(workers):
         part = part.repartition(npartitions=len(workers))
@@ -269,8 +286,6 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: must be at least 1")
     train_frame, test_frame, what = split(frame, quarters, holdout)
-    train_frame = spread(client, train_frame)
-    test_frame = spread(client, test_frame)
     params = {**PARAMS, **(params or {}), "device": "cuda" if device == "gpu" else "cpu"}
     if nthread is not None:
         params["nthread"] = nthread
@@ -281,6 +296,9 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     train_rows, train_positives, test_rows, test_positives = (int(c) for c in counts)
     _check_classes("training", train_rows, train_positives, "the data not held out")
     _check_classes("test", test_rows, test_positives, what)
+    workers = training_workers(len(client.scheduler_info()["workers"]), train_rows, device)
+    train_frame = spread(client, train_frame, workers)
+    test_frame = spread(client, test_frame, workers)
     callbacks = [round_progress()] if progress else []
     if progress:
         bar = Progress("training rounds", rounds, echo)
@@ -310,4 +328,5 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
         test_rows=test_rows,
         dmatrix_seconds=built - started,
         train_seconds=done - built,
+        workers=workers,
     )

@@ -101,6 +101,28 @@ def test_every_worker_holds_training_and_test_rows(client, data):
                                   test.compute().reset_index(drop=True))
 
 
+def test_a_small_table_trains_on_one_of_the_workers(client, data):
+    """Partitions placed on the first ``count`` ranked workers only: the others hold nothing,
+    so xgboost.dask leaves them out of the training."""
+    from distributed import futures_of, wait
+
+    result = etl.run(_plan(data))
+    placed_frame = client.persist(train.spread(client, result.frame, 1))
+    placed = futures_of(placed_frame)
+    wait(placed)
+    holders = {w for ws in client.who_has(placed).values() for w in ws}
+    assert holders == {train.ranked_workers(client)[0]}
+    assert len(placed_frame) == result.rows
+
+
+@pytest.mark.parametrize("workers, rows, device, count", [
+    (4, 10**6, "gpu", 1), (4, 3 * train.ROWS_PER_GPU, "gpu", 3), (2, 10**9, "gpu", 2),
+    (1, 10**9, "gpu", 1), (4, 0, "gpu", 1), (4, 10**6, "cpu", 4),
+])
+def test_gpus_train_on_at_least_their_share_of_rows(workers, rows, device, count):
+    assert train.training_workers(workers, rows, device) == count
+
+
 def test_workers_are_ranked_by_name_as_xgboost_ranks_them(client):
     workers = client.scheduler_info()["workers"]
     names = [workers[address]["name"] for address in train.ranked_workers(client)]
@@ -124,7 +146,7 @@ def test_the_notebook_parameters_are_the_defaults():
     p = train.PARAMS
     assert (p["max_depth"], p["max_leaves"], p["eta"], p["gamma"], p["min_child_weight"],
             p["scale_pos_weight"], p["grow_policy"], p["objective"], train.ROUNDS) == (
-        8, 256, 0.1, 0.1, 30, 2, "lossguide", "binary:logistic", 100)
+        8, 256, 0.1, 0.1, 30, 2, "depthwise", "binary:logistic", 100)
 
 
 def test_the_job_reports_times_auc_and_memory(client, data):
