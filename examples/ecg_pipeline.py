@@ -16,7 +16,6 @@ import argparse
 import os
 
 import dask
-import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 from distributed import Client, LocalCluster
@@ -52,6 +51,12 @@ def local_maxima(chunk):
     return peak
 
 
+@dask.delayed
+def peaks_in(response, peak, start: int):  # a chunk's peaks: (positions, heights), on the host
+    where = module_of(peak).flatnonzero(peak)
+    return [a.get() if hasattr(a, "get") else a for a in (where + start, response[where])]
+
+
 def read_signal(path, column: str, blocksize):
     """The recording as a Dask array of CuPy (NumPy) chunks, a chunk per block of the file."""
     frame = dd.read_csv(path, usecols=[column], dtype={column: "float32"}, blocksize=blocksize)
@@ -66,8 +71,9 @@ def find_beats(signal, rate: float) -> np.ndarray:
     response = signal.map_overlap(qrs_response, depth=half_width, boundary="none",
                                   sigma=sigma, half_width=half_width)
     peaks = response.map_overlap(local_maxima, depth=1, boundary="none", dtype=bool)
-    found = dask.compute(da.flatnonzero(peaks), response[peaks])  # to the client
-    positions, heights = (a.get() if hasattr(a, "get") else a for a in found)
+    found = dask.compute(*map(peaks_in, response.to_delayed().ravel(), peaks.to_delayed().ravel(),
+                              np.cumsum((0, *response.chunks[0][:-1]))))  # to the client
+    positions, heights = (np.concatenate(column) for column in zip(*found, strict=True))
     beats = [(-SPACING_SECONDS * rate, 0.0)]  # (position, height): one per spacing, the highest
     for beat in zip(positions, heights, strict=True):
         if beat[0] - beats[-1][0] < SPACING_SECONDS * rate:
@@ -92,9 +98,7 @@ def cut_beats(x, starts, step: float, out) -> bool:
     lies. Whether the kernel saw ``x``'s own memory (no copy)."""
     if hasattr(x, "__cuda_array_interface__"):
         from numba import cuda
-
         at = cuda.jit(device=True)(interpolate)
-
         @cuda.jit
         def kernel(x, starts, step, out):
             b, j = cuda.grid(2)
@@ -105,15 +109,12 @@ def cut_beats(x, starts, step: float, out) -> bool:
         kernel[((len(out) + 7) // 8, SIZE // 32), (8, 32)](view, starts, step, out)
         return view.device_ctypes_pointer.value == x.data.ptr
     import numba
-
     at = numba.njit(interpolate)
-
     @numba.njit
     def loops(x, starts, step, out):
         for b in range(out.shape[0]):
             for j in range(out.shape[1]):
                 out[b, j] = at(x, starts[b] + j * step)
-
     loops(x, starts, step, out)
     return True  # Numba's CPU functions take NumPy arrays as they are
 
@@ -151,7 +152,6 @@ def start_cluster(device, workers):
     """dask-cuda's cluster (a worker per GPU), or one of processes with no GPU in sight."""
     if device == "gpu":
         from dask_cuda import LocalCUDACluster
-
         return LocalCUDACluster(n_workers=workers)
     return LocalCluster(n_workers=workers or 2, env={"CUDA_VISIBLE_DEVICES": ""})
 

@@ -85,14 +85,24 @@ want() {  # the section was asked for (or none were), and its code exists
 }
 
 bytecode() {  # as pip does at install: compile what has no bytecode (the stack, this checkout)
-  python3 - <<'PY'
-import compileall, os, sys
+  # The folders come from Python; compileall runs as a command of its own, whose worker
+  # processes can start (a script read from standard input cannot be imported by them).
+  local folders
+  mapfile -t folders < <(python3 - <<'PY'
+import os, sys
 from dask_gpu_interop.doctor import without_bytecode
 missing = without_bytecode()
-print("without bytecode:", ", ".join(missing) or "nothing", "; may write it:", not sys.dont_write_bytecode)
+print("without bytecode:", ", ".join(missing) or "nothing", "; may write it:",
+      not sys.dont_write_bytecode, file=sys.stderr)
 ours = {os.path.abspath(d) for d in ("dask_gpu_interop", "examples", "benchmarks", "tests")}
-folders = sorted({os.path.dirname(folder) for folder in missing.values()} | ours)
-sys.exit(0 if all(compileall.compile_dir(f, quiet=1, workers=0) for f in folders) else 1)
+print("\n".join(sorted({os.path.dirname(folder) for folder in missing.values()} | ours)))
+PY
+)
+  python3 -m compileall -q -j 0 "${folders[@]}" > /dev/null && python3 - <<'PY'
+from dask_gpu_interop.doctor import without_bytecode
+left = without_bytecode()
+print("without bytecode after compiling:", ", ".join(left) or "nothing")
+raise SystemExit(1 if left else 0)
 PY
 }
 
