@@ -19,7 +19,7 @@ WORKER_DEFAULTS = {
     # Variables GPU workers get over dask_gpu_interop.gpu_workers.ENVIRON (null: leave one out).
     "environ": {},
     # Threads of each GPU worker of a local cluster (dask_gpu_interop.gpu_workers).
-    "threads": 2,
+    "threads": 1,
 }
 
 

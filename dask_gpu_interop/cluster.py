@@ -136,8 +136,8 @@ def local_cluster(
     n_workers : int, optional
         Workers: by default one per GPU, or up to 4 processes sharing the cores.
     threads_per_worker : int, optional
-        Threads of each worker: on GPUs ``gpu-interop.worker.threads`` (2: one task's host work
-        overlaps another's kernels, each thread on its own CUDA stream, see
+        Threads of each worker: on GPUs ``gpu-interop.worker.threads`` (1; with 2, one task's
+        host work overlaps another's kernels, each thread on its own CUDA stream, see
         :mod:`dask_gpu_interop.gpu_workers`); on CPUs the cores shared out.
     protocol : {"tcp", "ucx", "tls", "inproc"}
         How the workers talk; "ucx" (NVLink, InfiniBand) is for GPU clusters.

@@ -1,4 +1,4 @@
-"""How GPU workers run tasks: two at a time per GPU, each thread on its own CUDA stream.
+"""How GPU workers run tasks: each thread on its own CUDA stream, and two threads where that pays.
 
 A GPU worker that runs one task at a time leaves its GPU idle while the task does host work
 (reading a file's bytes, Python between kernels). With two threads, one task's host work
@@ -20,13 +20,17 @@ Where they apply (``gpu-interop.worker.environ`` in dask config changes or adds 
 variable already set in a worker's environment wins):
 
 - local GPU clusters of :func:`~dask_gpu_interop.cluster_client` and
-  :func:`~dask_gpu_interop.local_cluster`: set in this process (:func:`environ`) before the
-  workers start, so that worker processes inherit them and a worker in this process has them
-  where no GPU library was imported yet; such workers run ``gpu-interop.worker.threads``
-  threads (2);
-- workers of a cluster you start: ``dask cuda worker --nthreads 2 --preload
-  dask_gpu_interop.preload`` sets them when the preload is imported, before the worker
-  imports a GPU library.
+  :func:`~dask_gpu_interop.local_cluster`: each worker process gets them from its nanny, and a
+  worker in this process has them where no GPU library was imported yet (:func:`apply`;
+  :func:`environ` for a block that imports GPU libraries before the cluster starts);
+- workers of a cluster you start: ``dask cuda worker --preload dask_gpu_interop.preload`` sets
+  them when the preload is imported, before the worker imports a GPU library.
+
+The threads are the cluster's: one per GPU worker by default, as dask-cuda starts them
+(``gpu-interop.worker.threads`` for local clusters; ``--nthreads 2`` for ``dask cuda
+worker``). Two pay where tasks mix host work with kernels (the mortgage example's ETL runs two),
+and need every library the tasks use to be safe on two threads: numba-cuda's first launch of a
+kernel is not (launch each kernel once first, or keep one thread).
 
 With per-thread streams a task's kernels may still be running when its function returns, and
 a task on another thread could read its result half written. The :class:`GPUMemoryPlugin`
@@ -51,7 +55,7 @@ ENVIRON = {
     "KVIKIO_NTHREADS": "8",
     "CUPY_ACCELERATORS": "",
 }
-THREADS = 2
+THREADS = 1
 
 # The variables that a library reads when it is imported: set after it, they do nothing.
 READ_AT_IMPORT = {

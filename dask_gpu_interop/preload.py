@@ -12,8 +12,8 @@ not come up.
 
 Importing the preload also gives the worker the GPU workers' settings of
 :mod:`dask_gpu_interop.gpu_workers` (each thread its own CUDA stream, kvikio's reader threads),
-before any GPU library is imported; with them, start ``dask cuda worker`` with ``--nthreads
-2``, so that one task's host work overlaps another's kernels.
+before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``, one task's
+host work overlaps another's kernels.
 """
 
 from __future__ import annotations

@@ -353,7 +353,7 @@ def test_jobqueue_example_job_script(tmp_path):
     assert "-m dask_cuda.cli tls://" in script
     assert "--preload dask_gpu_interop.preload --gpu-pool-size 0.8" in script
     assert f"--tls-cert {tmp_path / 'tls' / 'worker.pem'}" in script
-    assert "--nthreads 2" in script
+    assert "--nthreads 1" in script
 
 
 # ---- the image ----

@@ -24,7 +24,7 @@ def clean_environ(monkeypatch):
 
 def test_the_settings_are_per_thread_streams_and_kvikio_threads_by_default():
     assert gpu_workers.settings() == gpu_workers.ENVIRON
-    assert gpu_workers.threads() == 2
+    assert gpu_workers.threads() == 1  # dask-cuda's: two only where asked
     assert gpu_workers.per_thread_streams(gpu_workers.settings())
     assert not gpu_workers.per_thread_streams({"CUDF_PER_THREAD_STREAM": "0"})
 
@@ -113,10 +113,11 @@ def _recording_cluster(monkeypatch, seen):
     monkeypatch.setattr(device, "gpu_count", lambda: 2)
 
 
-def test_local_gpu_worker_processes_get_the_settings_and_two_threads(monkeypatch):
+def test_local_gpu_worker_processes_get_the_settings_and_the_configured_threads(monkeypatch):
     seen = {}
     _recording_cluster(monkeypatch, seen)
-    with dask.config.set({cluster.NANNY_ENVIRON: {"OTHER": "1"}}):
+    with dask.config.set({cluster.NANNY_ENVIRON: {"OTHER": "1"},
+                          "gpu-interop.worker.threads": 2}):
         with pytest.raises(_Recorded):
             cluster.local_cluster("gpu")
     assert seen["kwargs"]["threads_per_worker"] == 2
@@ -126,9 +127,9 @@ def test_local_gpu_worker_processes_get_the_settings_and_two_threads(monkeypatch
 def test_threads_asked_for_win_over_the_gpu_workers_default(monkeypatch):
     seen = {}
     _recording_cluster(monkeypatch, seen)
-    with pytest.raises(_Recorded):
-        cluster.local_cluster("gpu", threads_per_worker=1)
-    assert seen["kwargs"]["threads_per_worker"] == 1
+    with pytest.raises(_Recorded), dask.config.set({"gpu-interop.worker.threads": 2}):
+        cluster.local_cluster("gpu", threads_per_worker=3)
+    assert seen["kwargs"]["threads_per_worker"] == 3
 
 
 def _executor_kind(dask_worker):
@@ -150,11 +151,13 @@ def _total(x):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("processes", [False, True])
-def test_local_gpu_workers_run_two_tasks_on_their_own_streams_and_wait_for_them(processes):
+def test_local_gpu_workers_run_two_tasks_on_their_own_streams_and_wait_for_them():
+    """A worker process (this test process may have used PyTorch on the GPU already, which an
+    in-process worker's plugin would refuse)."""
     from dask_gpu_interop import cluster_client
 
-    with cluster_client(device="gpu", n_workers=1, processes=processes) as (client, device):
+    with cluster_client(device="gpu", n_workers=1, threads_per_worker=2,
+                        processes=True) as (client, device):
         assert device == "gpu"
         assert set(client.nthreads().values()) == {2}
         assert list(client.run(_worker_settings).values()) == [gpu_workers.ENVIRON]

@@ -61,7 +61,7 @@ def make_cluster(
     return SLURMCluster(
         queue=queue,
         account=account,
-        cores=2,                        # threads per GPU worker: two tasks at once, each on its own stream
+        cores=1,                        # threads per GPU worker: one, as dask-cuda does
         memory=format_bytes(parse_bytes(memory_per_node) // gpus_per_node).replace(" ", ""),
         processes=1,                    # one `dask cuda worker` per job
         job_cpu=cpus_per_node,

@@ -143,6 +143,19 @@ def _check_device(cluster: dict) -> str:
         raise click.ClickException(str(exc)) from None
 
 
+# A local GPU worker runs two tasks at once: one task's reading (a file's bytes, Python)
+# overlaps the other's kernels, each on its own CUDA stream (the library's GPU worker settings).
+GPU_THREADS = 2
+
+
+def _gpu_threads(cluster: dict, device: str) -> dict:
+    """``cluster`` with two threads per local GPU worker; a --threads-per-worker given wins, a
+    running cluster keeps its own."""
+    if cluster.get("scheduler") or device != "gpu" or cluster.get("threads_per_worker"):
+        return cluster
+    return {**cluster, "threads_per_worker": GPU_THREADS}
+
+
 def _shared_pool(cluster: dict) -> dict:
     """The whole job on a local GPU cluster: CUDA's async pool, which cuDF, CuPy and XGBoost's
     PyPI wheels all draw from (the ``etl`` command keeps the RMM pool: its ETL is faster there),
@@ -227,7 +240,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if ctx.invoked_subcommand is not None:
         return
     expected = _check_device(cluster)
-    cluster = _shared_pool(cluster)
+    cluster = _gpu_threads(_shared_pool(cluster), expected)
     params = _bad("--xgb-param", train.parse_params, xgb_params)
     _bad("--xgb-param", train.check_params, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
@@ -352,6 +365,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         raise click.UsageError("give the files: --data PATH (either layout), or --perf and "
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
+    cluster = _gpu_threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,

@@ -223,11 +223,10 @@ def test_a_running_cluster_keeps_its_own_memory_setup():
 
 
 @pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
-@pytest.mark.parametrize("flags, threads", [([], None), (["--threads-per-worker", "1"], 1),
+@pytest.mark.parametrize("flags, threads", [([], 2), (["--threads-per-worker", "1"], 1),
                                             (["--threads-per-worker", "3"], 3)])
-def test_local_gpu_workers_threads_are_the_librarys_unless_told(monkeypatch, command, flags,
-                                                                 threads):
-    """None: the library's local GPU clusters give each worker its default (two threads)."""
+def test_local_gpu_workers_run_two_tasks_at_once_unless_told(monkeypatch, command, flags,
+                                                              threads):
     args = [*command[:1], "--device", "gpu", *flags, *command[1:]]
     assert _given_to_the_cluster(monkeypatch, args)["threads_per_worker"] == threads
 
@@ -243,6 +242,15 @@ def test_local_gpu_workers_start_with_per_thread_streams_and_eight_io_threads(
     seen = _given_to_the_cluster(monkeypatch, args)
     assert seen["environ"] == seen["environ at imports"] == gpu_workers.ENVIRON
     assert not set(gpu_workers.ENVIRON) & set(os.environ)  # restored
+
+
+def test_cpu_workers_and_running_clusters_keep_their_threads():
+    from examples.mortgage.cli import _gpu_threads
+
+    running = {"scheduler": "tcp://somewhere:8786", "threads_per_worker": None}
+    assert _gpu_threads(running, "gpu") == running
+    local_cpu = {"scheduler": None, "threads_per_worker": None}
+    assert _gpu_threads(local_cpu, "cpu") == local_cpu
 
 
 def test_a_running_cluster_keeps_the_settings_its_workers_started_with(monkeypatch):
