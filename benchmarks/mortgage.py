@@ -56,10 +56,10 @@ from common import (  # noqa: E402
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
 ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text in "
                       r"(?P<parts>\d+) partitions, (?P<seconds>[\d.]+) s")
-STAGE_LINE = re.compile(r"^  (?P<stage>\w[\w ]*?) +(?P<seconds>[\d.]+) s$", re.M)
+STAGE_LINE = re.compile(r"^  (?P<stage>\w[\w ]*?) +(?P<seconds>-?[\d.]+) s$", re.M)
 AUC_LINE = re.compile(r"test AUC: (?P<auc>[\d.]+|nan)")
 PARQUET = re.compile(r"read and written in one stage: (?P<size>[\d.]+ \w+) of Parquet")
-TOTAL = re.compile(r"^total: (?P<seconds>[\d.]+) s$", re.M)
+TOTAL = re.compile(r"^total: (?P<seconds>[\d.]+) s", re.M)
 JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")
 GOALS = {"etl_ratio": 20.0, "gb_per_s": 5.0, "e2e_ratio": 15.0}
 

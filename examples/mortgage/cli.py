@@ -76,6 +76,13 @@ def _check_space(directory: str, spec, layout: str) -> None:
         raise click.UsageError(str(exc)) from None
 
 
+def _since_process_start() -> float:
+    """Seconds since this process started (Python's start, the imports)."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
 def _generated(result) -> str:
     return (f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
             f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
@@ -262,6 +269,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
     started = time.perf_counter()
+    first = {"start": _since_process_start()}  # Python, the imports and the checks above
     with contextlib.ExitStack() as stack:
         directory = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mortgage-"))
         generating = None
@@ -273,13 +281,14 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                     _generate, directory, spec, layout, workdir is not None, os.cpu_count())
         client, device = stack.enter_context(
             _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
-        first = {"cluster start": time.perf_counter() - started}
+        first["cluster start"] = time.perf_counter() - started
         if spec is not None:
             waiting = time.perf_counter()
             made = _usage(generating.result) if generating else _usage(
                 _generate, directory, spec, layout, workdir is not None, None)
             first["generate"] = time.perf_counter() - waiting  # beyond the cluster's start
-            click.echo(_generated(made))
+            click.echo(f"{_generated(made)}; waited {first['generate']:.2f} s for it after the "
+                       "cluster started")
             the_plan = _plan(directory, None, None, None, device, partition_size)
         elif device != expected and partition_size is None:
             the_plan = _plan(data, None, None, None, device, None)  # the cluster's default
@@ -293,6 +302,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}
+        writing = time.perf_counter()
         if features_out:
             with output.Staged(features_out, what="feature table", overwrite=True,
                                inputs=inputs) as staging:
@@ -302,11 +312,16 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             output.replace_file(model_out, result.training.booster.save_model, what="model",
                                 accept=train.is_model)
             click.echo(f"model written to {os.path.abspath(model_out)}")
+        if features_out or model_out:
+            result.stages["outputs"] = time.perf_counter() - writing
         for line in result.lines():
             click.echo(line)
         stopping = time.perf_counter()
-    click.echo(f"  cluster stop {time.perf_counter() - stopping:8.2f} s")
-    click.echo(f"total: {time.perf_counter() - started:.2f} s")
+    stopped = time.perf_counter()
+    total = first["start"] + stopped - started
+    click.echo(job.stage_line("cluster stop", stopped - stopping))
+    click.echo(job.stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
+    click.echo(f"total: {total:.2f} s since the command started")
 
 
 @mortgage.command()

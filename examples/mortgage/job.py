@@ -4,6 +4,7 @@ way for the command and the benchmarks."""
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 
 from dask.utils import format_bytes
@@ -27,6 +28,11 @@ def _host_memory(dask_worker=None) -> dict:
     return {"rss": int(rss), "peak_rss": int(max(peak, seen, rss))}
 
 
+def stage_line(name: str, seconds: float) -> str:
+    """One line of the job's stage times, aligned with the others."""
+    return f"  {name:<14} {seconds:8.2f} s"
+
+
 @dataclass
 class JobResult:
     device: str
@@ -43,7 +49,7 @@ class JobResult:
         out = [
             f"device: {self.device}, {self.workers} worker(s)",
             "stage times:",
-            *(f"  {name:<9} {seconds:8.2f} s" for name, seconds in self.stages.items()),
+            *(stage_line(name, seconds) for name, seconds in self.stages.items()),
             f"ETL:      {e.summary()}",
             *([self.placement.line()] if self.placement else []),
             f"training: {t.train_rows:,} rows on {t.workers} worker(s), test {t.test_rows:,} "
@@ -65,10 +71,12 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     ``training_data``: where the table lives for training ("auto", "device", "host"; see
     ``placement``), decided before any work; a ValueError says why it cannot fit."""
     say = echo or (lambda text: None)
+    planning = time.perf_counter()
     memory = placement.measure(client, device)
     threads = max(client.nthreads().values(), default=1)
     placed = placement.choose(placement.estimate(plan, threads), memory, device, training_data)
     say(placed.line())
+    planned = time.perf_counter() - planning
     on_host = device == "gpu" and placed.where == "host"
     say(f"ETL: {len(plan.parts)} partitions of {plan.layout.name} files ...")
     result = etl.run(plan, device=device, bad_rows=bad_rows, progress=progress,
@@ -83,15 +91,18 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
                           holdout=holdout, params=params, progress=progress, echo=say,
                           nthread=memory.cores_per_worker if on_host else None)
-    say(f"training done: {trained.seconds:.2f} s, test AUC {trained.auc:.4f}")
+    say(f"training done: {trained.train_seconds:.2f} s after {trained.dmatrix_seconds:.2f} s "
+        f"of its matrix, test AUC {trained.auc:.4f}")
+    reporting = time.perf_counter()
+    report, host = memory_report(client), client.run(_host_memory)
     return JobResult(
         device=device,
         workers=len(client.scheduler_info()["workers"]),
         etl=result,
         training=trained,
-        memory=memory_report(client),
-        host=client.run(_host_memory),
-        stages={"ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
-                "training": trained.train_seconds},
+        memory=report,
+        host=host,
+        stages={"placement": planned, "ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
+                "training": trained.train_seconds, "report": time.perf_counter() - reporting},
         placement=placed,
     )

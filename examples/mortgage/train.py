@@ -285,6 +285,7 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
 
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: must be at least 1")
+    started = time.perf_counter()  # the matrix's stage: counting and placing rows too
     train_frame, test_frame, what = split(frame, quarters, holdout)
     params = {**PARAMS, **(params or {}), "device": "cuda" if device == "gpu" else "cpu"}
     if nthread is not None:
@@ -305,7 +306,6 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
         client.subscribe_topic(TOPIC, lambda event: bar.update(event[1]["round"]))
     try:
         with xgboost.config_context(**xgboost_config(client)):
-            started = time.perf_counter()
             dtrain = dxgb.DaskQuantileDMatrix(client, train_frame[features],
                                               train_frame[label])
             dtest = dxgb.DaskQuantileDMatrix(client, test_frame[features], test_frame[label],
