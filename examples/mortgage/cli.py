@@ -76,6 +76,19 @@ def _check_space(directory: str, spec, layout: str) -> None:
         raise click.UsageError(str(exc)) from None
 
 
+def _check_workdir(workdir: str, overwrite: bool) -> None:
+    """The job may generate into ``workdir``: new, empty, or an earlier generated dataset with
+    ``overwrite`` (a usage error otherwise, saying how to use that dataset instead)."""
+    try:
+        output.check(workdir, what="generated dataset", overwrite=overwrite)
+    except FileExistsError as exc:
+        use = (f" (or --data {workdir} to use it as it is)" if "--overwrite" in str(exc)
+               else "")
+        raise click.UsageError(f"{exc}{use}") from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _generated(result) -> str:
     return (f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
             f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
@@ -206,10 +219,13 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
               help="Also write the feature table here (a Parquet directory).")
 @click.option("--model-out", type=click.Path(dir_okay=False), default=None,
               help="Save the trained model here (XGBoost JSON).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace what an earlier run wrote at --workdir, --features-out and "
+                   "--model-out (nothing else).")
 @click.pass_context
 def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans_per_part,
              layout, partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout,
-             features_out, model_out):
+             features_out, model_out, overwrite):
     """The Fannie Mae mortgage ETL and XGBoost training on Dask (cuDF on GPUs, pandas on CPUs).
 
     With no sub-command: generate a small dataset (or use --data), start a local cluster (or
@@ -228,15 +244,16 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
     _bad("--holdout", train.check_holdout, quarters, holdout)
     if workdir:
-        _usage(output.check, workdir, what="generated dataset", overwrite=True)
+        _check_workdir(workdir, overwrite)
     if spec is not None:
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
-        _usage(output.check, features_out, what="feature table", overwrite=True,
+        _usage(output.check, features_out, what="feature table", overwrite=overwrite,
                inputs=inputs + (the_plan.inputs() if the_plan else []))
     if model_out:
-        _usage(output.check_file, model_out, what="model", accept=train.is_model)
+        _usage(output.check_file, model_out, what="model", overwrite=overwrite,
+               accept=train.is_model)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -249,14 +266,14 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                        f"{spec.loans_per_quarter:,} loans ...")
             if not cluster.get("scheduler"):  # local processes, while the cluster starts
                 generating = stack.enter_context(ThreadPoolExecutor(1)).submit(
-                    _generate, directory, spec, layout, workdir is not None, os.cpu_count())
+                    _generate, directory, spec, layout, overwrite, os.cpu_count())
         client, device = stack.enter_context(
             _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
         first = {"cluster start": time.perf_counter() - started}
         if spec is not None:
             waiting = time.perf_counter()
             made = _usage(generating.result) if generating else _usage(
-                _generate, directory, spec, layout, workdir is not None, None)
+                _generate, directory, spec, layout, overwrite, None)
             first["generate"] = time.perf_counter() - waiting  # beyond the cluster's start
             click.echo(_generated(made))
             the_plan = _plan(directory, None, None, None, device, partition_size)
@@ -273,13 +290,13 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}
         if features_out:
-            with output.Staged(features_out, what="feature table", overwrite=True,
+            with output.Staged(features_out, what="feature table", overwrite=overwrite,
                                inputs=inputs) as staging:
                 result.etl.frame.to_parquet(staging, write_index=False)
             click.echo(f"feature table written to {os.path.abspath(features_out)}")
         if model_out:
             output.replace_file(model_out, result.training.booster.save_model, what="model",
-                                accept=train.is_model)
+                                overwrite=overwrite, accept=train.is_model)
             click.echo(f"model written to {os.path.abspath(model_out)}")
         for line in result.lines():
             click.echo(line)

@@ -177,15 +177,19 @@ class Staged:
         shutil.rmtree(earlier)  # an earlier output of these commands, and nothing else
 
 
-def check_file(target: str, *, what: str, accept=None) -> str:
+def check_file(target: str, *, what: str, overwrite: bool = False, accept=None) -> str:
     """The absolute path of ``target`` once ``what`` may be written there (over an existing
-    file only when ``accept(path)``); ValueError or FileExistsError, saying what to do."""
+    file only when ``accept(path)`` and ``overwrite``); ValueError or FileExistsError, saying
+    what to do."""
     target = os.path.abspath(target)
     if os.path.isdir(target):
         raise ValueError(f"{target} is a directory: give a file name for the {what}")
     if os.path.lexists(target) and not (accept and accept(target)):
         raise FileExistsError(f"{target} exists and is not an earlier {what}: give another file "
                               "name; nothing was changed")
+    if os.path.lexists(target) and not overwrite:
+        raise FileExistsError(f"{target} holds an earlier {what}: pass --overwrite to replace "
+                              "it, or give another file name")
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise ValueError(f"{target} cannot be written: the folder {folder} does not exist")
@@ -193,9 +197,10 @@ def check_file(target: str, *, what: str, accept=None) -> str:
     return target
 
 
-def replace_file(target: str, write, *, what: str, accept=None) -> str:
+def replace_file(target: str, write, *, what: str, overwrite: bool = False,
+                 accept=None) -> str:
     """``write(path)`` into a sibling of ``target``, then renamed to it (see ``check_file``)."""
-    target = check_file(target, what=what, accept=accept)
+    target = check_file(target, what=what, overwrite=overwrite, accept=accept)
     handle, partial = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.partial-",
                                        suffix=os.path.splitext(target)[1],
                                        dir=os.path.dirname(target))

@@ -204,6 +204,53 @@ def test_features_out_keeps_files_the_job_did_not_write(tmp_path):
     assert _tree(out) == before
 
 
+def _earlier_outputs(tmp_path):
+    """An earlier run's generated dataset, feature table and model, as these commands write
+    them, and a snapshot of their bytes."""
+    import numpy as np
+    import xgboost
+
+    workdir, features, model = tmp_path / "work", tmp_path / "features", tmp_path / "model.json"
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(workdir), gen.Spec(2007, 2007, loans_per_quarter=5))
+    with output.Staged(str(features), what="feature table") as staging:
+        pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
+    matrix = xgboost.DMatrix(np.arange(8.0).reshape(4, 2), label=[0, 1, 0, 1])
+    xgboost.train({"max_depth": 1}, matrix, num_boost_round=1).save_model(str(model))
+
+    def snapshot():
+        return {str(p): p.read_bytes() for base in (workdir, features, model)
+                for p in ([base] if base.is_file() else sorted(base.rglob("*"))) if p.is_file()}
+
+    return workdir, features, model, snapshot
+
+
+def test_the_job_replaces_an_earlier_output_only_with_overwrite(tmp_path):
+    workdir, features, model, snapshot = _earlier_outputs(tmp_path)
+    before = snapshot()
+    small = [*CPU, "--years", "2007", "--loans-per-quarter", "100", "--rounds", "3"]
+    for option, path, what in [("--workdir", workdir, "generated dataset"),
+                               ("--features-out", features, "feature table"),
+                               ("--model-out", model, "model")]:
+        line = _refused(_run([*small, option, str(path)]), str(path), f"earlier {what}",
+                        "--overwrite")
+        assert snapshot() == before, option
+        if option == "--workdir":
+            assert f"--data {path}" in line  # or use the dataset as it is
+    _no_leftovers(tmp_path)
+    result = _run([*small, "--workdir", str(workdir), "--features-out", str(features),
+                   "--model-out", str(model), "--overwrite"])
+    assert result.exit_code == 0, result.output
+    after = snapshot()
+    assert after[str(model)] != before[str(model)] and train.is_model(str(model))
+    assert list(pd.read_parquet(features).columns) != ["x"]  # the job's own table now
+    def generated(files):
+        return sum(len(data) for path, data in files.items() if path.startswith(str(workdir)))
+
+    assert generated(after) > 10 * generated(before)  # 100 loans a quarter now, not 5
+    _no_leftovers(tmp_path)
+
+
 # ---------------------------------------------------------------------------------------------
 # Read the files users have: zip and gzip (and bzip2, xz), either layout
 
