@@ -174,6 +174,16 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
         raise click.UsageError(str(exc)) from None
 
 
+def _check_start(plan: files.Plan, bad_rows: str) -> None:
+    """Under ``--bad-rows error``, stop before any work on a bad row among the first lines of a
+    file (a header, a line cut short, text that is not UTF-8) or on its last line cut short,
+    naming file and line, instead of after the whole ETL."""
+    if bad_rows == "error":
+        found = read.check_start(plan)
+        if found:
+            raise click.ClickException(str(read.BadRowsError(found)))
+
+
 def _balanced(plan: files.Plan, client, device: str, partition_size) -> files.Plan:
     """``plan`` cut again for the cluster's worker threads (``files.balance``)."""
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
@@ -241,6 +251,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
     the_plan = _plan(data, None, None, None, expected, partition_size) if data else None
+    if the_plan is not None:
+        _check_start(the_plan, bad_rows)
     quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
     _bad("--holdout", train.check_holdout, quarters, holdout)
     if workdir:
@@ -363,6 +375,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
+    _check_start(the_plan, bad_rows)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())

@@ -332,6 +332,179 @@ def test_a_dataset_of_both_layouts_says_which_folder_to_give(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# Every file that looks like Fannie Mae's is read once, or refused by name with the reason
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A copy of the real sample (2007Q3, classic layout) to add files to."""
+    directory = tmp_path / "data"
+    shutil.copytree(SAMPLE, directory)
+    return directory
+
+
+def _etl(data, tmp_path, *more):
+    return _run(["etl", *CPU, "--data", str(data), "--out", str(tmp_path / "out"), *more])
+
+
+def test_a_named_pipe_named_like_a_performance_file_is_refused_not_skipped(data, tmp_path):
+    pipe = data / "Performance_2007Q3.txt_1"
+    os.mkfifo(pipe)  # opening it to read would wait for a writer: it must never be opened
+    result = _etl(data, tmp_path)
+    _refused(result, str(pipe), "named pipe")
+    assert result.seconds < 10 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("delimiter, named", [(",", "',' (comma)"), ("\t", "a tab"),
+                                              (";", "';'")])
+def test_a_file_with_another_delimiter_among_the_others_is_refused_naming_it(
+        data, tmp_path, delimiter, named):
+    text = open(SAMPLE_PERF).read().replace("|", delimiter)
+    odd = data / "Performance_2007Q4.txt"
+    odd.write_text(text)
+    _refused(_etl(data, tmp_path), str(odd), "31 fields", named, "'|'")
+
+
+def test_a_dataset_of_another_delimiter_names_it(tmp_path):
+    data = tmp_path / "mine"
+    data.mkdir()
+    for source, name in [(SAMPLE_PERF, "perf.csv"), (SAMPLE_ACQ, "acq.csv")]:  # not named
+        (data / name).write_text(open(source).read().replace("|", ","))
+    _refused(_etl(data, tmp_path), "no Fannie Mae performance files", "fields separated by "
+             "',' (comma)")
+
+
+@pytest.mark.parametrize("copy", ["Performance_2007Q3 (1).txt_0", "Performance_2007Q3.txt_0.bak",
+                                  "Performance_2007Q3.txt_0.gz", "Acquisition_2007Q3 (2).txt"])
+def test_two_copies_of_one_quarter_s_file_are_refused_naming_both(data, tmp_path, copy):
+    source = data / ("Acquisition_2007Q3.txt" if copy.startswith("Acq") else
+                     "Performance_2007Q3.txt_0")
+    if copy.endswith(".gz"):
+        _compress(source, data / copy, "gz")
+    else:
+        shutil.copy(source, data / copy)
+    _refused(_etl(data, tmp_path), "two files for the same quarter 2007Q3", str(source),
+             str(data / copy))
+
+
+def test_the_parts_of_a_quarter_s_split_file_are_all_read(data):
+    lines = open(SAMPLE_PERF).read().splitlines(keepends=True)
+    cut = next(i for i in range(5000, len(lines))
+               if lines[i].split("|")[0] != lines[i - 1].split("|")[0])
+    (data / "Performance_2007Q3.txt_0").write_text("".join(lines[:cut]))
+    (data / "Performance_2007Q3.txt_1").write_text("".join(lines[cut:]))
+    plan = files.plan(str(data))
+    read_from = {piece.path for part in plan.parts for piece in part.pieces}
+    assert {os.path.basename(p) for p in read_from} == {"Performance_2007Q3.txt_0",
+                                                        "Performance_2007Q3.txt_1"}
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n"])
+def test_an_empty_file_is_named_as_empty(data, tmp_path, content):
+    empty = data / "Performance_2007Q4.txt"
+    empty.write_bytes(content)
+    _refused(_etl(data, tmp_path), str(empty), "empty" if not content else "blank lines",
+             "download it again")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "2007Q3.csv").write_bytes(content)  # not "no performance files"
+    _refused(_etl(alone, tmp_path), "2007Q3.csv", "download it again")
+
+
+def test_a_file_reached_by_two_names_is_read_once(data, tmp_path, monkeypatch):
+    once = files.plan(str(data))
+    perf = data / "Performance_2007Q3.txt_0"
+    (data / "perf").mkdir()
+    os.symlink(perf, data / "perf" / "link_to_perf.txt")
+    monkeypatch.chdir(tmp_path)
+    for given in ([str(data), os.path.relpath(perf)], [str(data), str(perf)]):
+        again = files.plan(given)
+        assert [p.pieces for p in again.parts] == [p.pieces for p in once.parts]
+        assert again.input_bytes == once.input_bytes
+
+
+def test_a_file_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monkeypatch):
+    perf = str(data / "Performance_2007Q3.txt_0")
+    real = files.open_text
+
+    def denied(path):
+        if path == perf:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(files, "open_text", denied)
+    _refused(_etl(data, tmp_path), perf, "cannot be read by this user", "chmod a+r")
+
+
+def test_a_folder_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monkeypatch):
+    (data / "perf").mkdir()
+    shutil.move(data / "Performance_2007Q3.txt_0", data / "perf")
+    real = os.access
+    monkeypatch.setattr(files.os, "access", lambda path, mode: not str(path).endswith("perf")
+                        and real(path, mode))
+    _refused(_etl(data, tmp_path), str(data / "perf"), "cannot be read", "chmod a+rx")
+
+
+@pytest.mark.parametrize("kind", ["broken link", "download"])
+def test_a_link_to_nothing_or_an_unfinished_download_is_refused(data, tmp_path, kind):
+    if kind == "broken link":
+        odd = data / "Performance_2007Q4.txt"
+        os.symlink(tmp_path / "gone.txt", odd)
+        words = ["does not exist"]
+    else:
+        odd = data / "Performance_2007Q4.txt.crdownload"
+        odd.write_text(open(SAMPLE_PERF).read()[:5000])
+        words = ["has not finished"]
+    _refused(_etl(data, tmp_path), str(odd), *words)
+
+
+def _bad_start(result, path, line, *words):
+    """Stopped before the cluster, with the bad row named by file and line."""
+    assert result.exit_code == 1, result.output
+    assert "cluster:" not in result.output and "Traceback" not in result.output
+    assert f"{path}:{line}: " in result.output, result.output
+    for word in words:
+        assert word in result.output, result.output
+
+
+@pytest.mark.parametrize("flaw", ["header", "short line", "not UTF-8", "byte-order mark"])
+def test_a_flaw_in_the_first_lines_is_named_before_the_etl(data, tmp_path, flaw):
+    perf = data / "Performance_2007Q3.txt_0"
+    lines = perf.read_bytes().splitlines(keepends=True)
+    if flaw == "header":
+        lines.insert(0, b"|".join(b"COLUMN_%d" % i for i in range(31)) + b"\n")
+        line, words = 1, ["loan_id is not an integer"]
+    elif flaw == "short line":
+        lines[3] = b"|".join(lines[3].split(b"|")[:12]) + b"\n"
+        line, words = 4, ["expected 31 fields, found 12"]
+    elif flaw == "not UTF-8":
+        lines[5] = lines[5].replace(b"|", b"|\xff", 1)
+        line, words = 6, ["not UTF-8"]
+    else:
+        lines[0] = read.BOM + lines[0]
+        line, words = 1, ["byte-order mark"]
+    perf.write_bytes(b"".join(lines))
+    _bad_start(_etl(data, tmp_path), perf, line, *words)
+    result = _etl(data, tmp_path, "--bad-rows", "skip")  # the policy still chooses
+    assert result.exit_code == 0, result.output
+
+
+def test_a_file_cut_short_at_its_end_is_named_before_the_etl(data, tmp_path):
+    perf = data / "Performance_2007Q3.txt_0"
+    text = perf.read_bytes()
+    assert len(text) > 2 * files.HEAD
+    cut = text[:len(text) - 300]  # a download that stopped in the middle of a line
+    perf.write_bytes(cut)
+    _bad_start(_etl(data, tmp_path), perf, cut.count(b"\n") + 1, "expected 31 fields")
+
+
+def test_a_comma_delimited_member_of_an_archive_is_refused_naming_it(data, tmp_path):
+    with zipfile.ZipFile(data / "2007Q4.zip", "w") as archive:
+        archive.writestr("Performance_2007Q4.txt", open(SAMPLE_PERF).read().replace("|", ","))
+    _refused(_etl(data, tmp_path), "2007Q4.zip::Performance_2007Q4.txt", "',' (comma)")
+
+
+# ---------------------------------------------------------------------------------------------
 # Mistakes answered in one line, before the work
 
 
