@@ -46,7 +46,10 @@ def connect(scheduler, scheduler_file, tls_dir, timeout):
     client certificate of ``tls_dir``; a click error that says what to change."""
     if (scheduler is None) == (scheduler_file is None):
         raise click.UsageError("give one of --scheduler ADDRESS or --scheduler-file FILE")
-    security = tls_mod.security(tls_dir, "client") if tls_dir else None
+    try:
+        security = tls_mod.security(tls_dir, "client") if tls_dir else None
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
     try:
         return cluster.connect(
             scheduler, scheduler_file=scheduler_file, security=security, timeout=timeout)

@@ -112,7 +112,7 @@ def cluster_options(command):
                 memory, memory_plot, **kwargs):
         if scheduler is None:
             try:
-                check_local(device, protocol)
+                check_local(device, protocol, n_workers=n_workers, processes=processes)
             except ClusterError as err:
                 raise click.UsageError(err.message(flags="")) from None
         cluster = dict(

@@ -52,8 +52,8 @@ class TLSFiles:
     def key(self, role: str) -> Path:
         return self.directory / f"{_check_role(role)}-key.pem"
 
-    def missing(self) -> list[Path]:
-        wanted = [self.ca_file] + [p for r in ROLES for p in (self.cert(r), self.key(r))]
+    def missing(self, roles=ROLES) -> list[Path]:
+        wanted = [self.ca_file] + [p for r in roles for p in (self.cert(r), self.key(r))]
         return [p for p in wanted if not p.is_file()]
 
 
@@ -63,10 +63,11 @@ def _check_role(role: str) -> str:
     return role
 
 
-def files(directory) -> TLSFiles:
-    """The certificates in ``directory``; raises FileNotFoundError naming what is missing."""
+def files(directory, roles=ROLES) -> TLSFiles:
+    """The certificates in ``directory``: the CA's and those of ``roles`` (a machine of one
+    role holds only its own); raises FileNotFoundError naming what is missing."""
     found = TLSFiles(Path(directory).expanduser().resolve())
-    missing = found.missing()
+    missing = found.missing(roles)
     if missing:
         raise FileNotFoundError(
             f"TLS directory {found.directory} lacks {', '.join(p.name for p in missing)}. "
@@ -260,7 +261,7 @@ def tls_config(directory, role: str, *, dashboard: bool = False) -> dict:
     HTTPS with the same certificate.
     """
     role = _check_role(role)
-    tls_files = files(directory)
+    tls_files = files(directory, roles=(role,))
     config = {
         "distributed": {
             "comm": {
@@ -321,7 +322,7 @@ def security(directory, role: str = "client"):
     from distributed import Security
 
     role = _check_role(role)
-    tls_files = files(directory)
+    tls_files = files(directory, roles=(role,))
     return Security(
         require_encryption=True,
         tls_ca_file=str(tls_files.ca_file),

@@ -184,7 +184,8 @@ def _given_to_the_cluster(monkeypatch, args) -> dict:
         seen.setdefault("environ at imports", {name: os.environ.get(name)
                                                for name in gpu_workers.ENVIRON})
 
-    monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
+    monkeypatch.setattr(dask_gpu_interop.options, "check_local",
+                        lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
     monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")
     monkeypatch.setattr(cli, "import_in_background", imported)
