@@ -19,8 +19,8 @@ from .serialize import register as _register_serializers  # noqa: E402
 _register_serializers()  # lazily: no torch/JAX import until one of their objects is sent
 
 from ._imports import import_in_background  # noqa: E402
-from .cluster import cluster_client, local_cluster, resolve_device  # noqa: E402
-from .frameworks.xgboost import xgboost_config  # noqa: E402
+from .cluster import ClusterError, cluster_client, local_cluster, resolve_device  # noqa: E402
+from .frameworks.xgboost import without_xgboost_rank_lines, xgboost_config  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
     GPUMemorySetupError,
@@ -31,6 +31,7 @@ from .memory import (  # noqa: E402
     memory_report,
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
+from .workers_import import check_workers_import  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")
@@ -38,6 +39,7 @@ except PackageNotFoundError:  # running from a checkout without installing
     __version__ = "0+unknown"
 
 __all__ = [
+    "ClusterError",
     "GPUMemoryPlugin",
     "GPUMemorySetupError",
     "GPUOutOfMemoryError",
@@ -45,12 +47,14 @@ __all__ = [
     "MemoryReport",
     "MemoryTimeline",
     "OptionError",
+    "check_workers_import",
     "cluster_client",
     "import_in_background",
     "local_cluster",
     "memory_report",
     "record_memory",
     "resolve_device",
+    "without_xgboost_rank_lines",
     "xgboost_config",
     "__version__",
 ]

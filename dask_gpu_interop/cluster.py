@@ -30,9 +30,23 @@ CONNECT_TIMEOUT = "10s"
 
 
 class ClusterError(Worded, RuntimeError):
-    """The cluster asked for cannot be had: no GPU, no scheduler at the address, a protocol
-    the device cannot use. The message says what to change: ``str(err)`` names the options as
-    keyword arguments (``device='gpu'``), ``err.message(flags="")`` as flags (``--device``)."""
+    """The cluster asked for cannot be had: no GPU, no scheduler at the address (or something
+    else answers there), a protocol the device cannot use, more workers than the machine
+    holds, workers that cannot import the program's code.
+
+    Raised before anything starts or any work is sent. The message says what to change:
+    ``str(err)`` names the options as keyword arguments (``device='gpu'``),
+    ``err.message(flags="")`` as flags (``--device``).
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import ClusterError, local_cluster
+    >>> try:
+    ...     local_cluster("cpu", protocol="ucx")
+    ... except ClusterError as err:
+    ...     print(err.message(flags=""))
+    --protocol 'ucx' is for GPU clusters (distributed-ucxx): use --protocol 'tcp' on CPUs
+    """
 
 
 DEVICES = ("auto", "gpu", "cpu")

@@ -133,6 +133,7 @@ RUNNABLE = [
     convert.library_of,
     dask_gpu_interop.resolve_device,
     dask_gpu_interop.MemoryReport,
+    dask_gpu_interop.ClusterError,
 ]
 
 
