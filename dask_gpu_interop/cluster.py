@@ -21,6 +21,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
+from . import _interrupts
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX, Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
@@ -266,7 +267,7 @@ def local_cluster(
             protocol=protocol,
             dashboard_address=dashboard_address,
             security=security,
-            **preload,
+            **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
         )
     workers = n_workers or max(1, min(4, os.cpu_count() or 1))
     return LocalCluster(
@@ -276,6 +277,7 @@ def local_cluster(
         dashboard_address=dashboard_address,
         security=security,
         processes=processes is not False,
+        preload=[_interrupts.PRELOAD],  # a terminal's Ctrl-C is for the client only
     )
 
 

@@ -82,6 +82,27 @@ def check_memory(memory: dict, prefix: str = "") -> MemoryConfig:
         raise click.UsageError(err.message(flags=prefix)) from None
 
 
+def check_plot_path(path: str, flag: str) -> None:
+    """A usage error naming ``flag``, before any work, unless a plot can be written at
+    ``path``: its folder exists and may be written, and matplotlib is installed."""
+    import importlib.util
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise click.BadParameter(f"{path} is a folder: give a file name, e.g. memory.png",
+                                 param_hint=flag)
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"{path}: the folder {folder} does not exist",
+                                 param_hint=flag)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{path}: the folder {folder} is not writable here",
+                                 param_hint=flag)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter(
+            "plotting needs matplotlib: pip install 'dask-gpu-interop[plot]'", param_hint=flag)
+
+
 def cluster_options(command):
     """Add --scheduler/--device/--protocol/--workers/--threads-per-worker/--processes, the
     memory flags and --memory-plot.
@@ -115,6 +136,8 @@ def cluster_options(command):
                 check_local(device, protocol, n_workers=n_workers, processes=processes)
             except ClusterError as err:
                 raise click.UsageError(err.message(flags="")) from None
+        if memory_plot is not None:
+            check_plot_path(memory_plot, "--memory-plot")
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
             threads_per_worker=threads_per_worker, memory=memory or None,

@@ -76,6 +76,21 @@ def files(directory, roles=ROLES) -> TLSFiles:
     return found
 
 
+def _check_writable(directory: Path) -> None:
+    """ValueError, saying what to do, unless ``directory`` is, or can be made, a folder this
+    process may write into."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file: give a folder for the certificates")
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{directory} cannot be made: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{directory} cannot be written here: {existing} is not writable by "
+                         "this user (read-only, or another user's); give another folder")
+
+
 def make_certificates(
     directory,
     *,
@@ -98,6 +113,7 @@ def make_certificates(
     _need_cryptography()
     names = _subject_alt_names(hostnames)
     out = TLSFiles(Path(directory).expanduser().resolve())
+    _check_writable(out.directory)
     if out.ca_file.exists() and not overwrite:
         raise FileExistsError(
             f"{out.ca_file} exists: this directory already holds a cluster's certificates. "

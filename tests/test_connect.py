@@ -149,3 +149,76 @@ def test_a_missing_or_broken_scheduler_file_is_refused_at_once(tmp_path, content
     err, seconds = _bounded(lambda: cluster_mod.connect(scheduler_file=str(path)), 20)
     assert isinstance(err, cluster_mod.ClusterError) and words in str(err), repr(err)
     assert seconds < 5
+
+
+def test_a_report_watching_a_scheduler_that_dies_ends_in_one_line(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--no-dashboard"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    report = None
+    try:
+        _wait_until_listening(port, 60)
+        report = subprocess.Popen(
+            [sys.executable, "-m", "dask_gpu_interop.cli", "report", "--scheduler", address,
+             "--watch", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert report.stdout.readline()  # the first report's time
+        scheduler.send_signal(signal.SIGKILL)
+        started = time.monotonic()
+        rest, _ = report.communicate(timeout=60)
+        seconds = time.monotonic() - started
+    finally:
+        for process in (scheduler, report):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(30)
+    assert report.returncode == 1, rest
+    assert f"Error: the scheduler at {address} stopped answering" in rest, rest
+    assert "Traceback" not in rest, rest
+    assert seconds < 30
+
+
+def _wait_until_listening(port, seconds):
+    import socket
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, f"nothing listens at port {port}"
+            time.sleep(0.2)
+
+
+def test_ctrl_c_ends_a_watched_report_quietly(running):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    report = subprocess.Popen(
+        [sys.executable, "-m", "dask_gpu_interop.cli", "report", "--scheduler",
+         running.scheduler_address, "--watch", "0.5"], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert report.stdout.readline()  # the first report's time
+        report.send_signal(signal.SIGINT)  # how a watch ends
+        rest, _ = report.communicate(timeout=30)
+    finally:
+        if report.poll() is None:
+            report.kill()
+            report.wait(30)
+    assert report.returncode == 0, rest
+    assert "Traceback" not in rest and "Aborted" not in rest, rest
