@@ -9,18 +9,27 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import click
+from click.core import ParameterSource
 from dask.utils import format_bytes, parse_bytes
 
-from dask_gpu_interop import cluster_client, import_in_background, resolve_device
+from dask_gpu_interop import (
+    ClusterError,
+    check_workers_import,
+    cluster_client,
+    import_in_background,
+    resolve_device,
+    without_xgboost_rank_lines,
+)
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import cpu_workers, files, gpu_workers, output, read, schema, train
+from . import cpu_workers, files, gpu_workers, output, read, schema, train, worker_logs
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -105,7 +114,22 @@ def _generate(directory, spec, layout, overwrite, processes):
 
 
 class _Group(click.Group):
-    """The job's group: a path where a sub-command should be is an unquoted glob."""
+    """The job's group: a path where a sub-command should be is an unquoted glob; Ctrl-C and
+    a full disk end any command in one line (what it had begun to write is removed as the
+    error passes through ``output.Staged``)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted: the outputs not finished are removed", err=True)
+            ctx.exit(130)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise click.ClickException(
+                f"the disk is full ({exc.strerror}): free some space or write to another "
+                "place; the outputs not finished are removed") from None
 
     def resolve_command(self, ctx, args):
         if args and args[0] not in self.commands and os.path.exists(args[0]):
@@ -144,6 +168,18 @@ etl_options = [
                  help="Rows that cannot be read: stop (error), drop with a warning, or drop "
                       "and count (skip)."),
 ]
+
+
+def _nothing_before(ctx, command: str) -> None:
+    """A usage error for the job's options given before a sub-command: the sub-command would
+    run without them (``--data D etl`` would say that no data was given)."""
+    given = [param.opts[0] for param in ctx.command.params
+             if ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(
+            f"{' '.join(given)} given before {command!r}: a command's options go after it "
+            f"(python -m examples.mortgage {command} {' '.join(given)} ...); before a command "
+            "they are the whole job's")
 
 
 def _check_device(cluster: dict) -> str:
@@ -201,12 +237,23 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
             import_in_background(module)
         if training:
-            stack.enter_context(train.without_rank_lines())
+            stack.enter_context(without_xgboost_rank_lines())
         client, device = stack.enter_context(cluster_client(**cluster))
+        _workers_ready(client, cluster, imports)
         if device == "gpu":
             import_in_background("cudf", client=client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         yield client, device
+
+
+def _workers_ready(client, cluster: dict, imports) -> None:
+    """A running cluster's workers can import what the tasks call (ClusterError, before any
+    work, where they cannot); a local cluster's leave a failed task to the command, which
+    reports it once."""
+    if cluster.get("scheduler"):
+        check_workers_import(client, *imports)
+    else:
+        client.run(worker_logs.leave_task_failures_to_the_client)
 
 
 @click.group(cls=_Group, invoke_without_command=True)
@@ -243,6 +290,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     AUC and each worker's peak memory. Options before a sub-command apply only to this job.
     """
     if ctx.invoked_subcommand is not None:
+        _nothing_before(ctx, ctx.invoked_subcommand)
         return
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(_shared_pool(cluster), expected)
@@ -301,15 +349,18 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}
-        if features_out:
-            with output.Staged(features_out, what="feature table", overwrite=overwrite,
-                               inputs=inputs) as staging:
-                result.etl.frame.to_parquet(staging, write_index=False)
-            click.echo(f"feature table written to {os.path.abspath(features_out)}")
-        if model_out:
-            output.replace_file(model_out, result.training.booster.save_model, what="model",
-                                overwrite=overwrite, accept=train.is_model)
-            click.echo(f"model written to {os.path.abspath(model_out)}")
+        try:  # the places were checked before the work; another run may have written since
+            if features_out:
+                with output.Staged(features_out, what="feature table", overwrite=overwrite,
+                                   inputs=inputs) as staging:
+                    result.etl.frame.to_parquet(staging, write_index=False)
+                click.echo(f"feature table written to {os.path.abspath(features_out)}")
+            if model_out:
+                output.replace_file(model_out, result.training.booster.save_model,
+                                    what="model", overwrite=overwrite, accept=train.is_model)
+                click.echo(f"model written to {os.path.abspath(model_out)}")
+        except (ValueError, FileExistsError) as exc:
+            raise click.ClickException(str(exc)) from None
         for line in result.lines():
             click.echo(line)
         stopping = time.perf_counter()
@@ -340,8 +391,15 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
     _usage(gen.check_directory, out, overwrite, layout)
     _check_space(out, spec, layout)
     n_workers = workers or (None if scheduler else os.cpu_count())
-    with cluster_client(scheduler, device="cpu", n_workers=n_workers, threads_per_worker=1):
-        made = gen.generate(out, spec, layout=layout, overwrite=overwrite, progress=True)
+    cluster = {"scheduler": scheduler}
+    try:
+        with cluster_client(scheduler, device="cpu", n_workers=n_workers,
+                            threads_per_worker=1) as (client, _):
+            _workers_ready(client, cluster, [gen.__name__])
+            made = _usage(gen.generate, out, spec, layout=layout, overwrite=overwrite,
+                          progress=True)
+    except ClusterError as err:
+        raise click.ClickException(err.message(flags="")) from None
     click.echo(_generated(made))
 
 
@@ -388,7 +446,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
 
             result = etl_mod.write(out, the_plan, device=device, bad_rows=bad_rows,
                                    overwrite=overwrite, progress=True, data=given)
-        except (read.BadRowsError, ValueError) as exc:
+        except (read.BadRowsError, ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"ETL: {result.summary()}")
     click.echo(f"feature table written to {os.path.abspath(out)}")

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from dask_gpu_interop import without_xgboost_rank_lines
 from examples.mortgage import etl, files, output, read, train
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
@@ -458,6 +459,22 @@ def test_a_link_to_nothing_or_an_unfinished_download_is_refused(data, tmp_path, 
     _refused(_etl(data, tmp_path), str(odd), *words)
 
 
+def test_files_with_windows_line_ends_or_lower_case_names_read_as_the_others(tmp_path,
+                                                                             plain_table):
+    crlf = tmp_path / "crlf"
+    crlf.mkdir()
+    for source in (SAMPLE_PERF, SAMPLE_ACQ):  # lower-case names, CR LF line ends
+        name = os.path.basename(source).lower()
+        (crlf / name).write_bytes(open(source, "rb").read().replace(b"\n", b"\r\n"))
+    plan = files.plan(str(crlf))
+    assert plan.quarters == ["2007Q3"] and list(plan.acquisitions) == ["2007Q3"]
+    assert read.check_start(plan) == []
+    with dask.config.set(scheduler="threads"):
+        got = etl.run(plan).frame.compute()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True),
+                                  plain_table.reset_index(drop=True), check_exact=True)
+
+
 def _bad_start(result, path, line, *words):
     """Stopped before the cluster, with the bad row named by file and line."""
     assert result.exit_code == 1, result.output
@@ -505,6 +522,151 @@ def test_a_comma_delimited_member_of_an_archive_is_refused_naming_it(data, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
+# Stopped, full or raced: one line, and nothing left behind
+
+
+@pytest.fixture(scope="module")
+def larger(tmp_path_factory):
+    """A generated dataset with enough work for a command to be stopped in the middle of it."""
+    directory = tmp_path_factory.mktemp("larger") / "data"
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(directory), gen.Spec(2007, 2007, loans_per_quarter=1500))
+    return directory
+
+
+def _interrupted(argv, started_line, tmp_path):
+    """Run ``python -m examples.mortgage ARGV`` as a terminal would, press Ctrl-C (SIGINT to
+    its whole process group) once it prints a line starting with ``started_line``; its output
+    and exit status."""
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "examples.mortgage", *argv], cwd=root, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith(started_line):
+                os.killpg(process.pid, signal.SIGINT)
+                break
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return "".join(lines) + rest, process.returncode
+
+
+def _quiet_interruption(output, code, out):
+    assert code == 130, output
+    assert "interrupted" in output.splitlines()[-1], output
+    for noise in ("Traceback", "KeyboardInterrupt", "Aborted", "ERROR", "CancelledError"):
+        assert noise not in output, output
+    assert not os.path.exists(out)
+    _no_leftovers(os.path.dirname(out))
+
+
+def test_ctrl_c_during_the_etl_stops_it_in_one_line_and_leaves_nothing(larger, tmp_path):
+    out = tmp_path / "features"
+    output, code = _interrupted(
+        ["etl", "--device", "cpu", "--workers", "2", "--data", str(larger), "--out", str(out),
+         "--partition-size", "1MiB"], "ETL partitions:", tmp_path)
+    _quiet_interruption(output, code, str(out))
+
+
+def test_ctrl_c_during_generate_stops_it_in_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "data"
+    output, code = _interrupted(
+        ["generate", "--out", str(out), "--workers", "2", "--years", "2006-2007",
+         "--loans-per-quarter", "2000", "--loans-per-part", "100"], "files written:", tmp_path)
+    _quiet_interruption(output, code, str(out))
+
+
+def test_a_full_disk_during_the_etl_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                   capfd):
+    import errno
+
+    from dask.dataframe.io.parquet import arrow
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(arrow.ArrowDatasetEngine, "write_partition", full)
+    out = tmp_path / "features"  # workers in this process (--no-processes) see the patch
+    result = _run(["etl", "--device", "cpu", "--workers", "1", "--no-processes", "--data",
+                   SAMPLE, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert "the disk is full" in line and "free some space" in line
+    assert "Traceback" not in result.output
+    assert "Compute Failed" not in capfd.readouterr().err  # the workers leave it to the command
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_while_generating_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from distributed import LocalCluster
+
+    real = gen.write_part
+
+    def fills_up(roots, spec, year, quarter, part):  # sent to the worker by value
+        if (quarter, part) == (2, 1):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(roots, spec, year, quarter, part)
+
+    monkeypatch.setattr(gen, "write_part", fills_up)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:  # its tasks see the patch
+        result = _run(["generate", "--out", str(tmp_path / "data"), "--years", "2007",
+                       "--loans-per-quarter", "20", "--loans-per-part", "5", "--scheduler",
+                       cluster.scheduler_address])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert line.startswith("Error: the disk is full"), result.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_two_runs_at_once_to_one_place_end_in_one_line(tmp_path, monkeypatch):
+    """The second run to finish finds the first one's table where it was to write its own."""
+    out = tmp_path / "features"
+    real = etl.run
+
+    def another_run_finishes_first(*args, **kwargs):
+        result = real(*args, **kwargs)
+        with output.Staged(str(out), what="feature table") as staging:
+            pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
+        return result
+
+    monkeypatch.setattr(etl, "run", another_run_finishes_first)
+    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert str(out) in line and "another run at once" in line
+    assert "Traceback" not in result.output
+    assert list(pd.read_parquet(out).columns) == ["x"]  # the other run's table, untouched
+    _no_leftovers(tmp_path)
+
+
+def test_outputs_have_the_mode_the_umask_gives(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        with output.Staged(str(tmp_path / "table"), what="feature table") as staging:
+            with open(os.path.join(staging, "part.0.parquet"), "w") as f:
+                f.write("x")
+        output.replace_file(str(tmp_path / "model.json"),
+                            lambda path: open(path, "w").write("{}"), what="model")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "table").stat().st_mode & 0o777 == 0o750  # not mkdtemp's 0700
+    assert (tmp_path / "model.json").stat().st_mode & 0o777 == 0o640  # not mkstemp's 0600
+
+
+# ---------------------------------------------------------------------------------------------
 # Mistakes answered in one line, before the work
 
 
@@ -548,7 +710,7 @@ def test_xgboost_rank_lines_are_dropped_from_the_output(capfd):
     own standard error is itself again after the block."""
     import subprocess
 
-    with train.without_rank_lines():
+    with without_xgboost_rank_lines():
         os.write(2, b"[10:31:05] Task [xgboost.dask-0]:tcp://127.0.0.1:4000 got rank 0"
                     b"[10:31:05] Task [xgboost.dask-1]:tcp://127.0.0.1:4001 got rank 1\n\n")
         os.write(2, b"a warning the user should see\n")
