@@ -429,6 +429,23 @@ def _check_scheduler(address: str, security, timeout: float, where: str) -> None
         "protocol (tcp:// or tls://, with --tls for a TLS scheduler)")
 
 
+WORKERS_TIMEOUT = 10  # seconds a running cluster has for its first worker to join
+
+
+def _check_workers_joined(client, scheduler: str) -> None:
+    """ClusterError where no worker joins the running cluster within WORKERS_TIMEOUT: its work
+    would wait for one forever."""
+    if client.scheduler_info()["workers"]:
+        return
+    try:
+        client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)
+    except TimeoutError:
+        raise ClusterError(
+            f"no worker has joined the scheduler at {scheduler} within {WORKERS_TIMEOUT} s: "
+            f"start workers (python -m dask worker {scheduler}), or wait for them first "
+            "(dask-gpu-interop wait-for-workers)") from None
+
+
 def _check_listening(where: str, location: str, timeout: float) -> None:
     """ClusterError, at once, where the host is unknown or nothing listens at the port."""
     import socket
@@ -501,6 +518,7 @@ def cluster_client(
     if scheduler is not None:
         plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting
         with connect(scheduler, security=security) as client:
+            _check_workers_joined(client, scheduler)
             device = workers_device(client, device)
             if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)

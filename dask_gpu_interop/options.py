@@ -103,6 +103,18 @@ def check_plot_path(path: str, flag: str) -> None:
             "plotting needs matplotlib: pip install 'dask-gpu-interop[plot]'", param_hint=flag)
 
 
+def _note_local_only(scheduler: str, **given) -> None:
+    """A note, on standard error, for the options of a local cluster given with --scheduler:
+    the running cluster keeps its own workers, and they would go unheeded without a word."""
+    flags = {"n_workers": "--workers", "threads_per_worker": "--threads-per-worker",
+             "processes": "--processes/--no-processes"}
+    named = [flags[name] for name, value in given.items() if value is not None]
+    if named:
+        verb = "is" if len(named) == 1 else "are"
+        click.echo(f"note: {', '.join(named)} {verb} for a local cluster; the running cluster "
+                   f"at {scheduler} keeps the workers it has", err=True)
+
+
 def cluster_options(command):
     """Add --scheduler/--device/--protocol/--workers/--threads-per-worker/--processes, the
     memory flags and --memory-plot.
@@ -136,6 +148,9 @@ def cluster_options(command):
                 check_local(device, protocol, n_workers=n_workers, processes=processes)
             except ClusterError as err:
                 raise click.UsageError(err.message(flags="")) from None
+        else:
+            _note_local_only(scheduler, n_workers=n_workers,
+                             threads_per_worker=threads_per_worker, processes=processes)
         if memory_plot is not None:
             check_plot_path(memory_plot, "--memory-plot")
         cluster = dict(

@@ -182,6 +182,14 @@ def _nothing_before(ctx, command: str) -> None:
             "they are the whole job's")
 
 
+def _not_the_device(params: dict) -> None:
+    """ValueError for XGBoost's ``device`` among the parameters: training sets it from the
+    cluster's device, and would replace the one given without a word."""
+    if "device" in params:
+        raise ValueError(f"device={params['device']}: XGBoost trains on the workers' device, "
+                         "which --device chooses (gpu or cpu); leave device out")
+
+
 def _check_device(cluster: dict) -> str:
     """The device asked for ("gpu" or "cpu"), before anything starts (with what to do)."""
     if cluster.get("scheduler"):
@@ -295,6 +303,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     expected = _check_device(cluster)
     cluster = gpu_workers.threads(_shared_pool(cluster), expected)
     params = _bad("--xgb-param", train.parse_params, xgb_params)
+    _bad("--xgb-param", _not_the_device, params)
     _bad("--xgb-param", train.check_params, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
