@@ -145,6 +145,8 @@ CASES = [
      "note: --workers, --threads-per-worker are for a local cluster; the running cluster", 30),
     ("a running cluster without workers", [*ETL, "--scheduler", "{tcp}"], 1,
      "no worker has joined the scheduler at tcp://127.0.0.1:", 30),
+    ("a working folder with data given", [*MORTGAGE, "--data", SAMPLE, "--workdir", "{out}"],
+     2, "--workdir is where the job generates its data, and with --data it generates none", 20),
     ("partition size 10", [*MORTGAGE, "--partition-size", "10"], 2, "give at least 1MiB", 20),
     ("holdout the only quarter", [*MORTGAGE, "--data", SAMPLE, "--holdout", "2007Q3"], 2,
      "is the only quarter of the data, so nothing is left to train on", 20),

@@ -312,6 +312,9 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_start(the_plan, bad_rows)
     quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
     _bad("--holdout", train.check_holdout, quarters, holdout)
+    if workdir and data:
+        raise click.UsageError("--workdir is where the job generates its data, and with --data "
+                               "it generates none: leave --workdir out")
     if workdir:
         _check_workdir(workdir, overwrite)
     if spec is not None:

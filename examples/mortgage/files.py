@@ -182,6 +182,7 @@ def find_files(spec) -> list[str]:
     Fannie Mae file and cannot be read: a named pipe, a broken link, a folder this user may
     not read, a download not finished."""
     specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    given = {os.path.realpath(item) for item in map(os.fspath, specs) if os.path.isdir(item)}
     found = []
     for item in map(os.fspath, specs):
         if os.path.isdir(item):
@@ -195,6 +196,7 @@ def find_files(spec) -> list[str]:
                                                named=False) if os.path.isfile(f)]
             if not inside:
                 _no_files_in(item)
+            _no_data_left_in_folders(item, given)
             found += inside
         elif os.path.lexists(item):
             found += _entries([item], named=True)
@@ -276,6 +278,25 @@ def _once(paths: list[str]) -> list[str]:
             seen.add((info.st_dev, info.st_ino))
             kept.append(path)
     return kept
+
+
+def _no_data_left_in_folders(directory: str, given=()) -> None:
+    """ValueError naming a folder of ``directory`` (other than perf/ and acq/, and those
+    ``given`` as data too) that holds files named as Fannie Mae's: reading ``directory`` would
+    leave them out without a word."""
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if (entry.name in ("perf", "acq") or entry.name.startswith(".")
+                or not entry.is_dir() or os.path.realpath(entry.path) in given):
+            continue
+        try:
+            held = [f.name for f in os.scandir(entry.path) if looks_like_data(f.name)]
+        except OSError:
+            continue
+        if held:
+            raise ValueError(
+                f"{entry.path} holds Fannie Mae files ({held[0]}...) that reading {directory} "
+                f"leaves out (it reads its files, perf/ and acq/): give them as data too "
+                f"(etl --data {directory} {entry.path}), or move them out")
 
 
 def _no_files_in(directory: str) -> None:

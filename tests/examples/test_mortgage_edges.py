@@ -475,6 +475,17 @@ def test_files_with_windows_line_ends_or_lower_case_names_read_as_the_others(tmp
                                   plain_table.reset_index(drop=True), check_exact=True)
 
 
+def test_a_folder_of_more_quarters_is_refused_unless_given_too(data, tmp_path):
+    more = data / "2007Q4"
+    more.mkdir()
+    lines = open(SAMPLE_PERF).read().replace("|07/01/2007|", "|10/01/2007|")
+    (more / "Performance_2007Q4.txt").write_text(lines)
+    (more / "Acquisition_2007Q4.txt").write_text(open(SAMPLE_ACQ).read())
+    _refused(_etl(data, tmp_path), str(more), "leaves out", f"etl --data {data} {more}")
+    plan = files.plan([str(data), str(more)])  # given too: read
+    assert sorted(set(plan.quarters)) == ["2007Q3", "2007Q4"]
+
+
 def _bad_start(result, path, line, *words):
     """Stopped before the cluster, with the bad row named by file and line."""
     assert result.exit_code == 1, result.output
