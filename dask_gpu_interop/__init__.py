@@ -20,7 +20,8 @@ _register_serializers()  # lazily: no torch/JAX import until one of their object
 
 from ._imports import import_in_background  # noqa: E402
 from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
-from .cluster import cluster_client, local_cluster, resolve_device  # noqa: E402
+from .cluster import ClusterError, cluster_client, local_cluster, resolve_device  # noqa: E402
+from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
     GPUMemorySetupError,
@@ -33,6 +34,7 @@ from .memory import (  # noqa: E402
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
+from .workers_import import check_workers_import  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")
@@ -40,6 +42,7 @@ except PackageNotFoundError:  # running from a checkout without installing
     __version__ = "0+unknown"
 
 __all__ = [
+    "ClusterError",
     "GPUMemoryPlugin",
     "GPUMemorySetupError",
     "GPUOutOfMemoryError",
@@ -49,6 +52,7 @@ __all__ = [
     "OptionError",
     "ShuffleError",
     "ShuffleStats",
+    "check_workers_import",
     "cluster_client",
     "import_in_background",
     "local_cluster",
@@ -58,6 +62,7 @@ __all__ = [
     "shuffle",
     "shuffle_config",
     "shuffle_merge",
+    "without_xgboost_rank_lines",
     "xgboost_config",
     "__version__",
 ]

@@ -46,7 +46,10 @@ def connect(scheduler, scheduler_file, tls_dir, timeout):
     client certificate of ``tls_dir``; a click error that says what to change."""
     if (scheduler is None) == (scheduler_file is None):
         raise click.UsageError("give one of --scheduler ADDRESS or --scheduler-file FILE")
-    security = tls_mod.security(tls_dir, "client") if tls_dir else None
+    try:
+        security = tls_mod.security(tls_dir, "client") if tls_dir else None
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
     try:
         return cluster.connect(
             scheduler, scheduler_file=scheduler_file, security=security, timeout=timeout)
@@ -61,21 +64,34 @@ def connect(scheduler, scheduler_file, tls_dir, timeout):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def report(scheduler, scheduler_file, tls_dir, watch, as_json):
     """Print the GPU memory report of a running cluster."""
+    with connect(scheduler, scheduler_file, tls_dir, timeout="10s") as client:
+        try:
+            _report(client, watch, as_json)
+        except KeyboardInterrupt:  # how a watch ends
+            if not watch:
+                raise
+
+
+def _report(client, watch, as_json) -> None:
     from .memory.report import memory_report
 
-    with connect(scheduler, scheduler_file, tls_dir, timeout="10s") as client:
-        while True:
+    while True:
+        try:
             rep = memory_report(client)
-            if as_json:
-                click.echo(json.dumps(rep, default=str, indent=1))
-            else:
-                if watch:
-                    click.clear()
-                    click.echo(time.strftime("%H:%M:%S"))
-                click.echo(str(rep))
-            if not watch:
-                return
-            time.sleep(watch)
+        except (OSError, TimeoutError) as err:  # the scheduler went away meanwhile
+            raise click.ClickException(
+                f"the scheduler at {client.scheduler.address} stopped answering "
+                f"({type(err).__name__}): check that the cluster still runs") from None
+        if as_json:
+            click.echo(json.dumps(rep, default=str, indent=1))
+        else:
+            if watch:
+                click.clear()
+                click.echo(time.strftime("%H:%M:%S"))
+            click.echo(str(rep))
+        if not watch:
+            return
+        time.sleep(watch)
 
 
 @main.command()
@@ -147,6 +163,9 @@ def tls_make(directory, hostnames, days, dashboard_https, keep_ca_key, force):
         )
     except (FileExistsError, ValueError, ImportError) as err:
         raise click.ClickException(str(err)) from None
+    except OSError as err:  # the folder changed under it, or the disk is full
+        raise click.ClickException(f"the certificates cannot be written in {directory} "
+                                   f"({err.strerror}): give another folder") from None
     click.echo(f"certificates in {out.directory} (valid {days} days)")
     click.echo(f"  scheduler/workers: DASK_CONFIG={out.directory}/scheduler.yaml (worker.yaml)")
     click.echo(f"  client:            DASK_CONFIG={out.directory}/client.yaml  "
@@ -221,6 +240,11 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
 def memory_plot(scheduler, scheduler_file, tls_dir, png, interval, duration, csv_path):
     """Record each worker's GPU memory of a running cluster and plot it over time."""
     from .memory.timeline import MemoryTimeline, gpu_statuses
+    from .options import check_plot_path
+
+    check_plot_path(png, "--png")
+    if csv_path:
+        check_plot_path(csv_path, "--csv")
 
     with connect(scheduler, scheduler_file, tls_dir, "10s") as client:
         timeline = MemoryTimeline(client, interval=interval)

@@ -18,10 +18,12 @@ import importlib.util
 import os
 
 import dask.config
+from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
+from distributed.comm.addressing import parse_address
 
+from . import _interrupts, gpu_workers
 from . import device as device_mod
-from . import gpu_workers
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
@@ -33,9 +35,23 @@ CONNECT_TIMEOUT = "10s"
 
 
 class ClusterError(Worded, RuntimeError):
-    """The cluster asked for cannot be had: no GPU, no scheduler at the address, a protocol
-    the device cannot use. The message says what to change: ``str(err)`` names the options as
-    keyword arguments (``device='gpu'``), ``err.message(flags="")`` as flags (``--device``)."""
+    """The cluster asked for cannot be had: no GPU, no scheduler at the address (or something
+    else answers there), a protocol the device cannot use, more workers than the machine
+    holds, workers that cannot import the program's code.
+
+    Raised before anything starts or any work is sent. The message says what to change:
+    ``str(err)`` names the options as keyword arguments (``device='gpu'``),
+    ``err.message(flags="")`` as flags (``--device``).
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import ClusterError, local_cluster
+    >>> try:
+    ...     local_cluster("cpu", protocol="ucx")
+    ... except ClusterError as err:
+    ...     print(err.message(flags=""))
+    --protocol 'ucx' is for GPU clusters (distributed-ucxx): use --protocol 'tcp' on CPUs
+    """
 
 
 DEVICES = ("auto", "gpu", "cpu")
@@ -103,10 +119,68 @@ def _check_protocol(protocol: str, device: str) -> None:
                            "{protocol:'tcp'} on CPUs", Setting("protocol", protocol))
 
 
-def check_local(device: str = "auto", protocol: str = "tcp") -> str:
-    """The device a local cluster would use, after checking that it can; ClusterError."""
+def _check_tls(protocol: str, security) -> None:
+    """ClusterError unless a local cluster over "tls" has every role's certificates (given,
+    or in dask config): without them its scheduler fails to start, in a long traceback."""
+    if protocol != "tls":
+        return
+    from distributed import Security
+
+    security = security or Security()
+    if not all((security.tls_ca_file, security.tls_scheduler_cert, security.tls_worker_cert,
+                security.tls_client_cert)):
+        raise ClusterError(
+            "{protocol:=} needs certificates for the scheduler, the workers and the client: "
+            "make them (dask-gpu-interop tls make DIR), then give them "
+            "(security=dask_gpu_interop.tls.local_security(DIR), or in dask config: eval "
+            "\"$(dask-gpu-interop tls env DIR --role ROLE)\" for each of scheduler, worker and "
+            "client), or use {protocol:'tcp'}", Setting("protocol", protocol))
+
+
+WORKER_MEMORY = 256 * 2**20  # what a CPU worker process holds before its data, with room to run
+WORKERS_PER_CORE = 4  # beyond, processes only wait for the cores (and take ages to start)
+
+
+def _check_workers(n_workers: int | None, device: str, processes: bool | None) -> None:
+    """ClusterError, before anything starts, for more local workers than this machine can
+    hold: one per GPU; CPU worker processes as the cores and the free memory allow."""
+    if n_workers is None:
+        return
+    if n_workers < 1:
+        raise ClusterError("{n_workers:=}: give at least 1", Setting("n_workers", n_workers, flag="workers"))
+    if device == "gpu":
+        gpus = device_mod.gpu_count()
+        if n_workers > gpus:
+            raise ClusterError(
+                f"{{n_workers:=}}: a GPU worker per GPU, and {gpus} GPU(s) are visible here: "
+                f"ask for at most {gpus}", Setting("n_workers", n_workers, flag="workers"))
+        return
+    if processes is False:
+        return
+    import psutil
+    from dask.system import cpu_count
+    from dask.utils import format_bytes
+
+    free, cores = psutil.virtual_memory().available, cpu_count()  # as CPU quotas allow
+    by_memory, by_cores = free // WORKER_MEMORY, WORKERS_PER_CORE * cores
+    if n_workers > min(by_memory, by_cores):
+        why = (f"{format_bytes(free)} of memory free, {format_bytes(WORKER_MEMORY)} a worker "
+               "process" if by_memory < by_cores else
+               f"{cores} cores, {WORKERS_PER_CORE} worker processes a core")
+        raise ClusterError(
+            f"{{n_workers:=}} is more than this machine holds: at most "
+            f"{max(1, min(by_memory, by_cores))} worker processes here ({why}); ask for fewer "
+            "(and more threads each, if you want them)", Setting("n_workers", n_workers, flag="workers"))
+
+
+def check_local(device: str = "auto", protocol: str = "tcp", *, n_workers: int | None = None,
+                processes: bool | None = None, security=None) -> str:
+    """The device a local cluster would use, after checking that it can (the protocol, its
+    certificates, the number of workers); ClusterError."""
     device = resolve_device(device)
     _check_protocol(protocol, device)
+    _check_tls(protocol, security)
+    _check_workers(n_workers, device, processes)
     return device
 
 
@@ -177,7 +251,8 @@ def local_cluster(
     3
     """
     plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
-    device = check_local(device, protocol)
+    device = check_local(device, protocol, n_workers=n_workers, processes=processes,
+                         security=security)
     preload = {"preload": ["dask_gpu_interop.preload"],
                "preload_argv": plugin.config.argv(PRELOAD_PREFIX)}
     if device == "gpu" and in_process(n_workers, protocol, processes):
@@ -207,7 +282,7 @@ def local_cluster(
                 protocol=protocol,
                 dashboard_address=dashboard_address,
                 security=security,
-                **preload,
+                **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
             )
     count = n_workers or max(1, min(4, os.cpu_count() or 1))
     return LocalCluster(
@@ -217,6 +292,7 @@ def local_cluster(
         dashboard_address=dashboard_address,
         security=security,
         processes=processes is not False,
+        preload=[_interrupts.PRELOAD],  # a terminal's Ctrl-C is for the client only
     )
 
 
@@ -270,16 +346,20 @@ def connect(
     timeout: str = CONNECT_TIMEOUT,
 ) -> Client:
     """A Client of the scheduler at the address ``scheduler``, or at the one written in
-    ``scheduler_file`` (give one of them); ClusterError when none answers within ``timeout``.
+    ``scheduler_file`` (give one of them); ClusterError when none answers within ``timeout``,
+    when what answers is not a Dask scheduler, or when the file is missing or holds no address.
 
     ``security``: a ``distributed.Security`` (e.g. ``dask_gpu_interop.tls.security(DIR,
     "client")``); None leaves it to dask config.
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler= (an address) or scheduler_file=")
+    where = scheduler
+    if scheduler_file is not None:
+        scheduler = _address_in(scheduler_file)
+        where = f"{scheduler} (the address in {scheduler_file})"
+    _check_scheduler(scheduler, security, parse_timedelta(timeout), where)
     try:
-        if scheduler_file is not None:
-            return Client(scheduler_file=scheduler_file, security=security, timeout=timeout)
         return Client(scheduler, security=security, timeout=timeout)
     except (OSError, TimeoutError) as err:
         failure = type(err).__name__
@@ -287,10 +367,121 @@ def connect(
     # close can run inside another Client's start and wait forever for the lock that start
     # holds (distributed's LoopRunner lock is one for all clients).
     gc.collect()
-    where = scheduler or f"the address in {scheduler_file}"
     raise ClusterError(
         f"no scheduler answered at {where} within {timeout} ({failure}): "
         "check the address, or start one (python -m dask scheduler)")
+
+
+def _address_in(scheduler_file: str) -> str:
+    """The address a scheduler wrote in ``scheduler_file``; ClusterError when there is none
+    (a Client would wait for the file forever)."""
+    import json
+
+    try:
+        with open(scheduler_file, encoding="utf-8") as f:
+            return json.load(f)["address"]
+    except FileNotFoundError:
+        raise ClusterError(
+            f"no scheduler file at {scheduler_file}: start the scheduler with --scheduler-file "
+            f"{scheduler_file} (python -m dask scheduler --scheduler-file ...), or check the "
+            "path") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ClusterError(
+            f"{scheduler_file} holds no scheduler address ({type(err).__name__}: {err}): give "
+            "the file `dask scheduler --scheduler-file` wrote") from None
+
+
+def _check_scheduler(address: str, security, timeout: float, where: str) -> None:
+    """ClusterError unless a Dask scheduler answers at ``address`` within ``timeout`` seconds
+    (``where``: the address as the messages name it).
+
+    distributed's Client can wait forever where something else listens (an HTTP server, the
+    dashboard's port): its handshake reads the reply as frames. Here the whole attempt, on an
+    event loop of its own, is bounded."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import Security
+    from distributed.comm import connect as comm_connect
+
+    security = security or Security()
+    scheme, location = parse_address(address)
+    if scheme == "tls" and not security.tls_client_cert and not security.tls_ca_file:
+        raise ClusterError(
+            f"{where} is a tls:// address and no TLS settings are given: pass the client's "
+            "certificates (the commands' --tls DIR from `dask-gpu-interop tls make`, "
+            "DASK_CONFIG=DIR/client.yaml, or security=dask_gpu_interop.tls.security(DIR))")
+    if scheme in ("tcp", "tls"):
+        _check_listening(where, location, timeout)
+    args = security.get_connection_args("client")
+
+    async def identity():
+        comm = await comm_connect(address, timeout=timeout, **args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    async def bounded():
+        return await asyncio.wait_for(identity(), timeout)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="scheduler-check") as pool:
+        try:
+            answer = pool.submit(asyncio.run, bounded()).result()
+        except TimeoutError:
+            failure = f"no answer within {timeout:g} s"
+        except (OSError, ValueError, TypeError) as err:
+            failure = f"{type(err).__name__}: {err}".strip().rstrip(":")
+        else:
+            kind = answer.get("type") if isinstance(answer, dict) else None
+            if kind == "Scheduler":
+                return
+            failure = f"it answered as {kind or type(answer).__name__}, not a scheduler"
+    raise ClusterError(
+        f"no Dask scheduler answered at {where} ({failure[:200]}): "
+        "check the host and port (the scheduler's, not its dashboard's or a worker's), and the "
+        "protocol (tcp:// or tls://, with --tls for a TLS scheduler)")
+
+
+WORKERS_TIMEOUT = 10  # seconds a running cluster has for its first worker to join
+
+
+def _check_workers_joined(client, scheduler: str) -> None:
+    """ClusterError where no worker joins the running cluster within WORKERS_TIMEOUT: its work
+    would wait for one forever."""
+    if client.scheduler_info()["workers"]:
+        return
+    try:
+        client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)
+    except TimeoutError:
+        raise ClusterError(
+            f"no worker has joined the scheduler at {scheduler} within {WORKERS_TIMEOUT} s: "
+            f"start workers (python -m dask worker {scheduler}), or wait for them first "
+            "(dask-gpu-interop wait-for-workers)") from None
+
+
+def _check_listening(where: str, location: str, timeout: float) -> None:
+    """ClusterError, at once, where the host is unknown or nothing listens at the port."""
+    import socket
+
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        host, port = parse_host_port(location)
+    except ValueError:
+        raise ClusterError(f"{where} is not an address: write HOST:PORT, e.g. "
+                           "tcp://127.0.0.1:8786") from None
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except socket.gaierror:
+        raise ClusterError(f"{where}: no host named {host} is known here: check the "
+                           "name") from None
+    except ConnectionRefusedError:
+        raise ClusterError(f"no scheduler answered at {where}: nothing listens there; check "
+                           "the address, or start one (python -m dask scheduler)") from None
+    except OSError:  # unreachable or filtered: the scheduler check says so within its time
+        pass
 
 
 @contextlib.contextmanager
@@ -346,13 +537,15 @@ def cluster_client(
     if scheduler is not None:
         plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting
         with connect(scheduler, security=security) as client:
+            _check_workers_joined(client, scheduler)
             device = workers_device(client, device)
             if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)
             with _recording(client, memory_plot), dask.config.set(shuffle_config(device)):
                 yield client, device
         return
-    device = check_local(device, protocol)
+    device = check_local(device, protocol, n_workers=n_workers, processes=processes,
+                         security=security)
     cluster = local_cluster(
         device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
         memory=memory, security=security, processes=processes,

@@ -83,6 +83,39 @@ def check_memory(memory: dict, prefix: str = "") -> MemoryConfig:
         raise click.UsageError(err.message(flags=prefix)) from None
 
 
+def check_plot_path(path: str, flag: str) -> None:
+    """A usage error naming ``flag``, before any work, unless a plot can be written at
+    ``path``: its folder exists and may be written, and matplotlib is installed."""
+    import importlib.util
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise click.BadParameter(f"{path} is a folder: give a file name, e.g. memory.png",
+                                 param_hint=flag)
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"{path}: the folder {folder} does not exist",
+                                 param_hint=flag)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{path}: the folder {folder} is not writable here",
+                                 param_hint=flag)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise click.BadParameter(
+            "plotting needs matplotlib: pip install 'dask-gpu-interop[plot]'", param_hint=flag)
+
+
+def _note_local_only(scheduler: str, **given) -> None:
+    """A note, on standard error, for the options of a local cluster given with --scheduler:
+    the running cluster keeps its own workers, and they would go unheeded without a word."""
+    flags = {"n_workers": "--workers", "threads_per_worker": "--threads-per-worker",
+             "processes": "--processes/--no-processes"}
+    named = [flags[name] for name, value in given.items() if value is not None]
+    if named:
+        verb = "is" if len(named) == 1 else "are"
+        click.echo(f"note: {', '.join(named)} {verb} for a local cluster; the running cluster "
+                   f"at {scheduler} keeps the workers it has", err=True)
+
+
 def cluster_options(command):
     """Add --scheduler/--device/--protocol/--workers/--threads-per-worker/--processes, the
     memory flags and --memory-plot.
@@ -113,9 +146,14 @@ def cluster_options(command):
                 memory, memory_plot, **kwargs):
         if scheduler is None:
             try:
-                check_local(device, protocol)
+                check_local(device, protocol, n_workers=n_workers, processes=processes)
             except ClusterError as err:
                 raise click.UsageError(err.message(flags="")) from None
+        else:
+            _note_local_only(scheduler, n_workers=n_workers,
+                             threads_per_worker=threads_per_worker, processes=processes)
+        if memory_plot is not None:
+            check_plot_path(memory_plot, "--memory-plot")
         cluster = dict(
             scheduler=scheduler, device=device, protocol=protocol, n_workers=n_workers,
             threads_per_worker=threads_per_worker, memory=memory or None,

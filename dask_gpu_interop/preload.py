@@ -43,7 +43,34 @@ gpu_workers.apply()
 PREFIX = PRELOAD_PREFIX  # --gpu-pool-size
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+class _CheckedCommand(click.Command):
+    """The preload's command: its options are checked together as soon as they are parsed.
+
+    ``dask worker`` (and ``dask cuda worker``) parse a preload's arguments in their own
+    process before any worker process starts: a bad option then stops the command in one
+    line, instead of a worker process that fails to start and the nanny's tracebacks."""
+
+    def parse_args(self, ctx, args):
+        try:
+            rest = super().parse_args(ctx, args)
+        except click.UsageError as err:  # said as the worker command's, which parses these
+            raise click.UsageError(f"dask_gpu_interop.preload: {err.format_message()}") from None
+        params = dict(ctx.params)
+        mistyped = [arg for arg in params.get("others", ()) if arg.startswith(f"--{PREFIX}")]
+        if mistyped:
+            raise click.UsageError(f"dask_gpu_interop.preload: unknown option(s) {mistyped}; "
+                                   "see `python -m dask_gpu_interop.preload --help`")
+        try:
+            GPUMemoryPlugin(force=params.get("gpu_force", False), **given_memory(params))
+        except OptionError as err:
+            raise click.UsageError(
+                f"dask_gpu_interop.preload: bad option: {err.message(flags=PREFIX)}") from None
+        except (TypeError, ValueError) as err:
+            raise click.UsageError(f"dask_gpu_interop.preload: bad option: {err}") from None
+        return rest
+
+
+@click.command(cls=_CheckedCommand, context_settings={"ignore_unknown_options": True})
 @with_options(memory_click_options(PREFIX))
 @click.option("--gpu-force/--no-gpu-force", default=False, help="Replace another RMM owner.")
 @click.option(

@@ -52,8 +52,8 @@ class TLSFiles:
     def key(self, role: str) -> Path:
         return self.directory / f"{_check_role(role)}-key.pem"
 
-    def missing(self) -> list[Path]:
-        wanted = [self.ca_file] + [p for r in ROLES for p in (self.cert(r), self.key(r))]
+    def missing(self, roles=ROLES) -> list[Path]:
+        wanted = [self.ca_file] + [p for r in roles for p in (self.cert(r), self.key(r))]
         return [p for p in wanted if not p.is_file()]
 
 
@@ -63,16 +63,32 @@ def _check_role(role: str) -> str:
     return role
 
 
-def files(directory) -> TLSFiles:
-    """The certificates in ``directory``; raises FileNotFoundError naming what is missing."""
+def files(directory, roles=ROLES) -> TLSFiles:
+    """The certificates in ``directory``: the CA's and those of ``roles`` (a machine of one
+    role holds only its own); raises FileNotFoundError naming what is missing."""
     found = TLSFiles(Path(directory).expanduser().resolve())
-    missing = found.missing()
+    missing = found.missing(roles)
     if missing:
         raise FileNotFoundError(
             f"TLS directory {found.directory} lacks {', '.join(p.name for p in missing)}. "
             f"Make the certificates first: dask-gpu-interop tls make {found.directory}"
         )
     return found
+
+
+def _check_writable(directory: Path) -> None:
+    """ValueError, saying what to do, unless ``directory`` is, or can be made, a folder this
+    process may write into."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file: give a folder for the certificates")
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{directory} cannot be made: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{directory} cannot be written here: {existing} is not writable by "
+                         "this user (read-only, or another user's); give another folder")
 
 
 def make_certificates(
@@ -97,6 +113,7 @@ def make_certificates(
     _need_cryptography()
     names = _subject_alt_names(hostnames)
     out = TLSFiles(Path(directory).expanduser().resolve())
+    _check_writable(out.directory)
     if out.ca_file.exists() and not overwrite:
         raise FileExistsError(
             f"{out.ca_file} exists: this directory already holds a cluster's certificates. "
@@ -260,7 +277,7 @@ def tls_config(directory, role: str, *, dashboard: bool = False) -> dict:
     HTTPS with the same certificate.
     """
     role = _check_role(role)
-    tls_files = files(directory)
+    tls_files = files(directory, roles=(role,))
     config = {
         "distributed": {
             "comm": {
@@ -321,7 +338,7 @@ def security(directory, role: str = "client"):
     from distributed import Security
 
     role = _check_role(role)
-    tls_files = files(directory)
+    tls_files = files(directory, roles=(role,))
     return Security(
         require_encryption=True,
         tls_ca_file=str(tls_files.ca_file),

@@ -3,6 +3,9 @@ TLS, a timeout, one message when no scheduler answers), used by the examples and
 commands alike."""
 
 import json
+import re
+import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -45,22 +48,23 @@ def test_no_scheduler_at_the_address():
     with pytest.raises(cluster_mod.ClusterError) as info:
         cluster_mod.connect(NOBODY, timeout="1s")
     assert str(info.value) == (
-        f"no scheduler answered at {NOBODY} within 1s (OSError): check the address, or start "
-        "one (python -m dask scheduler)")
+        f"no scheduler answered at {NOBODY}: nothing listens there; check the address, or "
+        "start one (python -m dask scheduler)")
 
 
 def test_no_scheduler_at_the_address_in_the_file(tmp_path):
     path = scheduler_file(tmp_path, NOBODY)
-    with pytest.raises(cluster_mod.ClusterError, match=(
-            f"no scheduler answered at the address in {path} within 1s ")):
+    with pytest.raises(cluster_mod.ClusterError, match=re.escape(
+            f"no scheduler answered at {NOBODY} (the address in {path}): nothing listens")):
         cluster_mod.connect(scheduler_file=path, timeout="1s")
 
 
 def test_the_commands_say_the_same_when_no_scheduler_answers(tmp_path):
     path = scheduler_file(tmp_path, NOBODY)
     for where, words in (
-            (["--scheduler", NOBODY], f"no scheduler answered at {NOBODY} within 1.0s"),
-            (["--scheduler-file", path], f"no scheduler answered at the address in {path}")):
+            (["--scheduler", NOBODY], f"no scheduler answered at {NOBODY}: nothing listens"),
+            (["--scheduler-file", path],
+             f"no scheduler answered at {NOBODY} (the address in {path}): nothing listens")):
         result = CliRunner().invoke(main, ["wait-for-workers", "-n", "1", "--timeout", "1",
                                            *where])
         assert result.exit_code == 1, result.output
@@ -87,3 +91,134 @@ def test_every_command_that_reaches_a_cluster_has_the_same_connection_options():
     for name in ("report", "doctor", "wait-for-workers", "memory-plot"):
         flags = {flag for param in main.commands[name].params for flag in param.opts}
         assert wanted <= flags, name
+
+
+def _bounded(call, seconds):
+    """``call()``'s exception, failing the test if it has not ended after ``seconds``."""
+    found = []
+
+    def run():
+        try:
+            call()
+        except Exception as err:  # noqa: BLE001 - what it raised is what is checked
+            found.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    (err,) = found
+    return err, time.monotonic() - started
+
+
+def test_something_that_is_not_a_scheduler_is_refused_within_the_timeout():
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    try:
+        err, seconds = _bounded(lambda: cluster_mod.connect(address, timeout="2s"), 20)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert isinstance(err, cluster_mod.ClusterError), repr(err)
+    assert str(err).startswith(f"no Dask scheduler answered at {address} (")
+    assert seconds < 10
+
+
+def test_a_worker_s_address_is_not_taken_for_the_scheduler_s(running):
+    (worker,) = running.scheduler_info["workers"]
+    err, _ = _bounded(lambda: cluster_mod.connect(worker, timeout="5s"), 20)
+    assert isinstance(err, cluster_mod.ClusterError), repr(err)
+    assert "it answered as Worker, not a scheduler" in str(err)
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no scheduler file at"), ("{}", "holds no scheduler address (KeyError"),
+    ("not json", "holds no scheduler address (JSONDecodeError")])
+def test_a_missing_or_broken_scheduler_file_is_refused_at_once(tmp_path, content, words):
+    path = tmp_path / "scheduler.json"
+    if content is not None:
+        path.write_text(content)
+    err, seconds = _bounded(lambda: cluster_mod.connect(scheduler_file=str(path)), 20)
+    assert isinstance(err, cluster_mod.ClusterError) and words in str(err), repr(err)
+    assert seconds < 5
+
+
+def test_a_report_watching_a_scheduler_that_dies_ends_in_one_line(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--no-dashboard"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    report = None
+    try:
+        _wait_until_listening(port, 60)
+        report = subprocess.Popen(
+            [sys.executable, "-m", "dask_gpu_interop.cli", "report", "--scheduler", address,
+             "--watch", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert report.stdout.readline()  # the first report's time
+        scheduler.send_signal(signal.SIGKILL)
+        started = time.monotonic()
+        rest, _ = report.communicate(timeout=60)
+        seconds = time.monotonic() - started
+    finally:
+        for process in (scheduler, report):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(30)
+    assert report.returncode == 1, rest
+    assert f"Error: the scheduler at {address} stopped answering" in rest, rest
+    assert "Traceback" not in rest, rest
+    assert seconds < 30
+
+
+def _wait_until_listening(port, seconds):
+    import socket
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, f"nothing listens at port {port}"
+            time.sleep(0.2)
+
+
+def test_ctrl_c_ends_a_watched_report_quietly(running):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    report = subprocess.Popen(
+        [sys.executable, "-m", "dask_gpu_interop.cli", "report", "--scheduler",
+         running.scheduler_address, "--watch", "0.5"], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert report.stdout.readline()  # the first report's time
+        report.send_signal(signal.SIGINT)  # how a watch ends
+        rest, _ = report.communicate(timeout=30)
+    finally:
+        if report.poll() is None:
+            report.kill()
+            report.wait(30)
+    assert report.returncode == 0, rest
+    assert "Traceback" not in rest and "Aborted" not in rest, rest

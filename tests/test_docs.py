@@ -135,6 +135,7 @@ RUNNABLE = [
     dask_gpu_interop.MemoryReport,
     dask_gpu_interop.ShuffleStats,
     dask_gpu_interop.shuffle_config,
+    dask_gpu_interop.ClusterError,
 ]
 
 

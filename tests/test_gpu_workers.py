@@ -109,7 +109,7 @@ def _recording_cluster(monkeypatch, seen):
     fake = types.ModuleType("dask_cuda")
     fake.LocalCUDACluster = record
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
-    monkeypatch.setattr(cluster, "check_local", lambda device, protocol: "gpu")
+    monkeypatch.setattr(cluster, "check_local", lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(device, "gpu_count", lambda: 2)
 
 

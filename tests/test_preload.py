@@ -98,6 +98,30 @@ def test_bad_option_stops_the_worker_with_the_reason(scheduler, argv, words):
     assert "pool_size" not in out and "async_alloc" not in out and "release_threshold" not in out
 
 
+@pytest.mark.parametrize("argv, env, words", [
+    (["--gpu-pool-size", "banana"], {}, "--gpu-pool-size 'banana': not a size"),
+    (["--gpu-managed", "--gpu-async-alloc"], {}, "cannot be combined"),
+    (["--gpu-pool-szie", "5"], {}, "No such option '--gpu-pool-szie'"),
+    ([], {"DASK_GPU_INTEROP__MEMORY__POOL_SIZE": "banana"},
+     "DASK_GPU_INTEROP__MEMORY__POOL_SIZE=banana: not a size"),
+])
+def test_a_bad_option_stops_the_command_before_any_worker_process(scheduler, argv, env, words):
+    """``dask worker`` parses the preload's arguments itself: a bad one ends the command there,
+    in one error line, and no worker process starts to fail (with the nanny's tracebacks)."""
+    started = time.monotonic()
+    worker = subprocess.Popen(
+        [*DASK, "worker", scheduler, "--no-dashboard", "--nthreads", "1", "--preload",
+         "dask_gpu_interop.preload", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "", **env})
+    out, _ = worker.communicate(timeout=90)
+    assert worker.returncode == 2, out
+    (error,) = [line for line in out.splitlines() if line.startswith("Error: ")]
+    assert error.startswith("Error: dask_gpu_interop.preload: ") and words in error, out
+    assert "Traceback" not in out and "Nanny" not in out and "Start worker" not in out, out
+    assert len(out.splitlines()) <= 5, out
+    assert time.monotonic() - started < 30
+
+
 def test_argv_round_trip_gives_the_same_configuration():
     plugin = GPUMemoryPlugin(
         pool_size="0.5", maximum_pool_size="64GB", managed=True, frameworks=["cupy"],

@@ -209,7 +209,7 @@ def test_local_gpu_cluster_is_given_the_security(monkeypatch, certs):
     fake = types.ModuleType("dask_cuda")
     fake.LocalCUDACluster = lambda **kwargs: seen.update(kwargs) or "cluster"
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
-    monkeypatch.setattr(cluster_mod, "check_local", lambda device, protocol: "gpu")
+    monkeypatch.setattr(cluster_mod, "check_local", lambda device, protocol, **checks: "gpu")
     security = tls.local_security(certs.directory)
     assert cluster_mod.local_cluster("gpu", protocol="tls", security=security) == "cluster"
     assert seen["security"] is security and seen["protocol"] == "tls"

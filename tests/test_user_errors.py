@@ -4,19 +4,27 @@ seen; add a row for each new one."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
+from distributed import LocalCluster
+
+from dask_gpu_interop import tls
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(ROOT, "examples", "mortgage", "data", "2007Q3-sample")
 DEMO = ["-m", "examples.demo", "--device", "cpu", "--workers", "1", "--rows", "2000"]
 MORTGAGE = ["-m", "examples.mortgage", "--device", "cpu", "--workers", "1"]
+ETL = ["-m", "examples.mortgage", "etl", "--device", "cpu", "--workers", "1", "--data", SAMPLE,
+       "--out", "{out}"]
+CLI = ["-m", "dask_gpu_interop.cli"]
 ECG = ["-m", "examples.ecg", "--device", "cpu", "--workers", "1", "--rate", "360"]
 NO_TORCH = importlib.util.find_spec("torch") is None
 
@@ -40,8 +48,34 @@ def files(tmp_path_factory):
     (dirty / "Performance_2007Q3.txt_0").write_text("".join(lines))
     (dirty / "Acquisition_2007Q3.txt").write_text(
         open(os.path.join(SAMPLE, "Acquisition_2007Q3.txt")).read())
-    return {"words": str(words), "one_bad": str(one_bad), "noise": str(noise),
-            "dirty": str(dirty), "out": str(d / "out")}
+    empty = d / "no-certificates"
+    empty.mkdir()
+    with _http_server() as http, LocalCluster(n_workers=0, dashboard_address=None) as tcp:
+        yield {"words": str(words), "one_bad": str(one_bad), "noise": str(noise),
+               "dirty": str(dirty), "out": str(d / "out"), "http": http,
+               "tcp": tcp.scheduler_address,
+               "tls_to_tcp": tcp.scheduler_address.replace("tcp://", "tls://"),
+               "certs": str(tls.make_certificates(d / "certs").directory),
+               "no_certs": str(empty), "missing": str(d / "no-scheduler.json")}
+
+
+@contextlib.contextmanager
+def _http_server():
+    """``python -m http.server`` in a thread: something that listens, and is no scheduler."""
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 CASES = [
@@ -60,6 +94,59 @@ CASES = [
      "no scheduler answered at tcp://127.0.0.1:1", 30),
     ("report of no scheduler", ["-m", "dask_gpu_interop.cli", "report", "--scheduler",
                                 "tcp://127.0.0.1:1"], 1, "no scheduler answered", 30),
+    ("an HTTP server, not a scheduler", [*CLI, "report", "--scheduler", "{http}"], 1,
+     "no Dask scheduler answered at tcp://127.0.0.1:", 30),
+    ("etl to an HTTP server", [*ETL, "--scheduler", "{http}"], 1,
+     "no Dask scheduler answered at tcp://127.0.0.1:", 30),
+    ("the job to an HTTP server", [*MORTGAGE, "--data", SAMPLE, "--scheduler", "{http}"], 1,
+     "the scheduler's, not its dashboard's or a worker's", 30),
+    ("a thousand workers", [*DEMO, "--workers", "1000"], 2,
+     "--workers 1000 is more than this machine holds: at most", 20),
+    ("a thousand workers for the ETL", [*ETL, "--workers", "1000"], 2,
+     "--workers 1000 is more than this machine holds", 20),
+    ("tls without certificates", [*DEMO, "--protocol", "tls"], 2,
+     "--protocol 'tls' needs certificates for the scheduler, the workers and the client", 20),
+    ("report of no scheduler file", [*CLI, "report", "--scheduler-file", "{missing}"], 1,
+     "no scheduler file at", 20),
+    ("doctor of no scheduler file", [*CLI, "doctor", "--scheduler-file", "{missing}"], 1,
+     "no scheduler file at", 30),
+    ("memory-plot of no scheduler file", [*CLI, "memory-plot", "--scheduler-file", "{missing}",
+                                          "--png", "{out}.png"], 1, "no scheduler file at", 20),
+    ("tls:// to a TCP scheduler", [*CLI, "report", "--scheduler", "{tls_to_tcp}", "--tls",
+                                   "{certs}"], 1, "the protocol (tcp:// or tls://", 30),
+    ("tls:// without TLS settings", [*CLI, "report", "--scheduler", "{tls_to_tcp}"], 1,
+     "is a tls:// address and no TLS settings are given", 20),
+    ("--tls on a folder without certificates", [*CLI, "report", "--scheduler", "{tcp}",
+                                                "--tls", "{no_certs}"], 1,
+     "lacks ca.pem, client.pem, client-key.pem. Make the certificates first", 20),
+    ("a host that does not exist", [*CLI, "report", "--scheduler", "nosuchhost.invalid:8786"],
+     1, "no host named nosuchhost.invalid is known here", 30),
+    ("options before the command", ["-m", "examples.mortgage", "--data", SAMPLE, "etl",
+                                    "--out", "{out}"], 2,
+     "--data given before 'etl': a command's options go after it", 20),
+    ("a memory plot into no folder", [*DEMO, "--memory-plot", "/nonexistent/dir/m.png"], 2,
+     "/nonexistent/dir/m.png: the folder /nonexistent/dir does not exist", 20),
+    ("memory-plot into no folder", [*CLI, "memory-plot", "--scheduler", "{tcp}", "--png",
+                                    "/nonexistent/dir/m.png"], 2,
+     "the folder /nonexistent/dir does not exist", 20),
+    ("the example run as a file", ["examples/mortgage/__main__.py"], 1,
+     f"run the example as a module from the checkout's root: cd {ROOT} && python -m "
+     "examples.mortgage", 20),
+    ("tls make under a file", [*CLI, "tls", "make", "{words}/certs"], 1,
+     "words.csv is a file, not a folder", 20),
+    ("generate on no scheduler", ["-m", "examples.mortgage", "generate", "--out", "{out}",
+                                  "--scheduler", "tcp://127.0.0.1:1"], 1,
+     "no scheduler answered at tcp://127.0.0.1:1", 30),
+    ("XGBoost's device as a parameter", [*MORTGAGE, "--data", SAMPLE, "--xgb-param",
+                                         "device=cuda"], 2,
+     "device=cuda: XGBoost trains on the workers' device, which --device chooses", 20),
+    ("local options with a running cluster", [*DEMO, "--scheduler", "{tcp}", "--workers", "3",
+                                              "--threads-per-worker", "2"], 1,
+     "note: --workers, --threads-per-worker are for a local cluster; the running cluster", 30),
+    ("a running cluster without workers", [*ETL, "--scheduler", "{tcp}"], 1,
+     "no worker has joined the scheduler at tcp://127.0.0.1:", 30),
+    ("a working folder with data given", [*MORTGAGE, "--data", SAMPLE, "--workdir", "{out}"],
+     2, "--workdir is where the job generates its data, and with --data it generates none", 20),
     ("partition size 10", [*MORTGAGE, "--partition-size", "10"], 2, "give at least 1MiB", 20),
     ("holdout the only quarter", [*MORTGAGE, "--data", SAMPLE, "--holdout", "2007Q3"], 2,
      "is the only quarter of the data, so nothing is left to train on", 20),

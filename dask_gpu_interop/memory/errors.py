@@ -32,6 +32,7 @@ class Setting:
     value: object
     source: str = GIVEN
     variable: str = ""  # ENVIRONMENT: the variable's name
+    flag: str = ""  # the command-line flag, where it is not the option's name (--workers)
 
     def spell(self, flags: str | None, value: str = "") -> str:
         """The option in the words of where it was set, with ``value`` (a value as Python
@@ -40,6 +41,7 @@ class Setting:
         ``flags`` is how the caller spells what it was given: None for keyword arguments
         (``pool_size='8GB'``), else the flags' prefix ("": ``--pool-size '8GB'``)."""
         key = self.option.replace("_", "-")
+        flag = self.flag or key
         if value == "=":
             value = repr(self.value)
             if self.source == ENVIRONMENT:  # as the user typed it
@@ -51,9 +53,9 @@ class Setting:
         elif flags is None:
             name = self.option
         elif value in ("True", "False"):
-            return f"--{flags}{key}" if value == "True" else f"--no-{flags}{key}"
+            return f"--{flags}{flag}" if value == "True" else f"--no-{flags}{flag}"
         else:
-            return f"--{flags}{key} {value}" if value else f"--{flags}{key}"
+            return f"--{flags}{flag} {value}" if value else f"--{flags}{flag}"
         return f"{name}={value}" if value else name
 
 

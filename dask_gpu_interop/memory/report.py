@@ -244,11 +244,19 @@ def memory_report(client, workers=None) -> MemoryReport:
     MemoryReport
         Each worker's snapshot; ``print`` it for a table per worker.
 
+    Raises
+    ------
+    TypeError
+        ``client`` is not a ``distributed.Client`` (a cluster given in its place: pass
+        ``Client(cluster)``).
+
     Examples
     --------
     >>> from dask_gpu_interop import memory_report
     >>> print(memory_report(client))  # doctest: +SKIP
     tcp://127.0.0.1:40121 ...
     """
-    results = client.run(worker_snapshot, workers=workers)
+    from .._client import require_client
+
+    results = require_client(client, "memory_report").run(worker_snapshot, workers=workers)
     return MemoryReport(results)

@@ -87,6 +87,10 @@ class MemoryTimeline:
             raise ValueError(f"interval={interval!r}: give a number of seconds above 0")
         if client is None and source is None:
             raise ValueError("give a client (or a source callable)")
+        if source is None:
+            from .._client import require_client
+
+            require_client(client, "MemoryTimeline")
         self.interval = float(interval)
         self._source = source or (
             lambda: client.run(worker_snapshot, on_error="return")

@@ -53,7 +53,9 @@ def xgboost_config(client=None) -> dict:
     """
     if client is None:
         return _worker_config()
-    configs = list(client.run(_worker_config).values())
+    from .._client import require_client
+
+    configs = list(require_client(client, "xgboost_config").run(_worker_config).values())
     if configs and all(c == configs[0] for c in configs):
         return configs[0]
     return {}

@@ -1,8 +1,17 @@
 """``python -m examples.demo``: the mixed-framework workload with the memory report."""
 
+if not __package__:  # run as a file (python examples/demo): its package cannot be imported
+    import os
+    import sys
+
+    _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(f"run the example as a module from the checkout's root: cd {_ROOT} && "
+             "python -m examples.demo")
+
+
 import click
 
-from dask_gpu_interop import cluster_client
+from dask_gpu_interop import cluster_client, without_xgboost_rank_lines
 from dask_gpu_interop.options import cluster_options
 
 from .demo import run
@@ -14,7 +23,8 @@ from .demo import run
               help="Rows of synthetic features, spread over the partitions.")
 def demo(cluster, rows):
     """A mixed cuDF/pandas -> PyTorch -> XGBoost workload with the memory report."""
-    with cluster_client(**cluster) as (client, device):
+    # XGBoost's "got rank" lines dropped from the workers' output: entered before they start
+    with without_xgboost_rank_lines(), cluster_client(**cluster) as (client, device):
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         result = run(client, device, rows=rows)
     click.echo(f"steps:    {result['steps']}")

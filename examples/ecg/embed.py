@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 
 from .backend import Backend
-from .handoff import as_numba_device_array
+from .handoff import as_numba_device_array, launch
 from .params import EMBED_SIZE
 
 EDGE = 8  # points averaged at each end for the baseline
@@ -36,10 +36,9 @@ def embed_beats(signal, starts, ends, backend: Backend):
     if float(starts.min()) < 0 or float(ends.max()) > len(signal) - 1:
         raise ValueError("embed_beats: a beat reaches outside the signal it was given")
     if backend.is_gpu:
-        _cuda_kernel()[len(starts), EMBED_SIZE](
-            as_numba_device_array(signal), as_numba_device_array(starts),
-            as_numba_device_array(ends), as_numba_device_array(out),
-        )
+        launch(_cuda_kernel(), len(starts), EMBED_SIZE, as_numba_device_array(signal),
+               as_numba_device_array(starts), as_numba_device_array(ends),
+               as_numba_device_array(out))
     else:
         _cpu_function()(signal, starts, ends, out)
     return out

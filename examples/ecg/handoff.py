@@ -37,6 +37,23 @@ def as_numba_device_array(array):
     return cuda.as_cuda_array(array)
 
 
+# Numba's warning when a launch has fewer blocks than keep the GPU busy ("Grid size 12 will
+# likely result in GPU under-utilization due to low occupancy."): the pipeline's kernels run
+# a block per beat or per 256 samples of a chunk, and a chunk may hold few on purpose.
+LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
+
+
+def launch(kernel, blocks: int, threads: int, *args) -> None:
+    """``kernel[blocks, threads](*args)``, without Numba's low-occupancy warning (only that
+    one: any other warning passes)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=LOW_OCCUPANCY)
+        configured = kernel[blocks, threads]  # where Numba warns
+    configured(*args)
+
+
 def to_torch(array):
     """A PyTorch tensor over a CuPy or NumPy array's memory, on the array's device."""
     if hasattr(array, "__cuda_array_interface__"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from .backend import Backend
-from .handoff import as_numba_device_array
+from .handoff import as_numba_device_array, launch
 
 THREADS = 256
 
@@ -33,10 +33,9 @@ def local_maxima(response, lo: int, hi: int, half_window: int, backend: Backend)
         return xp.empty(0, dtype=xp.int64)
     mask = xp.zeros(hi - lo, dtype=xp.uint8)
     if backend.is_gpu:
-        kernel = _cuda_kernel()
         blocks = (hi - lo + THREADS - 1) // THREADS
-        kernel[blocks, THREADS](as_numba_device_array(response), lo, hi, int(half_window),
-                                as_numba_device_array(mask))
+        launch(_cuda_kernel(), blocks, THREADS, as_numba_device_array(response), lo, hi,
+               int(half_window), as_numba_device_array(mask))
     else:
         _cpu_function()(response, lo, hi, int(half_window), mask)
     return xp.flatnonzero(mask).astype(xp.int64) + lo

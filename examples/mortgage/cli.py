@@ -9,18 +9,28 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import click
+from click.core import ParameterSource
 from dask.utils import format_bytes, parse_bytes
 
-from dask_gpu_interop import cluster_client, gpu_workers, import_in_background, resolve_device
+from dask_gpu_interop import (
+    ClusterError,
+    check_workers_import,
+    cluster_client,
+    gpu_workers,
+    import_in_background,
+    resolve_device,
+    without_xgboost_rank_lines,
+)
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import cpu_workers, files, output, placement, read, schema, train
+from . import cpu_workers, files, output, placement, read, schema, train, worker_logs
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -83,6 +93,19 @@ def _since_process_start() -> float:
     return max(0.0, time.time() - psutil.Process().create_time())
 
 
+def _check_workdir(workdir: str, overwrite: bool) -> None:
+    """The job may generate into ``workdir``: new, empty, or an earlier generated dataset with
+    ``overwrite`` (a usage error otherwise, saying how to use that dataset instead)."""
+    try:
+        output.check(workdir, what="generated dataset", overwrite=overwrite)
+    except FileExistsError as exc:
+        use = (f" (or --data {workdir} to use it as it is)" if "--overwrite" in str(exc)
+               else "")
+        raise click.UsageError(f"{exc}{use}") from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _generated(result) -> str:
     return (f"generated {format_bytes(result.bytes)} in {result.seconds:.2f} s: "
             f"{result.loans:,} loans, {result.rows:,} monthly rows, {result.layout} layout, "
@@ -99,7 +122,22 @@ def _generate(directory, spec, layout, overwrite, processes):
 
 
 class _Group(click.Group):
-    """The job's group: a path where a sub-command should be is an unquoted glob."""
+    """The job's group: a path where a sub-command should be is an unquoted glob; Ctrl-C and
+    a full disk end any command in one line (what it had begun to write is removed as the
+    error passes through ``output.Staged``)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted: the outputs not finished are removed", err=True)
+            ctx.exit(130)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise click.ClickException(
+                f"the disk is full ({exc.strerror}): free some space or write to another "
+                "place; the outputs not finished are removed") from None
 
     def resolve_command(self, ctx, args):
         if args and args[0] not in self.commands and os.path.exists(args[0]):
@@ -138,6 +176,26 @@ etl_options = [
                  help="Rows that cannot be read: stop (error), drop with a warning, or drop "
                       "and count (skip)."),
 ]
+
+
+def _nothing_before(ctx, command: str) -> None:
+    """A usage error for the job's options given before a sub-command: the sub-command would
+    run without them (``--data D etl`` would say that no data was given)."""
+    given = [param.opts[0] for param in ctx.command.params
+             if ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(
+            f"{' '.join(given)} given before {command!r}: a command's options go after it "
+            f"(python -m examples.mortgage {command} {' '.join(given)} ...); before a command "
+            "they are the whole job's")
+
+
+def _not_the_device(params: dict) -> None:
+    """ValueError for XGBoost's ``device`` among the parameters: training sets it from the
+    cluster's device, and would replace the one given without a word."""
+    if "device" in params:
+        raise ValueError(f"device={params['device']}: XGBoost trains on the workers' device, "
+                         "which --device chooses (gpu or cpu); leave device out")
 
 
 def _check_device(cluster: dict) -> str:
@@ -181,6 +239,16 @@ def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
         raise click.UsageError(str(exc)) from None
 
 
+def _check_start(plan: files.Plan, bad_rows: str) -> None:
+    """Under ``--bad-rows error``, stop before any work on a bad row among the first lines of a
+    file (a header, a line cut short, text that is not UTF-8) or on its last line cut short,
+    naming file and line, instead of after the whole ETL."""
+    if bad_rows == "error":
+        found = read.check_start(plan)
+        if found:
+            raise click.ClickException(str(read.BadRowsError(found)))
+
+
 def _balanced(plan: files.Plan, client, device: str, partition_size) -> files.Plan:
     """``plan`` cut again for the cluster's worker threads (``files.balance``)."""
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
@@ -201,12 +269,23 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
             import_in_background(module)
         if training:
-            stack.enter_context(train.without_rank_lines())
+            stack.enter_context(without_xgboost_rank_lines())
         client, device = stack.enter_context(cluster_client(**cluster))
+        _workers_ready(client, cluster, imports)
         if device == "gpu":
             import_in_background("cudf", client=client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         yield client, device
+
+
+def _workers_ready(client, cluster: dict, imports) -> None:
+    """A running cluster's workers can import what the tasks call (ClusterError, before any
+    work, where they cannot); a local cluster's leave a failed task to the command, which
+    reports it once."""
+    if cluster.get("scheduler"):
+        check_workers_import(client, *imports)
+    else:
+        client.run(worker_logs.leave_task_failures_to_the_client)
 
 
 @click.group(cls=_Group, invoke_without_command=True)
@@ -234,10 +313,13 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
               help="Where the table lives for training: the GPUs' memory (device), or the "
                    "workers' host memory with XGBoost's quantized matrix on the GPUs (host); "
                    "auto: device when the table and the matrix fit the GPUs.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace what an earlier run wrote at --workdir, --features-out and "
+                   "--model-out (nothing else).")
 @click.pass_context
 def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans_per_part,
              layout, partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout,
-             features_out, model_out, training_data):
+             features_out, model_out, training_data, overwrite):
     """The Fannie Mae mortgage ETL and XGBoost training on Dask (cuDF on GPUs, pandas on CPUs).
 
     With no sub-command: generate a small dataset (or use --data), start a local cluster (or
@@ -245,26 +327,34 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     AUC and each worker's peak memory. Options before a sub-command apply only to this job.
     """
     if ctx.invoked_subcommand is not None:
+        _nothing_before(ctx, ctx.invoked_subcommand)
         return
     expected = _check_device(cluster)
     cluster = _gpu_threads(_shared_pool(cluster), expected)
     params = _bad("--xgb-param", train.parse_params, xgb_params)
+    _bad("--xgb-param", _not_the_device, params)
     _bad("--xgb-param", train.check_params, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
     the_plan = _plan(data, None, None, None, expected, partition_size) if data else None
+    if the_plan is not None:
+        _check_start(the_plan, bad_rows)
     quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
     _bad("--holdout", train.check_holdout, quarters, holdout)
+    if workdir and data:
+        raise click.UsageError("--workdir is where the job generates its data, and with --data "
+                               "it generates none: leave --workdir out")
     if workdir:
-        _usage(output.check, workdir, what="generated dataset", overwrite=True)
+        _check_workdir(workdir, overwrite)
     if spec is not None:
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
-        _usage(output.check, features_out, what="feature table", overwrite=True,
+        _usage(output.check, features_out, what="feature table", overwrite=overwrite,
                inputs=inputs + (the_plan.inputs() if the_plan else []))
     if model_out:
-        _usage(output.check_file, model_out, what="model", accept=train.is_model)
+        _usage(output.check_file, model_out, what="model", overwrite=overwrite,
+               accept=train.is_model)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -278,14 +368,14 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                        f"{spec.loans_per_quarter:,} loans ...")
             if not cluster.get("scheduler"):  # local processes, while the cluster starts
                 generating = stack.enter_context(ThreadPoolExecutor(1)).submit(
-                    _generate, directory, spec, layout, workdir is not None, os.cpu_count())
+                    _generate, directory, spec, layout, overwrite, os.cpu_count())
         client, device = stack.enter_context(
             _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
         first["cluster start"] = time.perf_counter() - started
         if spec is not None:
             waiting = time.perf_counter()
             made = _usage(generating.result) if generating else _usage(
-                _generate, directory, spec, layout, workdir is not None, None)
+                _generate, directory, spec, layout, overwrite, None)
             first["generate"] = time.perf_counter() - waiting  # beyond the cluster's start
             click.echo(f"{_generated(made)}; waited {first['generate']:.2f} s for it after the "
                        "cluster started")
@@ -303,15 +393,18 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}
         writing = time.perf_counter()
-        if features_out:
-            with output.Staged(features_out, what="feature table", overwrite=True,
-                               inputs=inputs) as staging:
-                result.etl.frame.to_parquet(staging, write_index=False)
-            click.echo(f"feature table written to {os.path.abspath(features_out)}")
-        if model_out:
-            output.replace_file(model_out, result.training.booster.save_model, what="model",
-                                accept=train.is_model)
-            click.echo(f"model written to {os.path.abspath(model_out)}")
+        try:  # the places were checked before the work; another run may have written since
+            if features_out:
+                with output.Staged(features_out, what="feature table", overwrite=overwrite,
+                                   inputs=inputs) as staging:
+                    result.etl.frame.to_parquet(staging, write_index=False)
+                click.echo(f"feature table written to {os.path.abspath(features_out)}")
+            if model_out:
+                output.replace_file(model_out, result.training.booster.save_model,
+                                    what="model", overwrite=overwrite, accept=train.is_model)
+                click.echo(f"model written to {os.path.abspath(model_out)}")
+        except (ValueError, FileExistsError) as exc:
+            raise click.ClickException(str(exc)) from None
         if features_out or model_out:
             result.stages["outputs"] = time.perf_counter() - writing
         for line in result.lines():
@@ -347,8 +440,15 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
     _usage(gen.check_directory, out, overwrite, layout)
     _check_space(out, spec, layout)
     n_workers = workers or (None if scheduler else os.cpu_count())
-    with cluster_client(scheduler, device="cpu", n_workers=n_workers, threads_per_worker=1):
-        made = gen.generate(out, spec, layout=layout, overwrite=overwrite, progress=True)
+    cluster = {"scheduler": scheduler}
+    try:
+        with cluster_client(scheduler, device="cpu", n_workers=n_workers,
+                            threads_per_worker=1) as (client, _):
+            _workers_ready(client, cluster, [gen.__name__])
+            made = _usage(gen.generate, out, spec, layout=layout, overwrite=overwrite,
+                          progress=True)
+    except ClusterError as err:
+        raise click.ClickException(err.message(flags="")) from None
     click.echo(_generated(made))
 
 
@@ -382,6 +482,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     expected = _check_device(cluster)
     cluster = _gpu_threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
+    _check_start(the_plan, bad_rows)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
@@ -394,7 +495,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
 
             result = etl_mod.write(out, the_plan, device=device, bad_rows=bad_rows,
                                    overwrite=overwrite, progress=True, data=given)
-        except (read.BadRowsError, ValueError) as exc:
+        except (read.BadRowsError, ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"ETL: {result.summary()}")
     click.echo(f"feature table written to {os.path.abspath(out)}")

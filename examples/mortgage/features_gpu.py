@@ -135,7 +135,7 @@ def loan_features(loan, month, status, bad) -> dict:
             [new_loan, op(after, "NOT_EQUAL", before, BOOL)])
     run = op(running_count(new_loan), "SUB", 1, INT32)  # each row's loan, numbered from 0
     rows = plc.filling.sequence(n, scalar(0, INT32), scalar(1, INT32))
-    (starts,) = plc.stream_compaction.apply_boolean_mask(plc.Table([rows]), new_loan).columns()
+    (starts,) = kept(plc.Table([rows]), new_loan).columns()
     # loan k's rows: starts[k] <= row < ends[k]
     ends = plc.concatenate.concatenate([plc.copying.slice(starts, [1, starts.size()])[0],
                                         plc.Column.from_scalar(scalar(n, INT32), 1)])
@@ -154,6 +154,14 @@ def loan_features(loan, month, status, bad) -> dict:
     within = op(op(following, "LESS", loan_end, BOOL), "LOGICAL_AND", soon, BOOL)
     out[schema.LABEL] = cast(within, INT8)
     return {name: out[name] for name in dtypes}
+
+
+def kept(table: plc.Table, mask: plc.Column) -> plc.Table:
+    """The rows of ``table`` where ``mask`` is true: libcudf's ``apply_retention_mask``, or
+    ``apply_boolean_mask``, its name before (which warns of its deprecation where both are)."""
+    compaction = plc.stream_compaction
+    keep = getattr(compaction, "apply_retention_mask", None) or compaction.apply_boolean_mask
+    return keep(table, mask)
 
 
 def running_count(flags: plc.Column) -> plc.Column:

@@ -23,6 +23,7 @@ import lzma
 import math
 import os
 import re
+import stat
 import struct
 import zipfile
 from collections import Counter
@@ -176,25 +177,126 @@ def _natural(path: str):
 
 def find_files(spec) -> list[str]:
     """The files of ``spec``, a file, a directory (with its perf/ and acq/ folders), a glob or a
-    list of those, in natural order (quarter, then part); a zip archive as its members."""
+    list of those, in natural order (quarter, then part), each once however it was named; a
+    zip archive as its members. ValueError, naming it and why, for an entry that looks like a
+    Fannie Mae file and cannot be read: a named pipe, a broken link, a folder this user may
+    not read, a download not finished."""
     specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    given = {os.path.realpath(item) for item in map(os.fspath, specs) if os.path.isdir(item)}
     found = []
     for item in map(os.fspath, specs):
         if os.path.isdir(item):
-            inside = [f for sub in ("", "perf", "acq")
-                      for f in glob.glob(os.path.join(item, sub, "*")) if os.path.isfile(f)]
+            inside = []
+            for sub in ("", "perf", "acq"):
+                folder = os.path.join(item, sub)
+                if sub and os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
+                    raise ValueError(f"{folder} cannot be read by this user: give it read "
+                                     f"access (chmod a+rx {folder}), or the files elsewhere")
+                inside += [f for f in _entries(glob.glob(os.path.join(folder, "*")),
+                                               named=False) if os.path.isfile(f)]
             if not inside:
                 _no_files_in(item)
+            _no_data_left_in_folders(item, given)
             found += inside
-        elif os.path.isfile(item):
-            found.append(item)
+        elif os.path.lexists(item):
+            found += _entries([item], named=True)
         else:
-            found += glob.glob(item)
-    files = sorted({f for f in found if os.path.isfile(f)}, key=_natural)
+            found += _entries(glob.glob(item), named=False)
+    files = _once(found)
     if not files:
         raise FileNotFoundError(f"no files found for {spec!r}: give a file, a directory or a "
                                 "glob of Fannie Mae files (either layout)")
     return [path for f in files for path in (_members(f) if f.lower().endswith(".zip") else [f])]
+
+
+# A name that Fannie Mae's files have (Performance_2007Q3.txt, Acquisition_2007Q3.txt,
+# 2007Q3.csv, 2007Q3.zip), with whatever a copy or a download adds to it; documents are not.
+_DATA_NAME = re.compile(r"^(performance|acquisition)_|^\d{4}Q[1-4]\b", re.I)
+_DOCUMENTS = (".md", ".pdf", ".html", ".htm", ".json", ".yaml", ".yml", ".png", ".jpg",
+              ".xls", ".xlsx", ".doc", ".docx", ".py", ".ipynb", ".sh")
+# What browsers and download tools name a file they have not finished writing.
+_UNFINISHED = (".crdownload", ".part", ".partial", ".download", ".tmp")
+
+
+def looks_like_data(path: str) -> bool:
+    """Whether ``path``'s name is one a Fannie Mae file has (a zip member's name too)."""
+    name = os.path.basename(path.split(MEMBER, 1)[-1])
+    return bool(_DATA_NAME.search(name)) and not name.lower().endswith(_DOCUMENTS)
+
+
+def _entries(paths: list[str], named: bool) -> list[str]:
+    """``paths`` that are files (folders are skipped); ValueError for one
+    that looks like a Fannie Mae file (or was ``named`` by the user) and is not a regular
+    file, or is a download not finished."""
+    kept = []
+    for path in paths:
+        if os.path.isdir(path):
+            continue
+        if not (named or looks_like_data(path)):
+            if os.path.isfile(path):
+                kept.append(path)
+            continue
+        what = _not_a_file(path)
+        if what:
+            raise ValueError(f"{path} is {what}, not a regular file: the ETL reads a file at "
+                             "byte offsets, several times; copy the data into a file, or move "
+                             "this out of the data")
+        if path.lower().endswith(_UNFINISHED):
+            raise ValueError(f"{path} is a download that has not finished: let it finish (or "
+                             "download it again), then give the finished file")
+        kept.append(path)
+    return kept
+
+
+def _not_a_file(path: str) -> str | None:
+    """What ``path`` is when it is not a regular file (None when it is one); never opened,
+    so that a named pipe does not block."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"a link to {os.readlink(path)}, which does not exist"
+    except OSError as exc:
+        return f"not reachable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _once(paths: list[str]) -> list[str]:
+    """``paths`` in natural order, each file once: a file reached by two names (a folder and
+    a glob of it, a link, a relative and an absolute path) is read once."""
+    seen, kept = set(), []
+    for path in sorted(set(paths), key=_natural):
+        info = os.stat(path)
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            kept.append(path)
+    return kept
+
+
+def _no_data_left_in_folders(directory: str, given=()) -> None:
+    """ValueError naming a folder of ``directory`` (other than perf/ and acq/, and those
+    ``given`` as data too) that holds files named as Fannie Mae's: reading ``directory`` would
+    leave them out without a word."""
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if (entry.name in ("perf", "acq") or entry.name.startswith(".")
+                or not entry.is_dir() or os.path.realpath(entry.path) in given):
+            continue
+        try:
+            held = [f.name for f in os.scandir(entry.path) if looks_like_data(f.name)]
+        except OSError:
+            continue
+        if held:
+            raise ValueError(
+                f"{entry.path} holds Fannie Mae files ({held[0]}...) that reading {directory} "
+                f"leaves out (it reads its files, perf/ and acq/): give them as data too "
+                f"(etl --data {directory} {entry.path}), or move them out")
 
 
 def _no_files_in(directory: str) -> None:
@@ -220,8 +322,17 @@ def _members(archive: str) -> list[str]:
     except zipfile.BadZipFile:
         raise ValueError(f"{archive} is not a zip archive that can be read: unpack it, or "
                          "give the files it should hold") from None
+    except OSError:
+        head(archive)  # says why it cannot be read
+        raise
     paths = [f"{archive}{MEMBER}{name}" for name in sorted(names, key=_natural)]
-    data = [path for path in paths if layout_of(path) is not None]
+    data = []
+    for path in paths:
+        text = head(path)
+        if layout_of(path, text=text) is not None:
+            data.append(path)
+        elif looks_like_data(path):
+            _refuse_unknown(path, text)
     if not data:
         held = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise ValueError(
@@ -231,20 +342,33 @@ def _members(archive: str) -> list[str]:
     return data
 
 
-def layout_of(path: str, lines: int = 20) -> schema.Layout | None:
-    """A data file's layout, from the most common field count of its first lines (a bad line
-    does not hide it); None: not a data file."""
-    if os.path.basename(path) == "names.csv":
-        return None
+HEAD = 1 << 16  # bytes of a file's text read to tell its layout, and checked first
+
+
+def head(path: str, size: int = HEAD) -> bytes:
+    """The first ``size`` bytes of ``path``'s text (decompressed); ValueError, saying what to
+    do, when it cannot be read or decompressed."""
     try:
         with open_text(path) as f:
-            head = f.read(1 << 16).split(b"\n")[:lines]
+            return f.read(size)
+    except PermissionError:
+        raise ValueError(f"{path} cannot be read by this user: give it read access (chmod a+r "
+                         f"{path.split(MEMBER, 1)[0]}), or move it out of the data") from None
     except (OSError, EOFError, lzma.LZMAError, zipfile.BadZipFile) as exc:
         if compressed(path):
             raise ValueError(f"{path} cannot be decompressed ({exc}): check the file, or give "
                              "it unpacked") from None
-        raise
-    counts = Counter(line.count(b"|") + 1 for line in head if line.strip())
+        raise ValueError(f"{path} cannot be read ({exc}): check the file, or move it out of "
+                         "the data") from None
+
+
+def layout_of(path: str, lines: int = 20, text: bytes | None = None) -> schema.Layout | None:
+    """A data file's layout, from the most common field count of its first lines (a bad line
+    does not hide it); None: not a data file. ``text``: its first bytes, if read already."""
+    if os.path.basename(path) == "names.csv":
+        return None
+    first = (head(path) if text is None else text).split(b"\n")[:lines]
+    counts = Counter(line.count(b"|") + 1 for line in first if line.strip())
     by_fields = {layout.fields: layout for layout in schema.LAYOUTS}
     for fields, _ in counts.most_common():
         if fields in by_fields:
@@ -252,10 +376,62 @@ def layout_of(path: str, lines: int = 20) -> schema.Layout | None:
     return None
 
 
+_DELIMITERS = {b"|": "'|'", b",": "',' (comma)", b"\t": "a tab", b";": "';'"}
+
+
+def not_data(path: str, text: bytes) -> str:
+    """Why ``path``, whose first bytes are ``text``, is not a Fannie Mae file: what its lines
+    hold (the fields and their delimiter), or that it is empty."""
+    lines = [line for line in text.split(b"\n")[:20] if line.strip()]
+    if not lines:
+        return "is empty" if not text else "holds only blank lines"
+    counts = {mark: Counter(line.count(mark) for line in lines).most_common(1)[0][0]
+              for mark in _DELIMITERS}
+    mark = max(counts, key=lambda m: (counts[m], m == b"|"))
+    if counts[mark] == 0:
+        return "holds lines without any field delimiter"
+    return f"holds lines of {counts[mark] + 1} fields separated by {_DELIMITERS[mark]}"
+
+
+def _refuse_unknown(path: str, text: bytes) -> None:
+    """ValueError for a file named like Fannie Mae's whose lines are in none of its layouts."""
+    why = not_data(path, text)
+    if why.startswith(("is empty", "holds only blank")):
+        raise ValueError(f"{path} {why}: a download that failed? download it again, or move "
+                         "it out of the data")
+    fix = ("check that it is a Fannie Mae file, or move it out of the data" if "'|'" in why else
+           "write it with '|' between fields, as Fannie Mae ships it, or move it out of the data")
+    raise ValueError(
+        f"{path} {why}, where Fannie Mae's files hold 31 (classic performance), 25 (classic "
+        f"acquisition) or 108 (current layout) fields separated by '|': {fix}")
+
+
+def _refuse_copies(paths: list[str], heads: dict[str, bytes], layout: schema.Layout) -> None:
+    """ValueError naming two files of one quarter that begin with the same loan (a copy of
+    the same file: a second download, a backup, an archive beside its unpacked file), which
+    would put its rows in the table twice. The parts of a quarter's split file hold other
+    loans each."""
+    firsts: dict = {}
+    for path in paths:
+        line = next((line for line in heads[path].split(b"\n") if line.strip()), b"")
+        key = (schema.quarter_of(path), line.rstrip(b"\r"))
+        if key in firsts:
+            other = firsts[key]
+            raise ValueError(
+                f"two files for the same quarter{' ' + key[0] if key[0] else ''}: {other} and "
+                f"{path} begin with the same loan (one a copy of the other?): their rows would "
+                "be read twice; move one of them out of the data")
+        firsts[key] = path
+
+
 def plan(data=None, *, perf=None, acq=None, names: str | None = None,
          partition_size: int | str = PARTITION_SIZES["cpu"]) -> Plan:
     """Find the files of a dataset (``data``, or the classic ``perf`` and ``acq``) and cut
-    them into partitions of about ``partition_size`` bytes."""
+    them into partitions of about ``partition_size`` bytes.
+
+    Every file whose name is a Fannie Mae file's is read, or refused with the reason
+    (ValueError): lines in none of the layouts (another delimiter, empty), two copies of one
+    quarter's file."""
     size = partition_size_for("cpu", partition_size)
     given = [x for x in (data, perf, acq) if x is not None]
     if not given:
@@ -263,12 +439,20 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
                                 "Mae files (either layout), or the classic perf and acq files")
     files = find_files([x for item in given
                         for x in ([item] if isinstance(item, (str, os.PathLike)) else item)])
-    by_layout = _grouped(files, lambda path: getattr(layout_of(path), "name", None))
+    heads = {path: head(path) for path in files}
+    layouts = {path: layout_of(path, text=heads[path]) for path in files}
+    for path in files:
+        if layouts[path] is None and looks_like_data(path):
+            _refuse_unknown(path, heads[path])
+    by_layout = _grouped(files, lambda path: getattr(layouts[path], "name", None))
     if names is None:
         names = next((f for f in files if os.path.basename(f) == "names.csv"), None)
     current = by_layout.get(schema.CURRENT.name, [])
     performance = by_layout.get(schema.CLASSIC_PERFORMANCE.name, [])
     acquisition = by_layout.get(schema.CLASSIC_ACQUISITION.name, [])
+    for layout, group in ((schema.CURRENT, current), (schema.CLASSIC_PERFORMANCE, performance),
+                          (schema.CLASSIC_ACQUISITION, acquisition)):
+        _refuse_copies(group, heads, layout)
     if current and (performance or acquisition):
         raise ValueError(
             "the data mixes the current layout (108 fields) with the classic one (31 and 25 "
@@ -280,10 +464,13 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
         acquisitions = _acquisitions_by_quarter(acquisition, performance)
     else:
         missing = "acquisition" if performance else "performance"
+        others = [f for f in by_layout.get(None, []) if os.path.basename(f) != "names.csv"]
+        seen = (f" ({others[0]} {not_data(others[0], heads[others[0]])})" if others else "")
         raise FileNotFoundError(
             f"no Fannie Mae {missing} files among {len(files)} file(s) of {data or perf or acq!r}"
-            ": give the current layout's quarter files (108 fields a line), or the classic "
-            "Performance_* (31 fields) and Acquisition_* (25 fields) files")
+            f"{seen}: give the current layout's quarter files (108 fields a line), or the "
+            "classic Performance_* (31 fields) and Acquisition_* (25 fields) files, with '|' "
+            "between fields")
     parts = cut(data_files, size, layout)
     if len(parts) > MAX_PARTITIONS:
         raise ValueError(f"partition_size={partition_size!r} cuts the data into {len(parts):,} "

@@ -12,8 +12,10 @@ output may be an input, lie inside one or hold one.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import secrets
 import shutil
 import tempfile
 
@@ -121,8 +123,7 @@ class Staged:
             if not os.path.exists(parent):
                 os.makedirs(parent)
                 self._made = missing
-            self.staging = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.partial-",
-                                            dir=parent)
+            self.staging = _new_folder(parent, f".{os.path.basename(self.target)}.partial-")
         except OSError as exc:
             self._remove_made()
             raise ValueError(f"{self.target} cannot be written ({exc.strerror}): give "
@@ -133,7 +134,7 @@ class Staged:
         if kind is None:
             self.commit()
         else:  # remove what was written: the sibling, and the parent folders this created
-            shutil.rmtree(self.staging, ignore_errors=True)
+            _discard(self.staging)
             self.staging = None
             self._remove_made()
         return False
@@ -158,11 +159,19 @@ class Staged:
             json.dump({"what": self.what, "files": listed}, f, indent=0)
         try:  # again: the directory may have changed while the work ran
             check(self.target, what=self.what, overwrite=self.overwrite, inputs=self.inputs)
-        except (ValueError, FileExistsError):
+        except (ValueError, FileExistsError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            raise
+            raise type(exc)(f"{exc} (it changed while this run worked: another run at "
+                            f"once?); this run's {self.what} is removed") from None
         if not os.path.lexists(self.target) or not os.listdir(self.target):
-            os.replace(staging, self.target)  # a new name, or over an empty directory
+            try:
+                os.replace(staging, self.target)  # a new name, or over an empty directory
+            except OSError as exc:  # another run put its output there in the meantime
+                shutil.rmtree(staging, ignore_errors=True)
+                raise FileExistsError(
+                    f"{self.target} was written by another run while this one worked "
+                    f"({exc.strerror}): this run's {self.what} is removed; give another "
+                    "place, or run one at a time") from None
             return
         earlier = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.old-",
                                    dir=os.path.dirname(self.target))
@@ -177,15 +186,53 @@ class Staged:
         shutil.rmtree(earlier)  # an earlier output of these commands, and nothing else
 
 
-def check_file(target: str, *, what: str, accept=None) -> str:
+def _discard(staging: str) -> None:
+    """Remove an unfinished output's folder, now and again when this process ends: tasks
+    still running when the work stopped (Ctrl-C: the workers finish the task at hand until
+    their cluster closes) may write into it after it is removed."""
+    shutil.rmtree(staging, ignore_errors=True)
+    atexit.register(shutil.rmtree, staging, True)
+
+
+def _new_folder(parent: str, prefix: str) -> str:
+    """A new folder of a name no other has, with the mode the user's umask gives (where
+    ``tempfile.mkdtemp`` makes it 0700, and the renamed output would keep that)."""
+    for _ in range(100):
+        path = os.path.join(parent, prefix + secrets.token_hex(4))
+        try:
+            os.mkdir(path, 0o777)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for a folder {prefix}* in {parent}")
+
+
+def _new_file(parent: str, prefix: str, suffix: str) -> str:
+    """A new empty file of a name no other has, with the mode the user's umask gives (where
+    ``tempfile.mkstemp`` makes it 0600)."""
+    for _ in range(100):
+        path = os.path.join(parent, prefix + secrets.token_hex(4) + suffix)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for a file {prefix}*{suffix} in {parent}")
+
+
+def check_file(target: str, *, what: str, overwrite: bool = False, accept=None) -> str:
     """The absolute path of ``target`` once ``what`` may be written there (over an existing
-    file only when ``accept(path)``); ValueError or FileExistsError, saying what to do."""
+    file only when ``accept(path)`` and ``overwrite``); ValueError or FileExistsError, saying
+    what to do."""
     target = os.path.abspath(target)
     if os.path.isdir(target):
         raise ValueError(f"{target} is a directory: give a file name for the {what}")
     if os.path.lexists(target) and not (accept and accept(target)):
         raise FileExistsError(f"{target} exists and is not an earlier {what}: give another file "
                               "name; nothing was changed")
+    if os.path.lexists(target) and not overwrite:
+        raise FileExistsError(f"{target} holds an earlier {what}: pass --overwrite to replace "
+                              "it, or give another file name")
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise ValueError(f"{target} cannot be written: the folder {folder} does not exist")
@@ -193,13 +240,12 @@ def check_file(target: str, *, what: str, accept=None) -> str:
     return target
 
 
-def replace_file(target: str, write, *, what: str, accept=None) -> str:
+def replace_file(target: str, write, *, what: str, overwrite: bool = False,
+                 accept=None) -> str:
     """``write(path)`` into a sibling of ``target``, then renamed to it (see ``check_file``)."""
-    target = check_file(target, what=what, accept=accept)
-    handle, partial = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.partial-",
-                                       suffix=os.path.splitext(target)[1],
-                                       dir=os.path.dirname(target))
-    os.close(handle)
+    target = check_file(target, what=what, overwrite=overwrite, accept=accept)
+    partial = _new_file(os.path.dirname(target), f".{os.path.basename(target)}.partial-",
+                        os.path.splitext(target)[1])
     try:
         write(partial)
         os.replace(partial, target)

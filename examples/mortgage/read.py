@@ -633,6 +633,61 @@ def empty_columns(columns, device: str = "cpu") -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Before the ETL: the first lines of every file, and the last line of a plain one
+
+BOM = b"\xef\xbb\xbf"
+
+
+def check_start(plan) -> list[BadRow]:
+    """The bad rows among the lines of each file of ``plan`` (a ``files.Plan``) that its first
+    64 KiB hold, and its last line (a download cut short ends in a line cut short), found by
+    the rules the ETL applies: a header row, a line with fields missing, text that is not
+    UTF-8 are found in seconds, before the ETL's work, instead of at its end."""
+    bad = []
+    for path, layout, columns, unique in _files_to_check(plan):
+        text = files.head(path)
+        whole = len(text) < files.HEAD
+        start = text if whole else text[:text.rfind(b"\n") + 1]
+        _, found = _check_lines(start, layout, columns, set() if unique else None)
+        for index, reason in found:
+            if index == 0 and text.startswith(BOM):
+                reason += " (the file begins with a byte-order mark: save it without one)"
+            bad.append(BadRow(path, index + 1, reason))
+        if not whole and not files.compressed(path):
+            bad += _check_last_line(path, layout, columns)
+    return bad
+
+
+def _files_to_check(plan):
+    """(path, layout, columns the ETL reads, whether loan ids are unique) of each file."""
+    if plan.layout is schema.CURRENT:
+        columns = schema.PERFORMANCE_READ + schema.ACQUISITION_READ[1:]
+    else:
+        columns = schema.PERFORMANCE_READ
+    paths = dict.fromkeys(piece.path for part in plan.parts for piece in part.pieces)
+    for path in paths:
+        yield path, plan.layout, columns, False
+    for path in dict.fromkeys(p for group in plan.acquisitions.values() for p in group):
+        yield path, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, True
+
+
+def _check_last_line(path: str, layout, columns) -> list[BadRow]:
+    """The last line of a plain file, as a bad row if it is one (numbered only then: the
+    count reads the whole file)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(max(0, size - files.HEAD))
+        tail = f.read()
+    body = tail[:-1] if tail.endswith(b"\n") else tail
+    start = body.rfind(b"\n") + 1
+    if start == 0:  # a last line longer than the tail: not one that was cut short
+        return []
+    _, found = _check_lines(body[start:], layout, columns, None)
+    line = lines_before(path, size - len(tail) + start) + 1 if found else 0
+    return [BadRow(path, line, reason) for _, reason in found]
+
+
+# ---------------------------------------------------------------------------------------------
 # The slow path
 
 

@@ -177,7 +177,7 @@ def parse_years(text: str) -> tuple[int, int]:
 def quarter_of(path: str) -> str | None:
     """``"2007Q3"`` for ``.../Performance_2007Q3.txt_0``, ``.../Acquisition_2007Q3.txt`` or
     ``.../2007Q3.csv``."""
-    match = re.search(r"(\d{4})Q([1-4])", path.rsplit("/", 1)[-1])
+    match = re.search(r"(\d{4})[Qq]([1-4])", path.rsplit("/", 1)[-1])  # 2007q3 too
     return f"{match.group(1)}Q{match.group(2)}" if match else None
 
 

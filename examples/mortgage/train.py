@@ -3,11 +3,7 @@ some quarters, test on one; only the model and its evaluation reach the client."
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -220,55 +216,6 @@ def spread(client, part, count: int | None = None):
               for i, piece in enumerate(part.to_delayed())]
     return dd.from_delayed(placed, meta=part.head(0, npartitions=1, compute=False),
                            verify_meta=False)
-
-
-# What XGBoost writes for each worker: "[10:31:05] Task [xgboost.dask-0]:ADDRESS got rank 0"
-_RANK_LINE = re.compile(rb"\[[\d:]+\] Task \[xgboost\.dask-[^\]]*\]:\S+ got rank \d+")
-
-
-def _dropped(text: bytes) -> bytes:
-    """``text`` without the rank lines, nor the empty lines they leave."""
-    text, count = _RANK_LINE.subn(b"", text)
-    return re.sub(rb"(?m)^\n", b"", text) if count else text
-
-
-@contextlib.contextmanager
-def without_rank_lines():
-    """Drop XGBoost's "got rank" lines, which each worker writes from C++ to file descriptor 2,
-    from this process's standard error and that of the processes started in the block (a local
-    cluster's workers, in this process or their own); everything else passes, and this
-    process's standard error is itself again after it."""
-    try:
-        saved = os.dup(2)
-    except OSError:  # no standard error to filter
-        yield
-        return
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-
-    def forward():  # until the last process holding the pipe ends
-        pending = b""
-        while chunk := os.read(read_end, 1 << 16):
-            pending = _dropped(pending + chunk)
-            cut = pending.rfind(b"\n") + 1  # hold a last line that may still be one of them
-            os.write(saved, pending[:cut])
-            pending = pending[cut:]
-        os.write(saved, _dropped(pending))
-        os.close(read_end)
-        os.close(saved)
-
-    forwarder = threading.Thread(target=forward, name="stderr-filter", daemon=True)
-    forwarder.start()
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        # the last lines, where nothing else holds the pipe (a process started in the block,
-        # such as multiprocessing's resource tracker, may hold it until this one exits)
-        forwarder.join(0.2)
 
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,

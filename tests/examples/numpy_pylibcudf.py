@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import sys
 import types
+import warnings
 
 import numpy as np
 
@@ -212,9 +213,15 @@ def repeat(table, count):
     return Table([Column(np.repeat(c.values, count)) for c in table.columns()])
 
 
-def apply_boolean_mask(table, mask):
+def apply_retention_mask(table, mask):
     keep = mask.values.astype(bool) & mask.validity()
     return Table([Column(c.values[keep], c.validity()[keep]) for c in table.columns()])
+
+
+def apply_boolean_mask(table, mask):  # its name before, deprecated as in cuDF 26
+    warnings.warn("apply_boolean_mask is deprecated; use apply_retention_mask", FutureWarning,
+                  stacklevel=2)
+    return apply_retention_mask(table, mask)
 
 
 def concatenate(columns):
@@ -244,7 +251,8 @@ def module() -> types.ModuleType:
         "reduce": {"reduce": reduce_, "scan": scan, "ScanType": ScanType},
         "aggregation": {name: _aggregation(name) for name in ("all", "any", "sum")},
         "filling": {"sequence": sequence, "repeat": repeat},
-        "stream_compaction": {"apply_boolean_mask": apply_boolean_mask},
+        "stream_compaction": {"apply_boolean_mask": apply_boolean_mask,
+                              "apply_retention_mask": apply_retention_mask},
         "concatenate": {"concatenate": concatenate},
         "column_factories": {"make_empty_column": make_empty_column},
     }

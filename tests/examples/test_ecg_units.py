@@ -501,3 +501,29 @@ def test_make_and_write_sends_back_the_truth_without_the_signal(tmp_path):
     np.testing.assert_array_equal(truth.kinds, full.kinds)
     np.testing.assert_allclose(pd.read_csv(path)["ecg"].to_numpy(), full.signal, atol=5e-5)
     assert set(took) == {"generate", "write csv"} and min(took.values()) >= 0
+
+
+def test_a_small_grid_launches_without_numba_s_occupancy_warning_only(recwarn):
+    """The kernels run a block per beat (or per 256 samples): a chunk with few beats is a
+    small grid on purpose, and Numba's warning about it is left out; any other passes."""
+    import warnings
+
+    from examples.ecg.handoff import launch
+
+    class NumbaPerformanceWarning(UserWarning):
+        pass
+
+    ran = []
+
+    class Kernel:  # as a Numba CUDA kernel: the warning comes when it is configured
+        def __getitem__(self, config):
+            blocks, threads = config
+            warnings.warn(NumbaPerformanceWarning(
+                f"Grid size {blocks} will likely result in GPU under-utilization due to low "
+                "occupancy."), stacklevel=2)
+            warnings.warn("another warning, which the user should see", stacklevel=2)
+            return lambda *args: ran.append((config, args))
+
+    launch(Kernel(), 3, 256, "x", 1)
+    assert ran == [((3, 256), ("x", 1))]
+    assert [str(w.message) for w in recwarn] == ["another warning, which the user should see"]

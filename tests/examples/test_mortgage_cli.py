@@ -12,7 +12,7 @@ import threading
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from distributed import LocalCluster
+from distributed import Client, LocalCluster
 
 from dask_gpu_interop import gpu_workers
 from examples.mortgage import files, schema
@@ -117,6 +117,34 @@ def test_bad_rows_stop_with_file_and_line(tmp_path, running):
     assert result.exit_code == 0 and "1 bad rows dropped" in result.output
 
 
+def test_workers_that_cannot_import_the_example_are_named_before_the_work(tmp_path):
+    """A worker started outside the checkout (no PYTHONPATH) cannot import the code the tasks
+    call: the command says so, and where to start it, before any work."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with LocalCluster(n_workers=0, dashboard_address=None) as cluster:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+             "--nthreads", "1", "--no-dashboard", "--no-nanny"], cwd=tmp_path,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**env, "CUDA_VISIBLE_DEVICES": ""})
+        try:
+            with Client(cluster) as client:
+                client.wait_for_workers(1, timeout=60)
+            out = tmp_path / "features"
+            result = _run(["etl", "--device", "cpu", "--scheduler", cluster.scheduler_address,
+                           "--data", SAMPLE, "--out", str(out)])
+        finally:
+            worker.terminate()
+            worker.wait(30)
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert "1 of 1 worker(s) of the cluster cannot import examples.mortgage.etl" in line
+    assert "No module named 'examples'" in line
+    assert f"start them from {root}, or with PYTHONPATH={root}" in line
+    assert "ETL" not in result.output and not out.exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["etl", "--device", "cpu", "--perf", "/nowhere/*", "--acq", "/nowhere", "--out", "x"],
      "no files found"),
@@ -188,7 +216,8 @@ def _given_to_the_cluster(monkeypatch, args) -> dict:
         seen.setdefault("environ at imports", {name: os.environ.get(name)
                                                for name in gpu_workers.ENVIRON})
 
-    monkeypatch.setattr(dask_gpu_interop.options, "check_local", lambda device, protocol: "gpu")
+    monkeypatch.setattr(dask_gpu_interop.options, "check_local",
+                        lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
     monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")
     monkeypatch.setattr(cli, "import_in_background", imported)
@@ -282,6 +311,9 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
         def scheduler_info(self):
             return {"workers": {}}
 
+        def run(self, function, *args, **kwargs):
+            return {}
+
     def cluster_client(**cluster):
         generating.wait(10 if processes else 0.5)  # a generation begun before the cluster
         calls.append("cluster start")
@@ -289,6 +321,7 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
 
     monkeypatch.setattr(cli, "_generate", generate)
     monkeypatch.setattr(cli, "cluster_client", cluster_client)
+    monkeypatch.setattr(cli, "check_workers_import", lambda client, *modules: None)
     with pytest.raises(_Started):
         CliRunner().invoke(main, ["--device", "cpu", *flags], catch_exceptions=False)
     # A local cluster: local processes, begun before the cluster's start; a running cluster

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from dask_gpu_interop import without_xgboost_rank_lines
 from examples.mortgage import etl, files, output, read, train
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
@@ -204,6 +205,53 @@ def test_features_out_keeps_files_the_job_did_not_write(tmp_path):
     assert _tree(out) == before
 
 
+def _earlier_outputs(tmp_path):
+    """An earlier run's generated dataset, feature table and model, as these commands write
+    them, and a snapshot of their bytes."""
+    import numpy as np
+    import xgboost
+
+    workdir, features, model = tmp_path / "work", tmp_path / "features", tmp_path / "model.json"
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(workdir), gen.Spec(2007, 2007, loans_per_quarter=5))
+    with output.Staged(str(features), what="feature table") as staging:
+        pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
+    matrix = xgboost.DMatrix(np.arange(8.0).reshape(4, 2), label=[0, 1, 0, 1])
+    xgboost.train({"max_depth": 1}, matrix, num_boost_round=1).save_model(str(model))
+
+    def snapshot():
+        return {str(p): p.read_bytes() for base in (workdir, features, model)
+                for p in ([base] if base.is_file() else sorted(base.rglob("*"))) if p.is_file()}
+
+    return workdir, features, model, snapshot
+
+
+def test_the_job_replaces_an_earlier_output_only_with_overwrite(tmp_path):
+    workdir, features, model, snapshot = _earlier_outputs(tmp_path)
+    before = snapshot()
+    small = [*CPU, "--years", "2007", "--loans-per-quarter", "100", "--rounds", "3"]
+    for option, path, what in [("--workdir", workdir, "generated dataset"),
+                               ("--features-out", features, "feature table"),
+                               ("--model-out", model, "model")]:
+        line = _refused(_run([*small, option, str(path)]), str(path), f"earlier {what}",
+                        "--overwrite")
+        assert snapshot() == before, option
+        if option == "--workdir":
+            assert f"--data {path}" in line  # or use the dataset as it is
+    _no_leftovers(tmp_path)
+    result = _run([*small, "--workdir", str(workdir), "--features-out", str(features),
+                   "--model-out", str(model), "--overwrite"])
+    assert result.exit_code == 0, result.output
+    after = snapshot()
+    assert after[str(model)] != before[str(model)] and train.is_model(str(model))
+    assert list(pd.read_parquet(features).columns) != ["x"]  # the job's own table now
+    def generated(files):
+        return sum(len(data) for path, data in files.items() if path.startswith(str(workdir)))
+
+    assert generated(after) > 10 * generated(before)  # 100 loans a quarter now, not 5
+    _no_leftovers(tmp_path)
+
+
 # ---------------------------------------------------------------------------------------------
 # Read the files users have: zip and gzip (and bzip2, xz), either layout
 
@@ -285,6 +333,351 @@ def test_a_dataset_of_both_layouts_says_which_folder_to_give(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# Every file that looks like Fannie Mae's is read once, or refused by name with the reason
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A copy of the real sample (2007Q3, classic layout) to add files to."""
+    directory = tmp_path / "data"
+    shutil.copytree(SAMPLE, directory)
+    return directory
+
+
+def _etl(data, tmp_path, *more):
+    return _run(["etl", *CPU, "--data", str(data), "--out", str(tmp_path / "out"), *more])
+
+
+def test_a_named_pipe_named_like_a_performance_file_is_refused_not_skipped(data, tmp_path):
+    pipe = data / "Performance_2007Q3.txt_1"
+    os.mkfifo(pipe)  # opening it to read would wait for a writer: it must never be opened
+    result = _etl(data, tmp_path)
+    _refused(result, str(pipe), "named pipe")
+    assert result.seconds < 10 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("delimiter, named", [(",", "',' (comma)"), ("\t", "a tab"),
+                                              (";", "';'")])
+def test_a_file_with_another_delimiter_among_the_others_is_refused_naming_it(
+        data, tmp_path, delimiter, named):
+    text = open(SAMPLE_PERF).read().replace("|", delimiter)
+    odd = data / "Performance_2007Q4.txt"
+    odd.write_text(text)
+    _refused(_etl(data, tmp_path), str(odd), "31 fields", named, "'|'")
+
+
+def test_a_dataset_of_another_delimiter_names_it(tmp_path):
+    data = tmp_path / "mine"
+    data.mkdir()
+    for source, name in [(SAMPLE_PERF, "perf.csv"), (SAMPLE_ACQ, "acq.csv")]:  # not named
+        (data / name).write_text(open(source).read().replace("|", ","))
+    _refused(_etl(data, tmp_path), "no Fannie Mae performance files", "fields separated by "
+             "',' (comma)")
+
+
+@pytest.mark.parametrize("copy", ["Performance_2007Q3 (1).txt_0", "Performance_2007Q3.txt_0.bak",
+                                  "Performance_2007Q3.txt_0.gz", "Acquisition_2007Q3 (2).txt"])
+def test_two_copies_of_one_quarter_s_file_are_refused_naming_both(data, tmp_path, copy):
+    source = data / ("Acquisition_2007Q3.txt" if copy.startswith("Acq") else
+                     "Performance_2007Q3.txt_0")
+    if copy.endswith(".gz"):
+        _compress(source, data / copy, "gz")
+    else:
+        shutil.copy(source, data / copy)
+    _refused(_etl(data, tmp_path), "two files for the same quarter 2007Q3", str(source),
+             str(data / copy))
+
+
+def test_the_parts_of_a_quarter_s_split_file_are_all_read(data):
+    lines = open(SAMPLE_PERF).read().splitlines(keepends=True)
+    cut = next(i for i in range(5000, len(lines))
+               if lines[i].split("|")[0] != lines[i - 1].split("|")[0])
+    (data / "Performance_2007Q3.txt_0").write_text("".join(lines[:cut]))
+    (data / "Performance_2007Q3.txt_1").write_text("".join(lines[cut:]))
+    plan = files.plan(str(data))
+    read_from = {piece.path for part in plan.parts for piece in part.pieces}
+    assert {os.path.basename(p) for p in read_from} == {"Performance_2007Q3.txt_0",
+                                                        "Performance_2007Q3.txt_1"}
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n"])
+def test_an_empty_file_is_named_as_empty(data, tmp_path, content):
+    empty = data / "Performance_2007Q4.txt"
+    empty.write_bytes(content)
+    _refused(_etl(data, tmp_path), str(empty), "empty" if not content else "blank lines",
+             "download it again")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "2007Q3.csv").write_bytes(content)  # not "no performance files"
+    _refused(_etl(alone, tmp_path), "2007Q3.csv", "download it again")
+
+
+def test_a_file_reached_by_two_names_is_read_once(data, tmp_path, monkeypatch):
+    once = files.plan(str(data))
+    perf = data / "Performance_2007Q3.txt_0"
+    (data / "perf").mkdir()
+    os.symlink(perf, data / "perf" / "link_to_perf.txt")
+    monkeypatch.chdir(tmp_path)
+    for given in ([str(data), os.path.relpath(perf)], [str(data), str(perf)]):
+        again = files.plan(given)
+        assert [p.pieces for p in again.parts] == [p.pieces for p in once.parts]
+        assert again.input_bytes == once.input_bytes
+
+
+def test_a_file_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monkeypatch):
+    perf = str(data / "Performance_2007Q3.txt_0")
+    real = files.open_text
+
+    def denied(path):
+        if path == perf:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(files, "open_text", denied)
+    _refused(_etl(data, tmp_path), perf, "cannot be read by this user", "chmod a+r")
+
+
+def test_a_folder_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monkeypatch):
+    (data / "perf").mkdir()
+    shutil.move(data / "Performance_2007Q3.txt_0", data / "perf")
+    real = os.access
+    monkeypatch.setattr(files.os, "access", lambda path, mode: not str(path).endswith("perf")
+                        and real(path, mode))
+    _refused(_etl(data, tmp_path), str(data / "perf"), "cannot be read", "chmod a+rx")
+
+
+@pytest.mark.parametrize("kind", ["broken link", "download"])
+def test_a_link_to_nothing_or_an_unfinished_download_is_refused(data, tmp_path, kind):
+    if kind == "broken link":
+        odd = data / "Performance_2007Q4.txt"
+        os.symlink(tmp_path / "gone.txt", odd)
+        words = ["does not exist"]
+    else:
+        odd = data / "Performance_2007Q4.txt.crdownload"
+        odd.write_text(open(SAMPLE_PERF).read()[:5000])
+        words = ["has not finished"]
+    _refused(_etl(data, tmp_path), str(odd), *words)
+
+
+def test_files_with_windows_line_ends_or_lower_case_names_read_as_the_others(tmp_path,
+                                                                             plain_table):
+    crlf = tmp_path / "crlf"
+    crlf.mkdir()
+    for source in (SAMPLE_PERF, SAMPLE_ACQ):  # lower-case names, CR LF line ends
+        name = os.path.basename(source).lower()
+        (crlf / name).write_bytes(open(source, "rb").read().replace(b"\n", b"\r\n"))
+    plan = files.plan(str(crlf))
+    assert plan.quarters == ["2007Q3"] and list(plan.acquisitions) == ["2007Q3"]
+    assert read.check_start(plan) == []
+    with dask.config.set(scheduler="threads"):
+        got = etl.run(plan).frame.compute()
+    pd.testing.assert_frame_equal(got.reset_index(drop=True),
+                                  plain_table.reset_index(drop=True), check_exact=True)
+
+
+def test_a_folder_of_more_quarters_is_refused_unless_given_too(data, tmp_path):
+    more = data / "2007Q4"
+    more.mkdir()
+    lines = open(SAMPLE_PERF).read().replace("|07/01/2007|", "|10/01/2007|")
+    (more / "Performance_2007Q4.txt").write_text(lines)
+    (more / "Acquisition_2007Q4.txt").write_text(open(SAMPLE_ACQ).read())
+    _refused(_etl(data, tmp_path), str(more), "leaves out", f"etl --data {data} {more}")
+    plan = files.plan([str(data), str(more)])  # given too: read
+    assert sorted(set(plan.quarters)) == ["2007Q3", "2007Q4"]
+
+
+def _bad_start(result, path, line, *words):
+    """Stopped before the cluster, with the bad row named by file and line."""
+    assert result.exit_code == 1, result.output
+    assert "cluster:" not in result.output and "Traceback" not in result.output
+    assert f"{path}:{line}: " in result.output, result.output
+    for word in words:
+        assert word in result.output, result.output
+
+
+@pytest.mark.parametrize("flaw", ["header", "short line", "not UTF-8", "byte-order mark"])
+def test_a_flaw_in_the_first_lines_is_named_before_the_etl(data, tmp_path, flaw):
+    perf = data / "Performance_2007Q3.txt_0"
+    lines = perf.read_bytes().splitlines(keepends=True)
+    if flaw == "header":
+        lines.insert(0, b"|".join(b"COLUMN_%d" % i for i in range(31)) + b"\n")
+        line, words = 1, ["loan_id is not an integer"]
+    elif flaw == "short line":
+        lines[3] = b"|".join(lines[3].split(b"|")[:12]) + b"\n"
+        line, words = 4, ["expected 31 fields, found 12"]
+    elif flaw == "not UTF-8":
+        lines[5] = lines[5].replace(b"|", b"|\xff", 1)
+        line, words = 6, ["not UTF-8"]
+    else:
+        lines[0] = read.BOM + lines[0]
+        line, words = 1, ["byte-order mark"]
+    perf.write_bytes(b"".join(lines))
+    _bad_start(_etl(data, tmp_path), perf, line, *words)
+    result = _etl(data, tmp_path, "--bad-rows", "skip")  # the policy still chooses
+    assert result.exit_code == 0, result.output
+
+
+def test_a_file_cut_short_at_its_end_is_named_before_the_etl(data, tmp_path):
+    perf = data / "Performance_2007Q3.txt_0"
+    text = perf.read_bytes()
+    assert len(text) > 2 * files.HEAD
+    cut = text[:len(text) - 300]  # a download that stopped in the middle of a line
+    perf.write_bytes(cut)
+    _bad_start(_etl(data, tmp_path), perf, cut.count(b"\n") + 1, "expected 31 fields")
+
+
+def test_a_comma_delimited_member_of_an_archive_is_refused_naming_it(data, tmp_path):
+    with zipfile.ZipFile(data / "2007Q4.zip", "w") as archive:
+        archive.writestr("Performance_2007Q4.txt", open(SAMPLE_PERF).read().replace("|", ","))
+    _refused(_etl(data, tmp_path), "2007Q4.zip::Performance_2007Q4.txt", "',' (comma)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopped, full or raced: one line, and nothing left behind
+
+
+@pytest.fixture(scope="module")
+def larger(tmp_path_factory):
+    """A generated dataset with enough work for a command to be stopped in the middle of it."""
+    directory = tmp_path_factory.mktemp("larger") / "data"
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(directory), gen.Spec(2007, 2007, loans_per_quarter=1500))
+    return directory
+
+
+def _interrupted(argv, started_line, tmp_path):
+    """Run ``python -m examples.mortgage ARGV`` as a terminal would, press Ctrl-C (SIGINT to
+    its whole process group) once it prints a line starting with ``started_line``; its output
+    and exit status."""
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "examples.mortgage", *argv], cwd=root, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith(started_line):
+                os.killpg(process.pid, signal.SIGINT)
+                break
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return "".join(lines) + rest, process.returncode
+
+
+def _quiet_interruption(output, code, out):
+    assert code == 130, output
+    assert "interrupted" in output.splitlines()[-1], output
+    for noise in ("Traceback", "KeyboardInterrupt", "Aborted", "ERROR", "CancelledError"):
+        assert noise not in output, output
+    assert not os.path.exists(out)
+    _no_leftovers(os.path.dirname(out))
+
+
+def test_ctrl_c_during_the_etl_stops_it_in_one_line_and_leaves_nothing(larger, tmp_path):
+    out = tmp_path / "features"
+    output, code = _interrupted(
+        ["etl", "--device", "cpu", "--workers", "2", "--data", str(larger), "--out", str(out),
+         "--partition-size", "1MiB"], "ETL partitions:", tmp_path)
+    _quiet_interruption(output, code, str(out))
+
+
+def test_ctrl_c_during_generate_stops_it_in_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "data"
+    output, code = _interrupted(
+        ["generate", "--out", str(out), "--workers", "2", "--years", "2006-2007",
+         "--loans-per-quarter", "2000", "--loans-per-part", "100"], "files written:", tmp_path)
+    _quiet_interruption(output, code, str(out))
+
+
+def test_a_full_disk_during_the_etl_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                   capfd):
+    import errno
+
+    from dask.dataframe.io.parquet import arrow
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(arrow.ArrowDatasetEngine, "write_partition", full)
+    out = tmp_path / "features"  # workers in this process (--no-processes) see the patch
+    result = _run(["etl", "--device", "cpu", "--workers", "1", "--no-processes", "--data",
+                   SAMPLE, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert "the disk is full" in line and "free some space" in line
+    assert "Traceback" not in result.output
+    assert "Compute Failed" not in capfd.readouterr().err  # the workers leave it to the command
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_while_generating_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from distributed import LocalCluster
+
+    real = gen.write_part
+
+    def fills_up(roots, spec, year, quarter, part):  # sent to the worker by value
+        if (quarter, part) == (2, 1):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(roots, spec, year, quarter, part)
+
+    monkeypatch.setattr(gen, "write_part", fills_up)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:  # its tasks see the patch
+        result = _run(["generate", "--out", str(tmp_path / "data"), "--years", "2007",
+                       "--loans-per-quarter", "20", "--loans-per-part", "5", "--scheduler",
+                       cluster.scheduler_address])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert line.startswith("Error: the disk is full"), result.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_two_runs_at_once_to_one_place_end_in_one_line(tmp_path, monkeypatch):
+    """The second run to finish finds the first one's table where it was to write its own."""
+    out = tmp_path / "features"
+    real = etl.run
+
+    def another_run_finishes_first(*args, **kwargs):
+        result = real(*args, **kwargs)
+        with output.Staged(str(out), what="feature table") as staging:
+            pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
+        return result
+
+    monkeypatch.setattr(etl, "run", another_run_finishes_first)
+    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert str(out) in line and "another run at once" in line
+    assert "Traceback" not in result.output
+    assert list(pd.read_parquet(out).columns) == ["x"]  # the other run's table, untouched
+    _no_leftovers(tmp_path)
+
+
+def test_outputs_have_the_mode_the_umask_gives(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        with output.Staged(str(tmp_path / "table"), what="feature table") as staging:
+            with open(os.path.join(staging, "part.0.parquet"), "w") as f:
+                f.write("x")
+        output.replace_file(str(tmp_path / "model.json"),
+                            lambda path: open(path, "w").write("{}"), what="model")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "table").stat().st_mode & 0o777 == 0o750  # not mkdtemp's 0700
+    assert (tmp_path / "model.json").stat().st_mode & 0o777 == 0o640  # not mkstemp's 0600
+
+
+# ---------------------------------------------------------------------------------------------
 # Mistakes answered in one line, before the work
 
 
@@ -328,7 +721,7 @@ def test_xgboost_rank_lines_are_dropped_from_the_output(capfd):
     own standard error is itself again after the block."""
     import subprocess
 
-    with train.without_rank_lines():
+    with without_xgboost_rank_lines():
         os.write(2, b"[10:31:05] Task [xgboost.dask-0]:tcp://127.0.0.1:4000 got rank 0"
                     b"[10:31:05] Task [xgboost.dask-1]:tcp://127.0.0.1:4001 got rank 1\n\n")
         os.write(2, b"a warning the user should see\n")

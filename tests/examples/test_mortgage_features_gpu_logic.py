@@ -106,3 +106,21 @@ def test_the_gpu_join_is_the_numpy_join(gpu, acquired_loans):
         assert column.null_count() == 0
         np.testing.assert_array_equal(column.values, want[row])
         assert column.values.dtype == np.float32
+
+
+@pytest.mark.filterwarnings("error::FutureWarning")
+@pytest.mark.parametrize("older", [False, True], ids=["current cuDF", "older cuDF"])
+def test_rows_are_kept_by_the_current_name_and_by_the_older(gpu, monkeypatch, older):
+    """cuDF 26 renamed apply_boolean_mask to apply_retention_mask and warns on the old name:
+    the features call the new one where it is, so no FutureWarning reaches the user, and the
+    old one on a cuDF without it."""
+    compaction = gpu.plc.stream_compaction
+    if older:  # a cuDF from before the rename: only the old name, which does not warn there
+        monkeypatch.delattr(compaction, "apply_retention_mask")
+        monkeypatch.setattr(compaction, "apply_boolean_mask",
+                            numpy_pylibcudf.apply_retention_mask)
+    frame = _perf(np.random.default_rng(3), 50, shuffle=False, repeat_months=False)
+    want = features.performance_features(frame.copy())
+    got = gpu.performance_features(
+        *_columns(gpu, frame, ["loan_id", PERIOD, STATUS, "current_actual_upb"]))
+    np.testing.assert_array_equal(got[schema.LABEL].values, want[schema.LABEL].to_numpy())

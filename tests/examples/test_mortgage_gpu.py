@@ -111,6 +111,18 @@ def test_the_real_sample_on_both_devices_and_layouts(tmp_path):
         assert gpu.rows == 10_000
 
 
+def test_files_with_windows_line_ends_give_the_same_table(tmp_path):
+    """A dataset saved with CR LF line ends (an editor, a Windows machine): libcudf's reader
+    gives the table of the LF files, as pyarrow's does on CPUs."""
+    for source in (SAMPLE_PERF, SAMPLE_ACQ):
+        with open(source, "rb") as f:
+            (tmp_path / os.path.basename(source)).write_bytes(f.read().replace(b"\n", b"\r\n"))
+    crlf = files.plan(str(tmp_path))
+    want = etl.run(files.plan(perf=SAMPLE_PERF, acq=SAMPLE_ACQ), device="cpu")
+    _same_table(want, etl.run(crlf, device="gpu"))
+    _same_table(want, etl.run(crlf, device="cpu"))
+
+
 def test_byte_ranges_at_loan_boundaries_read_every_row_once(dataset):
     """cuDF reads the rows that start after a range's offset: each piece's rows are its lines."""
     path = max(dataset.current, key=os.path.getsize)

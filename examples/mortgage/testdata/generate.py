@@ -21,6 +21,7 @@ import io
 import math
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -765,7 +766,8 @@ def _generate(directory: str, spec: Spec, layout: str, progress: bool,
     everything = [*acquisitions, *classic, *current, *tasks]
     if processes:
         results = dask.compute(*everything, scheduler="processes",
-                               num_workers=max(1, min(processes, len(tasks))))
+                               num_workers=max(1, min(processes, len(tasks))),
+                               initializer=_exit_on_interrupt)
     elif progress:
         results = _compute_with_progress(everything)
     else:
@@ -790,6 +792,16 @@ def _generate(directory: str, spec: Spec, layout: str, progress: bool,
         seconds=time.perf_counter() - started,
         spec=spec,
     )
+
+
+def _exit_on_interrupt() -> None:
+    """In a pool process: a terminal's Ctrl-C ends it at once, without a traceback (the command
+    that started the pool stops and says so)."""
+    signal.signal(signal.SIGINT, _exit_now)
+
+
+def _exit_now(signum, frame) -> None:
+    os._exit(128 + signum)
 
 
 def _compute_with_progress(tasks):
