@@ -23,11 +23,11 @@ from dask_gpu_interop import (
     ClusterError,
     check_workers_import,
     cluster_client,
-    gpu_workers,
     import_in_background,
     resolve_device,
     without_xgboost_rank_lines,
 )
+from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
 from . import cpu_workers, files, output, placement, read, schema, train, worker_logs
@@ -264,7 +264,7 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     this one's)."""
     with contextlib.ExitStack() as stack:
         if expected == "gpu" and not cluster.get("scheduler"):
-            stack.enter_context(gpu_workers.environ())
+            stack.enter_context(gpu_worker_environ())
         stack.enter_context(cpu_workers.environ(cluster, expected))
         for module in (*imports, *(["cudf"] if expected == "gpu" else [])):
             import_in_background(module)

@@ -48,7 +48,9 @@ def test_shuffle_on_cpus_checks_every_method_and_times_the_librarys_steps(tmp_pa
     assert set(steps) == {"split", "batch", "concat", "transfer"}
     assert steps["split"]["count"] == 4 and steps["concat"]["count"] == 4
     assert steps["split"]["first"] <= steps["batch"]["first"] <= steps["concat"]["last"]
-    assert 0 < steps["concat"]["last"] <= profile["seconds"]
+    # the task stream's times are the workers' (distributed shifts them by its estimate of the
+    # clocks' offset): within the call, give or take that estimate
+    assert 0 < steps["concat"]["last"] <= profile["seconds"] + 0.05
     table = (tmp_path / "shuffle-cpu-test.md").read_text()
     assert "### library cluster, TCP" in table and "| 1.00 MiB | library |" in table
     assert table.count("| ok |") == 5 and "FAILED" not in table

@@ -601,12 +601,10 @@ def test_a_full_disk_during_the_etl_is_one_line_and_leaves_nothing(tmp_path, mon
                                                                    capfd):
     import errno
 
-    from dask.dataframe.io.parquet import arrow
-
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(arrow.ArrowDatasetEngine, "write_partition", full)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)  # each task writes its partition
     out = tmp_path / "features"  # workers in this process (--no-processes) see the patch
     result = _run(["etl", "--device", "cpu", "--workers", "1", "--no-processes", "--data",
                    SAMPLE, "--out", str(out)])
@@ -645,7 +643,7 @@ def test_a_full_disk_while_generating_is_one_line_and_leaves_nothing(tmp_path, m
 def test_two_runs_at_once_to_one_place_end_in_one_line(tmp_path, monkeypatch):
     """The second run to finish finds the first one's table where it was to write its own."""
     out = tmp_path / "features"
-    real = etl.run
+    real = etl._compute  # every partition written to this run's staging folder
 
     def another_run_finishes_first(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -653,7 +651,7 @@ def test_two_runs_at_once_to_one_place_end_in_one_line(tmp_path, monkeypatch):
             pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
         return result
 
-    monkeypatch.setattr(etl, "run", another_run_finishes_first)
+    monkeypatch.setattr(etl, "_compute", another_run_finishes_first)
     result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)])
     assert result.exit_code == 1, result.output
     (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
