@@ -22,6 +22,7 @@ _register_serializers()  # lazily: no torch/JAX import until one of their object
 from ._imports import import_in_background  # noqa: E402
 from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
 from .cluster import ClusterError, cluster_client, local_cluster, resolve_device  # noqa: E402
+from .device import gpu_count  # noqa: E402
 from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
     GPUMemoryPlugin,
@@ -55,6 +56,7 @@ __all__ = [
     "ShuffleStats",
     "check_workers_import",
     "cluster_client",
+    "gpu_count",
     "import_in_background",
     "local_cluster",
     "memory_report",

@@ -28,7 +28,20 @@ def _visible_devices_disabled() -> bool:
 
 
 def gpu_count() -> int:
-    """Number of CUDA devices this process may use (0 when none, or no CUDA stack)."""
+    """How many CUDA GPUs this process may use, asked without creating a CUDA context.
+
+    Returns
+    -------
+    int
+        The devices CUDA (or NVML) lists, as ``CUDA_VISIBLE_DEVICES`` leaves them; 0 where
+        none is visible or no CUDA stack is installed.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import gpu_count
+    >>> gpu_count() >= 0
+    True
+    """
     if _visible_devices_disabled():
         return 0
     try:

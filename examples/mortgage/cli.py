@@ -23,6 +23,7 @@ from dask_gpu_interop import (
     ClusterError,
     check_workers_import,
     cluster_client,
+    gpu_count,
     import_in_background,
     resolve_device,
     without_xgboost_rank_lines,
@@ -75,6 +76,13 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
                                  layout)
     return _usage(gen.Spec, *years, loans_per_quarter=loans_per_quarter, seed=seed,
                   end_year=end_year, loans_per_part=loans_per_part)
+
+
+def _text_of(spec, layout: str) -> int:
+    """About the bytes of text generating ``spec`` makes (at most the disk it needs)."""
+    from .testdata import generate as gen
+
+    return gen.space_needed(spec, layout)
 
 
 def _check_space(directory: str, spec, layout: str) -> None:
@@ -221,6 +229,25 @@ def _gpu_threads(cluster: dict, device: str) -> dict:
     return {**cluster, "threads_per_worker": GPU_THREADS}
 
 
+# Text below which one GPU runs the commands faster than several: each further GPU's worker is
+# a process that starts Python and the GPU stack, which the ETL's speed on more GPUs pays back
+# only on more data (examples/mortgage/README.md: "How many GPUs").
+ONE_GPU_TEXT = 20 * 2**30
+
+
+def _gpus_for(cluster: dict, device: str, text_bytes: int) -> dict:
+    """``cluster`` with one GPU worker where the data is below ``ONE_GPU_TEXT`` and several
+    GPUs are visible (a local cluster, --workers not given), saying so; as it is otherwise."""
+    gpus = gpu_count() if device == "gpu" else 0
+    if (cluster.get("scheduler") or cluster.get("n_workers") or gpus < 2
+            or text_bytes >= ONE_GPU_TEXT):
+        return cluster
+    click.echo(f"note: 1 of the {gpus} GPUs for {format_bytes(text_bytes)} of text: more "
+               f"GPUs make the commands faster from about {format_bytes(ONE_GPU_TEXT)} "
+               "(--workers N to choose)")
+    return {**cluster, "n_workers": 1}
+
+
 def _shared_pool(cluster: dict) -> dict:
     """The whole job on a local GPU cluster: CUDA's async pool, which cuDF, CuPy and XGBoost's
     PyPI wheels all draw from (the ``etl`` command keeps the RMM pool: its ETL is faster there),
@@ -348,6 +375,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_workdir(workdir, overwrite)
     if spec is not None:
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
+    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else _text_of(spec,
+                                                                                        layout))
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
@@ -483,6 +512,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     cluster = _gpu_threads(cluster, expected)
     the_plan = _plan(data, perf, acq, names, expected, partition_size)
     _check_start(the_plan, bad_rows)
+    cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())

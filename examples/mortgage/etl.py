@@ -173,13 +173,16 @@ class EtlResult:
 
 
 def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
-        progress: bool = False, into: str = "device") -> EtlResult:
+        progress: bool = False, into: str = "device", workers: list[str] | None = None
+        ) -> EtlResult:
     """The ETL of ``plan``, its table kept in the workers' memory (or local threads'): on GPU
-    workers in device memory, or with ``into="host"`` as pandas in their host memory."""
+    workers in device memory, or with ``into="host"`` as pandas in their host memory.
+    ``workers``: where each partition is made (the worker it will train on, so that it need
+    not move), where that worker runs."""
     read.check_policy(bad_rows)
     started = time.perf_counter()
     frame, reports = graph(plan, device, into)
-    frame, reports = _persist(frame, reports, len(plan.parts), progress, device)
+    frame, reports = _persist(frame, reports, len(plan.parts), progress, device, workers)
     rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
     return EtlResult(frame, plan.quarters, rows, plan.input_bytes, count, bad,
                      time.perf_counter() - started, len(plan.parts))
@@ -239,15 +242,21 @@ def _settle(client, keys: set, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _persist(frame, reports, parts: int, progress: bool, device: str):
-    """Persist the table and compute the reports: on the current client, or local threads."""
+def _persist(frame, reports, parts: int, progress: bool, device: str, workers=None):
+    """Persist the table and compute the reports: on the current client (partition ``i`` on
+    ``workers[i]`` where given), or local threads."""
     client = current_client()
     if client is None:  # local threads: the tables and the reports in one computation
         computed = dask.compute(*frame.to_delayed(), *reports)
         tables, reports = computed[:frame.npartitions], list(computed[frame.npartitions:])
         frame = dd.from_delayed([dask.delayed(t) for t in tables], meta=frame._meta)
         return frame, reports
-    frame = client.persist(frame)
+    if workers:  # loosely: a partition whose worker is gone is made on another
+        placed = [client.compute(piece, workers=[worker], allow_other_workers=True)
+                  for piece, worker in zip(frame.to_delayed(), workers, strict=True)]
+        frame = dd.from_delayed(placed, meta=frame._meta, verify_meta=False)
+    else:
+        frame = client.persist(frame)
     futures = client.compute(reports)
     if progress:
         wait(futures[:parts], "ETL partitions")

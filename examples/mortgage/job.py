@@ -74,13 +74,18 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     planning = time.perf_counter()
     memory = placement.measure(client, device)
     threads = max(client.nthreads().values(), default=1)
-    placed = placement.choose(placement.estimate(plan, threads), memory, device, training_data)
+    estimated = placement.estimate(plan, threads)
+    placed = placement.choose(estimated, memory, device, training_data)
     say(placed.line())
+    # the workers that will train, and each partition made on the one it trains on
+    trainers = train.training_workers(len(client.scheduler_info()["workers"]), estimated.rows,
+                                      device)
+    where = train.targets(plan.quarters, holdout, train.ranked_workers(client)[:trainers])
     planned = time.perf_counter() - planning
     on_host = device == "gpu" and placed.where == "host"
     say(f"ETL: {len(plan.parts)} partitions of {plan.layout.name} files ...")
     result = etl.run(plan, device=device, bad_rows=bad_rows, progress=progress,
-                     into="host" if on_host else "device")
+                     into="host" if on_host else "device", workers=where)
     say(f"ETL done: {result.summary()}")
     say(f"training ({rounds} rounds) ...")
     merged = {**train.PARAMS, **(params or {})}
@@ -90,7 +95,8 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     # XGBoost quantizes host partitions on the worker's CPU cores: all of the worker's share
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
                           holdout=holdout, params=params, progress=progress, echo=say,
-                          nthread=memory.cores_per_worker if on_host else None)
+                          nthread=memory.cores_per_worker if on_host else None,
+                          workers=trainers)
     say(f"training done: {trained.train_seconds:.2f} s after {trained.dmatrix_seconds:.2f} s "
         f"of its matrix, test AUC {trained.auc:.4f}")
     reporting = time.perf_counter()

@@ -160,6 +160,22 @@ def split(frame, quarters: list[str | None], holdout: str | None = None):
             f"the last {TEST_SHARE:.0%} of each partition (one quarter only)")
 
 
+def targets(quarters: list[str | None], holdout: str | None, workers: list[str]) -> list[str]:
+    """The worker each of the ETL's partitions trains on (as :func:`split` and :func:`spread`
+    place them): within the training partitions and within the test partitions, the ``i``-th
+    goes to ``workers[i % len(workers)]``. Made there, a partition need not move to train."""
+    known = check_holdout(quarters, holdout)
+    if len(known) < 2 and holdout is None:  # one quarter: every partition in both sets
+        return [workers[i % len(workers)] for i in range(len(quarters))]
+    test_quarter = holdout or known[-1]
+    out, seen = [], {True: 0, False: 0}
+    for quarter in quarters:
+        held = quarter == test_quarter
+        out.append(workers[seen[held] % len(workers)])
+        seen[held] += 1
+    return out
+
+
 def _check_classes(name: str, rows: int, positives: int, what: str) -> None:
     """AUC needs both classes: say so instead of reporting nan."""
     if rows == 0:
@@ -220,12 +236,13 @@ def spread(client, part, count: int | None = None):
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
           holdout: str | None = None, params: dict | None = None, progress: bool = False,
-          echo=print, nthread: int | None = None) -> TrainResult:
+          echo=print, nthread: int | None = None, workers: int | None = None) -> TrainResult:
     """Train on the ETL result ``frame`` (persisted), test on a held-out quarter (AUC).
 
     ``frame``'s partitions are cuDF (on GPU workers: XGBoost builds its matrix on the device)
     or pandas (host memory: XGBoost quantizes them on the workers' CPU cores, ``nthread``
-    each, and trains on the GPUs when ``device`` is "gpu")."""
+    each, and trains on the GPUs when ``device`` is "gpu"). ``workers``: how many of the
+    workers (by XGBoost rank) train; by default :func:`training_workers` of the rows."""
     import dask
     import xgboost
     import xgboost.dask as dxgb
@@ -244,7 +261,8 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     train_rows, train_positives, test_rows, test_positives = (int(c) for c in counts)
     _check_classes("training", train_rows, train_positives, "the data not held out")
     _check_classes("test", test_rows, test_positives, what)
-    workers = training_workers(len(client.scheduler_info()["workers"]), train_rows, device)
+    if workers is None:
+        workers = training_workers(len(client.scheduler_info()["workers"]), train_rows, device)
     train_frame = spread(client, train_frame, workers)
     test_frame = spread(client, test_frame, workers)
     callbacks = [round_progress()] if progress else []

@@ -328,3 +328,26 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
     # generates on its workers once the client is connected.
     expected = [processes, "cluster start"] if processes else ["cluster start", None]
     assert calls == expected
+
+
+@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
+@pytest.mark.parametrize("gpus, flags, workers", [
+    (4, [], 1), (1, [], None), (4, ["--workers", "3"], 3),
+    (4, ["--scheduler", "tcp://127.0.0.1:1"], None)])
+def test_small_data_takes_one_of_the_gpus_unless_told(monkeypatch, command, gpus, flags,
+                                                        workers):
+    import examples.mortgage.cli as cli
+
+    monkeypatch.setattr(cli, "gpu_count", lambda: gpus)
+    args = [*command[:1], "--device", "gpu", *flags, *command[1:]]
+    seen = _given_to_the_cluster(monkeypatch, args)
+    assert seen.get("n_workers") == workers
+
+
+def test_data_of_several_gpus_takes_them_all(monkeypatch):
+    import examples.mortgage.cli as cli
+
+    assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT) == {}  # all of them: n_workers unset
+    monkeypatch.setattr(cli, "gpu_count", lambda: 4)
+    assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT - 1) == {"n_workers": 1}
+    assert cli._gpus_for({}, "cpu", 1) == {}

@@ -182,3 +182,37 @@ def test_the_job_trains_with_the_parameters_given(client, data):
     config = json.loads(result.training.booster.save_config())
     assert config["learner"]["gradient_booster"]["tree_train_param"]["max_depth"] == "3"
     assert len(result.training.booster.get_dump()) == 2
+
+
+def test_partitions_train_where_the_split_and_spread_put_them():
+    quarters = ["2006Q1", "2006Q1", "2006Q2", "2007Q1", "2006Q2"]
+    assert train.targets(quarters, None, ["a", "b"]) == ["a", "b", "a", "a", "b"]
+    assert train.targets(quarters, "2006Q2", ["a", "b"]) == ["a", "b", "a", "a", "b"]
+    assert train.targets(quarters, "2006Q1", ["a", "b", "c"]) == ["a", "b", "a", "b", "c"]
+    assert train.targets(["2007Q1"] * 3, None, ["a", "b"]) == ["a", "b", "a"]
+
+
+def _incoming_bytes(dask_worker=None) -> int:
+    return int(sum(entry.get("total", 0) for entry in dask_worker.transfer_incoming_log))
+
+
+def test_each_partition_is_made_on_the_worker_it_trains_on(client, data):
+    """The ETL makes each partition where training will hold it, so that spreading the
+    training set over the workers moves none of its rows."""
+    from distributed import futures_of, wait
+
+    plan = _plan(data)
+    workers = train.ranked_workers(client)
+    where = train.targets(plan.quarters, None, workers)
+    result = etl.run(plan, workers=where)
+    placed = futures_of(client.persist(result.frame))
+    wait(placed)
+    who = client.who_has(placed)
+    assert [next(iter(who[f.key])) for f in placed] == where
+    before = sum(client.run(_incoming_bytes).values())
+    training, _, _ = train.split(result.frame, result.quarters)
+    spread = client.persist(train.spread(client, training, len(workers)))
+    wait(futures_of(spread))
+    moved = sum(client.run(_incoming_bytes).values()) - before
+    table = int(training.memory_usage(deep=True).sum().compute())
+    assert moved < 0.05 * table, (moved, table)
