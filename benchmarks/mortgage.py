@@ -1,6 +1,6 @@
 """The mortgage example where users run it: the README's commands, GPU and CPU side by side.
 
-    python benchmarks/mortgage.py --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
+    python -m benchmarks.mortgage --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
         --runs 3 --cpu-runs 2 --machine 1xH200
 
 Every figure is a command's own output, as a user sees it:
@@ -23,7 +23,6 @@ the machine and the commit, alternates the runs and writes the results file,
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -33,25 +32,7 @@ import time
 
 from dask.utils import format_bytes, parse_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    commit,
-    header,
-    interleave,
-    machine,
-    machine_name,
-    output_options,
-    say,
-    spread,
-    summary,
-    write_results,
-)
+from .common import ROOT, Script, alternate, choices, header, interleave, say, spread, summary
 
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
 ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text in "
@@ -125,19 +106,16 @@ def generate(directory: str, size: str, layout: str, workers: int | None) -> dic
 
 def dataset_options(parser, size: str, what: str = "The dataset per layout.") -> None:
     """--data, --size, --layouts and --workers: where and how the scripts generate the
-    datasets they run on (the README's ``generate`` command), and --commit."""
+    datasets they run on (the README's ``generate`` command)."""
     parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
     parser.add_argument("--size", default=size, help=what)
     parser.add_argument("--layouts", default="classic,current")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
 
 
-def parse_with_layouts(parser_, argv) -> argparse.Namespace:
-    """``parser_``'s arguments with --layouts checked and made a list; nothing runs."""
-    args = parser_.parse_args(argv)
-    args.layouts = choices(parser_, "--layouts", args.layouts, ("classic", "current"))
-    return args
+def check_layouts(parser, args) -> None:
+    """--layouts checked and made a list."""
+    args.layouts = choices(parser, "--layouts", args.layouts, ("classic", "current"))
 
 
 ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
@@ -265,8 +243,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
     return out
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     dataset_options(parser, "10GB", "The ETL's dataset per layout.")
     parser.add_argument("--runs", type=int, default=3, help="GPU ETL runs per layout.")
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU ETL runs per layout.")
@@ -280,43 +257,27 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,cudamalloc",
                         help="GPU memory setups beside the default (async): pool, cudamalloc ('': none).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
+def check_arguments(parser, args) -> None:
     if not all(n.strip().isdigit() and int(n) > 0 for n in args.gpu_workers.split(",")):
-        parser_.error(f"--gpu-workers {args.gpu_workers!r}: GPU counts such as 1,2,4")
+        parser.error(f"--gpu-workers {args.gpu_workers!r}: GPU counts such as 1,2,4")
     for flag, value in (("--size", args.size), ("--e2e-size", args.e2e_size)):
         if value and value != "none":
             try:
                 parse_bytes(value)
             except ValueError:
-                parser_.error(f"{flag} {value!r} is not a size such as 10GB")
+                parser.error(f"{flag} {value!r} is not a size such as 10GB")
     layouts = [x for x in args.layouts.split(",") if x]
     if not set(layouts) <= {"classic", "current"}:
-        parser_.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
+        parser.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
     args.layouts = layouts
-    return args
 
 
-def main(argv=None) -> dict:
-    args = parse(argv)
-    info = machine()
-    name = args.machine or machine_name(info, max(int(n) for n in args.gpu_workers.split(",")
-                                                   if n.strip()))
-    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-               "machine_name": name, "datasets": {}, "etl": {}, "jobs": {}}
-    stem = os.path.join(args.out, f"mortgage-{name}-user-path")
-
-    def save():
-        write_results(stem, markdown(payload), payload)
-
-    scratch = os.path.join(args.data, "features.parquet")
+def measure(args, run) -> None:
+    payload = run.payload
+    payload.update(datasets={}, etl={}, jobs={})
+    scratch = os.path.join(run.scratch(near=args.data), "features.parquet")
     for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         payload["datasets"][layout] = generate(directory, args.size, layout, args.workers)
@@ -327,7 +288,7 @@ def main(argv=None) -> dict:
         if args.cpu_runs:
             runs["cpu"] = args.cpu_runs
         payload["etl"][layout] = etl_runs(directory, runs, scratch, [])
-        save()
+        run.save()
     if args.e2e_size and args.e2e_size != "none":
         small = os.path.join(args.data, f"classic-{args.e2e_size}")
         payload["datasets"]["e2e"] = generate(small, args.e2e_size, "classic", args.workers)
@@ -336,10 +297,13 @@ def main(argv=None) -> dict:
         for mode in [m for m in args.memory_modes.split(",") if m in modes]:
             configs[f"gpu {' '.join(modes[mode])}"] = ["--device", "gpu", *modes[mode]]
         payload["jobs"] = job_runs(small, configs, args.e2e_runs)
-        save()
-    save()
-    print(markdown(payload))
-    return payload
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown,
+                name=lambda args, payload: f"mortgage-{payload['machine_name']}-user-path",
+                gpus=lambda args: max(int(n) for n in args.gpu_workers.split(",") if n.strip()))
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The mortgage example's commands as a user runs them: each command's whole wall clock, from
 start to prompt, beside the work its lines report, GPU and CPUs alternating in one run.
 
-    python benchmarks/wall_clock.py --data DIR [--size 1GB] [--layouts classic,current]
+    python -m benchmarks.wall_clock --data DIR [--size 1GB] [--layouts classic,current]
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
         [--ecg-cpu-runs 1] [--ecg-hours 20] [--ecg-fresh-runs 0] [--source-runs 0]
 
@@ -20,36 +20,14 @@ writes ``--out``/wall-clock-MACHINE.md (and .json) with the machine and the comm
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    header,
-    interleave,
-    median_range,
-    output_options,
-    run_record,
-    say,
-    summary,
-    write_results,
-)
-from mortgage import (  # noqa: E402
-    EXAMPLE,
-    dataset_options,
-    generate,
-    parse_etl,
-    parse_job,
-    parse_with_layouts,
-    run,
-)
+from .common import Script, header, interleave, median_range, say, summary
+from .mortgage import EXAMPLE, check_layouts, dataset_options, generate, parse_etl, parse_job, run
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
 def kernel_caches() -> list[str]:
@@ -109,11 +87,10 @@ def one_etl(directory: str, out: str, variant: str) -> dict:
             "write": found.get("write_seconds", 0.0)}
 
 
-def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int,
+def etl_runs(directory: str, out: str, runs: int, cpu_runs: int, fresh_runs: int,
              source_runs: int = 0) -> dict:
-    """A layout's etl commands: the fresh GPU runs first, then warm GPU and CPU alternating
-    (and each compiled from source, ``source_runs`` times)."""
-    out = os.path.join(os.path.dirname(directory), "features.parquet")
+    """A layout's etl commands, writing to ``out``: the fresh GPU runs first, then warm GPU
+    and CPU alternating (and each compiled from source, ``source_runs`` times)."""
     results = {"gpu fresh": [], "gpu": [], "cpu": []}
     counts = {"gpu": runs, "cpu": cpu_runs}
     counts.update({name + FROM_SOURCE: source_runs for name, n in list(counts.items())
@@ -289,8 +266,7 @@ def ecg_table(runs: dict, hours) -> list[str]:
     return lines
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     dataset_options(parser, "1GB", "The etl command's dataset per layout.")
     parser.add_argument("--runs", type=int, default=2, help="Warm GPU etl runs per layout.")
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU etl runs per layout.")
@@ -310,48 +286,39 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--ecg-fresh-runs", type=int, default=0,
                         help="GPU runs of the ECG command as on a fresh machine (caches "
                              "emptied), before the others.")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    return parse_with_layouts(parser(), argv)
-
-
-def main(argv=None) -> dict:
-    args = parse(argv)
+def measure(args, run) -> None:
     os.environ.setdefault("CUPY_CACHE_SAVE_CUDA_SOURCE", "1")  # names what a fresh run compiles
     # Numba's cache in one place that a fresh run can empty (by default it writes beside the
     # sources, in __pycache__).
     os.environ.setdefault("NUMBA_CACHE_DIR", os.path.expanduser("~/.cache/numba"))
-    payload = {**run_record(__file__, argv, args), "datasets": {},
-               "etl": {}, "jobs": {}, "help": {}}
-    stem = os.path.join(args.out, f"wall-clock-{payload['machine_name']}")
-
-    def save():
-        write_results(stem, markdown(payload), payload)
-
+    payload = run.payload
+    payload.update(datasets={}, etl={}, jobs={}, help={})
+    out = os.path.join(run.scratch(near=args.data), "features.parquet")
     for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         payload["datasets"][layout] = {**generate(directory, args.size, layout, args.workers),
                                        "size": args.size}
-        payload["etl"][layout] = etl_runs(directory, args.runs, args.cpu_runs, args.fresh_runs,
-                                          args.source_runs)
-        save()
+        payload["etl"][layout] = etl_runs(directory, out, args.runs, args.cpu_runs,
+                                          args.fresh_runs, args.source_runs)
+        run.save()
     if args.job_runs:
         payload["jobs"] = job_runs(args.job_runs)
-        save()
+        run.save()
     if args.ecg_runs:
         payload["ecg_hours"] = args.ecg_hours
-        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours, os.path.join(args.data, "ecg"),
+        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours,
+                                  os.path.join(run.scratch(near=args.data), "ecg"),
                                   args.ecg_fresh_runs, args.ecg_cpu_runs)
-        save()
+        run.save()
     if args.help_runs:
         payload["help"] = help_runs(args.help_runs, args.source_runs)
-    save()
-    print(markdown(payload))
-    return payload
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_layouts, measure=measure,
+                markdown=markdown, name="wall-clock")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

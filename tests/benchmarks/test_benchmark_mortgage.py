@@ -4,14 +4,10 @@ and its tables and goals compare the runs by their medians."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import mortgage  # noqa: E402
+from benchmarks import mortgage
 
 ETL_OUTPUT = """cluster: 1 workers, device=gpu
 ETL partitions: 10/10
@@ -53,7 +49,7 @@ def _etl(seconds, size=10 * 2**30):
 
 def test_tables_and_goals_use_medians_and_show_the_spread():
     payload = {
-        "command": "python benchmarks/mortgage.py", "commit": "abc", "date": "today",
+        "command": "python -m benchmarks.mortgage", "commit": "abc", "date": "today",
         "machine": {"cpu": "cpu", "gpus": ["H200"], "versions": {"cudf": "26"}},
         "machine_name": "1xH200",
         "etl": {"classic": {"gpu": _etl([1.0, 3.0, 2.0]), "cpu": _etl([50.0, 30.0]),

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import scale_out
 
-import scale_out  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_section_runs_on_its_configurations_alternating():

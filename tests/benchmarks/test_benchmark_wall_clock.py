@@ -6,12 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import wall_clock  # noqa: E402
+from benchmarks import wall_clock
 
 
 def test_a_fresh_machine_s_caches_are_emptied(tmp_path, monkeypatch):
