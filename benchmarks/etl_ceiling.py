@@ -11,7 +11,7 @@ For each layout, on a dataset made by the README's ``generate`` command:
   environment the etl command gives its GPU workers (kvikio's I/O threads among it);
 - the CPUs' ceiling: pyarrow's multithreaded CSV reader, the same columns as text, every core;
 - the README's ``etl --data DIR --out OUT --device gpu|cpu``, alternating: its ETL stage (the
-  line it prints) as GB/s of input text, and that as a share of its own device's reader;
+  figure it reports) as GB/s of input text, and that as a share of its own device's reader;
 - the write: the command's Parquet write beside ``cudf.DataFrame.to_parquet`` of the same
   feature table in one process (read back from the command's output; a first write
   discarded).
@@ -27,7 +27,7 @@ import shutil
 import time
 
 from .common import Script, header, in_child, interleave, median_range, say, summary
-from .mortgage import EXAMPLE, check_layouts, dataset_options, generate, parse_etl, run
+from .mortgage import EXAMPLE, check_layouts, dataset_options, figures_of, generate
 
 RANGE = 2**30  # the GPU reader's byte range
 
@@ -122,11 +122,11 @@ def layout_runs(directory: str, runs: int, reader_runs: int, scratch: str) -> di
         f"cpu {result['cpu reader']}")
     out = os.path.join(scratch, "ceiling-features.parquet")
     for _, device in interleave({"gpu": runs, "cpu": runs}):
-        text, wall = run([*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
-                          "--device", device])
-        found = parse_etl(text)
+        figures, _, wall = figures_of([*EXAMPLE, "etl", "--data", directory, "--out", out,
+                                       "--overwrite", "--device", device])
+        found = figures["etl"]
         result[device].append({"wall": wall, "etl": found["seconds"],
-                               "write": found.get("write_seconds")})
+                               "write": None})  # written in the ETL stage: no figure of its own
         say(f"etl {device} {os.path.basename(directory)}: {result[device][-1]}")
     result["gpu to_parquet"] = timed_in_child("pass", f"m.gpu_write({out!r}, {out + '.scratch'!r})",
                                               2)
@@ -143,7 +143,7 @@ def markdown(payload: dict) -> str:
                      payload["command"], payload["machine"], payload["commit"],
                      payload.get("date")), "",
              "GB/s of input text (10^9 bytes), median (range). Readers: one warm process, the "
-             "ETL's columns as text (the GPU's with the etl command's worker environment). ETL: the stage line of the README's etl command (whole "
+             "ETL's columns as text (the GPU's with the etl command's worker environment). ETL: the ETL stage of the README's etl command (whole "
              "process: imports, cluster start, write excluded). Share: the ETL's median over "
              "its own device's reader's.", "",
              "| layout | input | GPU reader | GPU ETL | GPU share | CPU reader | CPU ETL | "

@@ -1,5 +1,5 @@
 """More data than a GPU holds: the mortgage commands as a user types them, their wall clock,
-their ETL line and each GPU's peak memory, on datasets of growing size.
+their ETL and each GPU's peak memory, on datasets of growing size.
 
     python -m benchmarks.etl_memory --data /tmp/mb/classic-9GB --data /tmp/mb/classic-36GB
         [--sections etl,job] [--gpus 1,2] [--pool-cap 16GB] [--managed] [--runs 1]
@@ -16,10 +16,12 @@ within the device's memory), and with each GPU count of ``--gpus`` beyond one. T
 section runs the whole job, ``python -m examples.mortgage --data DIR --device gpu
 [--job-flags]``, on ``--job-data`` with each count of ``--job-gpus``: its test AUC, its stages
 and where its training data lived. For every command: the wall clock from start to prompt, the
-line it prints, and each used GPU's peak memory (NVML, sampled every ``--interval`` seconds in
+figures it reports (the figures file its ``--json`` writes), and each used GPU's peak memory (NVML, sampled every ``--interval`` seconds in
 a thread; the GPUs are numbered in PCI order for CUDA and NVML alike). A command that fails is
-recorded with its output's tail, and the next one runs. The output folder of the etl command
-is removed before each run (the script's own scratch, beside the first dataset).
+recorded with its output's tail, and the next one runs. The feature table the etl command
+wrote is removed before and after each run (the script's own scratch, beside the first
+dataset; a folder there that the command did not write is left alone, and the command refuses
+it).
 
 The harness (benchmarks/common.py) records the machine and the commit and writes
 ``--out``/etl-memory-MACHINE[-TAG].md (and .json) after every command.
@@ -38,11 +40,9 @@ import time
 from dask.utils import format_bytes, parse_bytes
 
 from .common import Script, choices, header, say
-from .mortgage import EXAMPLE, parse_etl, parse_job, run
+from .mortgage import EXAMPLE, figures_of, job_figures
 
 SECTIONS = ("etl", "job")
-PLACEMENT = re.compile(r"^training data: in (?P<what>.*?) \((?P<where>device|host)\): "
-                       r"(?P<why>.*)$", re.M)
 TIMEOUT = 1800.0  # seconds one command may take
 
 
@@ -179,10 +179,10 @@ def one(entry: dict, read, interval: float) -> dict:
     result["command"] = shown(entry)
     started = time.perf_counter()
     try:
-        text, wall = run(entry["argv"], env=entry["env"], timeout=TIMEOUT)
+        figures, text, wall = figures_of(entry["argv"], env=entry["env"], timeout=TIMEOUT)
         result.update(ok=True, wall=wall, tail=text[-3000:])
-        result.update(parsed(entry["section"], text))
-    except Exception as err:  # a failed command (or one that printed no result) is a result
+        result.update(found_in(entry["section"], figures))
+    except Exception as err:  # a failed command (or one that wrote no figures) is a result
         result.update(ok=False, wall=result.get("wall", time.perf_counter() - started),
                       error=f"{type(err).__name__}: {str(err)[-3000:]}")
     used = [int(i) for i in entry["env"]["CUDA_VISIBLE_DEVICES"].split(",")]
@@ -199,15 +199,12 @@ def scratch_of(entry: dict) -> str:
     return entry["argv"][entry["argv"].index("--out") + 1]
 
 
-def parsed(section: str, text: str) -> dict:
-    """What the command's lines say: the ETL line; for the job its stages, AUC and where its
+def found_in(section: str, figures: dict) -> dict:
+    """What the command's figures say: its ETL; for the job its stages, AUC and where its
     training data lived."""
     if section == "etl":
-        return {"etl": parse_etl(text)}
-    found = parse_job(text)
-    place = PLACEMENT.search(text)
-    found["placement"] = ({"where": place["where"], "line": place[0]} if place else None)
-    return found
+        return {"etl": figures["etl"]}
+    return job_figures(figures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +236,7 @@ def markdown(payload: dict) -> str:
     etl = [r for r in results if r["section"] == "etl"]
     if etl:
         lines += ["", "## `python -m examples.mortgage etl --data DIR --out OUT --device gpu`",
-                  "", "wall: the whole command, start to prompt; ETL: its ETL line (reading, "
+                  "", "wall: the whole command, start to prompt; ETL: its ETL stage (reading, "
                   "features and the Parquet write: one stage), and its input text over that "
                   "time; GPU memory: each used GPU's peak in use (NVML, GiB), and its rise "
                   "over the memory in use before the command. NVML counts what the memory "

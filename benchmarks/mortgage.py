@@ -3,12 +3,13 @@
     python -m benchmarks.mortgage --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
         --runs 3 --cpu-runs 2 --machine 1xH200
 
-Every figure is a command's own output, as a user sees it:
+Every figure is a command's own, as a user sees it printed (read from the figures file its
+``--json`` writes):
 
 1. ``python -m examples.mortgage generate --out DIR --size SIZE --layout L`` for each layout
    (reused when DIR already holds it);
 2. the ETL, ``python -m examples.mortgage etl --data DIR --out OUT --device gpu|cpu``, runs
-   alternating between the devices, on each layout: the ETL seconds it prints (each
+   alternating between the devices, on each layout: the ETL seconds it reports (each
    partition's table read, built and written to Parquet by its task, one stage);
 3. the whole job, ``python -m examples.mortgage --data SMALL --device gpu|cpu`` (ETL, the
    notebook's 100 rounds of XGBoost, the test AUC), on a smaller dataset so that the CPUs'
@@ -23,11 +24,13 @@ the machine and the commit, alternates the runs and writes the results file,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from dask.utils import format_bytes, parse_bytes
@@ -35,12 +38,6 @@ from dask.utils import format_bytes, parse_bytes
 from .common import ROOT, Script, alternate, choices, header, interleave, say, spread, summary
 
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
-ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text in "
-                      r"(?P<parts>\d+) partitions, (?P<seconds>[\d.]+) s")
-STAGE_LINE = re.compile(r"^  (?P<stage>\w[\w ]*?) +(?P<seconds>-?[\d.]+) s$", re.M)
-AUC_LINE = re.compile(r"test AUC: (?P<auc>[\d.]+|nan)")
-PARQUET = re.compile(r"read and written in one stage: (?P<size>[\d.]+ \w+) of Parquet")
-TOTAL = re.compile(r"^total: (?P<seconds>[\d.]+) s", re.M)
 JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")
 GOALS = {"etl_ratio": 20.0, "gb_per_s": 5.0, "e2e_ratio": 15.0}
 
@@ -59,28 +56,23 @@ def run(command: list[str], cwd: str = ROOT, timeout: float = 1800,
     return text, seconds
 
 
-def parse_etl(text: str) -> dict:
-    """What the ETL's summary line says: rows, input bytes, partitions, seconds, and the
-    Parquet bytes the etl command wrote in the same stage."""
-    found = ETL_LINE.search(text)
-    if found is None:
-        raise ValueError(f"no ETL summary in the output:\n{text[-2000:]}")
-    out = {"rows": int(found["rows"].replace(",", "")), "bytes": parse_bytes(found["size"]),
-           "partitions": int(found["parts"]), "seconds": float(found["seconds"])}
-    parquet = PARQUET.search(text)
-    if parquet:
-        out["written_bytes"] = parse_bytes(parquet["size"])
-    return out
+def figures_of(command: list[str], timeout: float = 1800,
+               env: dict | None = None) -> tuple[dict, str, float]:
+    """(figures, output, wall seconds) of an example's command run with ``--json`` into a
+    file of its own: the figures the command wrote as data (``examples/mortgage/figures.py``,
+    ``examples/ecg/figures.py``); raises with its output's tail when it fails."""
+    with tempfile.TemporaryDirectory(prefix="figures-") as folder:
+        path = os.path.join(folder, "figures.json")
+        text, wall = run([*command, "--json", path], timeout=timeout, env=env)
+        with open(path) as f:
+            return json.load(f), text, wall
 
 
-def parse_job(text: str) -> dict:
-    """The whole job's stage times, total and test AUC, as it prints them."""
-    stages = {m["stage"].strip(): float(m["seconds"]) for m in STAGE_LINE.finditer(text)}
-    auc = AUC_LINE.search(text)
-    total = TOTAL.search(text)
-    return {"stages": stages, "auc": float(auc["auc"]) if auc else None,
-            "total": float(total["seconds"]) if total else None,
-            "etl": parse_etl(text)}
+def job_figures(figures: dict) -> dict:
+    """The whole job's stage seconds, total, test AUC, ETL and where its training data
+    lived, from its figures."""
+    return {"stages": figures["stages"], "auc": figures["auc"], "total": figures["total"],
+            "etl": figures["etl"], "placement": figures.get("placement")}
 
 
 def ratio(cpu: dict, gpu: dict) -> str:
@@ -144,9 +136,8 @@ def etl_runs(directory: str, devices: dict[str, int], out: str, extra: list[str]
         env, flags = variant(device[4:]) if device.startswith("gpu ") else ({}, [])
         command = [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
                    "--device", device[:3], *workers, *flags, *extra]
-        text, wall = run(command, env=env)
-        found = parse_etl(text)
-        found["wall"] = wall
+        figures, _, wall = figures_of(command, env=env)
+        found = {**figures["etl"], "wall": wall}
         results[device].append(found)
         say(f"ETL {device} {os.path.basename(directory)}: {found['seconds']:.2f} s "
             f"({found['partitions']} partitions), wall {wall:.2f} s")
@@ -157,9 +148,8 @@ def job_runs(directory: str, configs: dict[str, list[str]], runs: int) -> dict:
     """The whole job, default options, per configuration ("gpu", "cpu", "gpu --no-pool")."""
     results = {name: [] for name in configs}
     for _, name in alternate(configs, runs):
-        text, wall = run([*EXAMPLE, "--data", directory, *configs[name]])
-        found = parse_job(text)
-        found["wall"] = wall
+        figures, _, wall = figures_of([*EXAMPLE, "--data", directory, *configs[name]])
+        found = {**job_figures(figures), "wall": wall}
         results[name].append(found)
         say(f"job {name}: ETL {found['stages'].get('ETL', 0):.2f} s, training "
             f"{found['stages'].get('training', 0):.2f} s, AUC {found['auc']}")

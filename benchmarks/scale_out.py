@@ -5,7 +5,8 @@
         --real-cluster 2 --runs 1 --machine 4xH100
 
 Every figure is a command a user types, timed from its start to its exit (the wall clock),
-beside the work line it prints (the ETL's seconds, the training's): N GPUs are the first N of
+beside the work it reports (in the figures file its ``--json`` writes: the ETL's seconds, the
+training's, the ECG's pipeline): N GPUs are the first N of
 the machine (``CUDA_VISIBLE_DEVICES``) and the command starts its own local cluster on them;
 the CPUs' runs see no GPU. The configurations of one command alternate, round by round. The
 first run of each command on the machine is marked: on a fresh machine it pays what later runs
@@ -28,7 +29,6 @@ import time
 from dask.utils import format_bytes
 
 from .common import ROOT, Script, alternate, choices, header, say, spread, summary
-from .mortgage import AUC_LINE, STAGE_LINE, parse_etl
 
 PYTHON = sys.executable
 EXAMPLE = [PYTHON, "-m", "examples.mortgage"]
@@ -66,31 +66,40 @@ def dataset(text: str) -> tuple[str, str]:
 
 
 def timed(command: list[str], env: dict, timeout: float) -> dict:
-    """A whole process: its wall clock, exit code and output."""
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **env})
-    wall = time.perf_counter() - started
-    return {"wall": wall, "rc": done.returncode, "output": done.stdout + done.stderr}
+    """A whole process, run with ``--json`` into a file of its own: its wall clock, exit code,
+    output and the figures it wrote (None where it wrote none)."""
+    with tempfile.TemporaryDirectory(prefix="figures-") as folder:
+        path = os.path.join(folder, "figures.json")
+        started = time.perf_counter()
+        done = subprocess.run([*command, "--json", path], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **env})
+        wall = time.perf_counter() - started
+        figures = None
+        if os.path.exists(path):
+            with open(path) as f:
+                figures = json.load(f)
+    return {"wall": wall, "rc": done.returncode, "output": done.stdout + done.stderr,
+            "figures": figures}
 
 
-def read_lines(text: str) -> dict:
-    """What a command's output says: its ETL line, stage lines, test AUC."""
-    found: dict = {"stages": {m["stage"].strip(): float(m["seconds"])
-                              for m in STAGE_LINE.finditer(text)}}
-    try:
-        found["etl"] = parse_etl(text)
-    except ValueError:
-        pass
-    auc = AUC_LINE.search(text)
-    if auc:
-        found["auc"] = float(auc["auc"])
+def reported(figures: dict | None) -> dict:
+    """What a command's figures say: its stages (the ECG's pipeline among them), its ETL, its
+    test AUC."""
+    found: dict = {"stages": dict((figures or {}).get("stages") or {})}
+    if not figures:
+        return found
+    if "pipeline" in figures:
+        found["stages"]["pipeline"] = figures["pipeline"]
+    if "etl" in figures:
+        found["etl"] = figures["etl"]
+    if "auc" in figures:
+        found["auc"] = figures["auc"]
     return found
 
 
 def measure_one(name: str, command: list[str], env: dict, timeout: float, first: bool) -> dict:
     run = timed(command, env, timeout)
-    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, **read_lines(run["output"])}
+    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, **reported(run["figures"])}
     if run["rc"]:
         entry["error"] = run["output"][-3000:]
         say(f"  {name}: FAILED ({run['rc']}) after {run['wall']:.1f} s\n{run['output'][-1500:]}")
@@ -161,7 +170,7 @@ def table(runs: dict, kind: str) -> list[str]:
     """One command's configurations: wall, work, the rest, against 1 GPU over TCP."""
     base = runs.get("1 GPU tcp")
     base_wall = base and summary(r["wall"] for r in base if not r["rc"])
-    work_name = {"etl": "ETL line", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
+    work_name = {"etl": "ETL stage", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
     lines = [f"| configuration | wall | {work_name} | wall - work | wall: 1 GPU / this | "
              "test AUC | first run on the machine |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, entries in runs.items():

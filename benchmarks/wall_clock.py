@@ -1,5 +1,5 @@
 """The mortgage example's commands as a user runs them: each command's whole wall clock, from
-start to prompt, beside the work its lines report, GPU and CPUs alternating in one run.
+start to prompt, beside the work it reports, GPU and CPUs alternating in one run.
 
     python -m benchmarks.wall_clock --data DIR [--size 1GB] [--layouts classic,current]
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
@@ -10,8 +10,9 @@ on the GPU as on a fresh machine (the kernel caches emptied: CuPy's, the CUDA dr
 Numba's), then warm (the caches filled by that run), alternating with the CPUs. Then the default job
 (``python -m examples.mortgage``), GPU and CPUs alternating, the ECG example's command
 (``python -m examples.ecg --hours H``, each stage it prints) and each command's ``--help``.
-Per command: the wall clock, the work the command's own lines report (the ETL and the write;
-the job's generate, ETL, DMatrix and training stages), and the fixed cost between them
+Per command: the wall clock, the work the command itself reports (in the figures file its
+``--json`` writes: the ETL, which writes the table in the same stage; the job's generate, ETL,
+DMatrix and training stages; the ECG's pipeline), and the fixed cost between them
 (imports, the cluster's start and stop, first calls). ``--source-runs`` adds etl and --help
 runs whose processes compile every module from source, as on a machine whose packages were
 installed without bytecode where Python may not write it. The harness (benchmarks/common.py)
@@ -27,7 +28,7 @@ import sys
 import tempfile
 
 from .common import Script, header, interleave, median_range, say, summary
-from .mortgage import EXAMPLE, check_layouts, dataset_options, generate, parse_etl, parse_job, run
+from .mortgage import EXAMPLE, check_layouts, dataset_options, figures_of, generate, run
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
 def kernel_caches() -> list[str]:
@@ -79,12 +80,12 @@ def source_env(variant: str) -> dict | None:
 
 
 def one_etl(directory: str, out: str, variant: str) -> dict:
+    """One etl command: its wall clock, and its ETL stage (which writes the table) as its
+    work."""
     device = variant.removesuffix(FROM_SOURCE)
-    text, wall = run(etl_command(directory, out, device), env=source_env(variant))
-    found = parse_etl(text)
-    work = found["seconds"] + found.get("write_seconds", 0.0)
-    return {"wall": wall, "work": work, "fixed": wall - work, "etl": found["seconds"],
-            "write": found.get("write_seconds", 0.0)}
+    figures, _, wall = figures_of(etl_command(directory, out, device), env=source_env(variant))
+    work = figures["etl"]["seconds"]
+    return {"wall": wall, "work": work, "fixed": wall - work, "etl": work}
 
 
 def etl_runs(directory: str, out: str, runs: int, cpu_runs: int, fresh_runs: int,
@@ -111,8 +112,8 @@ def job_runs(runs: int) -> dict:
     """The default job (``python -m examples.mortgage``), GPU and CPUs alternating."""
     results = {"gpu": [], "cpu": []}
     for _, name in interleave({"gpu": runs, "cpu": runs}):
-        text, wall = run([*EXAMPLE, "--device", name])
-        stages = parse_job(text)["stages"]
+        figures, _, wall = figures_of([*EXAMPLE, "--device", name])
+        stages = figures["stages"]
         work = sum(stages.get(stage, 0.0) for stage in WORK_STAGES)
         results[name].append({"wall": wall, "work": work, "fixed": wall - work,
                               "stages": stages})
@@ -121,15 +122,16 @@ def job_runs(runs: int) -> dict:
 
 
 ECG = [sys.executable, "-m", "examples.ecg"]
-STAGE = re.compile(r"^  (\w[\w ]*?) +([\d.]+) s", re.M)
 
 
 def one_ecg(hours: float, device: str, out: str) -> dict:
-    text, wall = run([*ECG, "--hours", str(hours), "--device", device, "--out", out])
-    stages = {m[1]: float(m[2]) for m in STAGE.finditer(text)}
-    work = stages.get("pipeline", 0.0)
-    return {"wall": wall, "work": work, "fixed": wall - work, "stages": stages,
-            "graphed": "CUDA graph" in text}
+    """One ECG command: its wall clock, each stage it reports and its pipeline (read to
+    score) as its work, and whether the VAE's steps ran as a CUDA graph."""
+    figures, _, wall = figures_of([*ECG, "--hours", str(hours), "--device", device, "--out",
+                                   out])
+    work = figures["pipeline"]
+    return {"wall": wall, "work": work, "fixed": wall - work,
+            "stages": {**figures["stages"], "pipeline": work}, "graphed": figures["graphed"]}
 
 
 READ_TORCH = [sys.executable, "-c", "import torch; torch.zeros(1, device='cuda').sum().item()"]
@@ -198,8 +200,8 @@ def markdown(payload: dict) -> str:
 def mortgage_table(payload: dict) -> list[str]:
     """The mortgage commands' wall clock beside their work, and what a fresh run compiled."""
     lines = ["", "Seconds: median (range). wall: the whole process, as a user waits for it; work: "
-             "what the command's lines report (ETL + write; the job's generate, ETL, DMatrix "
-             "and training); fixed: wall - work. gpu fresh: every kernel cache in the home "
+             "what the command reports (the ETL, which writes its table in the same stage; the "
+             "job's generate, ETL, DMatrix and training); fixed: wall - work. gpu fresh: every kernel cache in the home "
              "directory emptied first. from source: every process compiles every module it "
              "imports (no bytecode found or written), as where packages were installed "
              "without bytecode and Python may not write it.", "",
