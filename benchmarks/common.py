@@ -147,6 +147,11 @@ def machine() -> dict:
     }
 
 
+def machine_in_child() -> dict:
+    """:func:`machine`, read in a process of its own (see :func:`in_child`)."""
+    return in_child("m.machine()", setup="from benchmarks import common as m", timeout=300)
+
+
 def bytecode() -> dict:
     """Which installed packages have no compiled bytecode, and whether Python may write it: a
     process compiles such packages from source as it imports them (pip compiles at install)."""
@@ -387,7 +392,6 @@ class Script:
         run = Run(self, args)
         with run:
             self.measure(args, run)
-        run.record_machine()
         written = run.save()
         print(self.markdown(run.payload))
         if written:
@@ -396,15 +400,18 @@ class Script:
 
 
 class Run:
-    """One run of a :class:`Script`: ``payload``, what is measured (the command, the commit and
-    the date first; the machine added at the first :meth:`save`, so that reading it, which
-    imports the GPU libraries, comes after the measurement has started), :meth:`save`,
+    """One run of a :class:`Script`: ``payload``, what is measured (first the command, the
+    commit, the date and the machine, read in a process of its own, so that the GPU libraries
+    it imports to name their versions stay out of the measuring process), :meth:`save`,
     :meth:`scratch` and :meth:`tidy`. Used as a context manager, it tidies when it ends."""
 
     def __init__(self, script: Script, args: argparse.Namespace):
         self.script, self.args = script, args
-        self.payload: dict = {"command": command_line(script.file, args.argv),
-                              "commit": args.commit or commit(), "date": now()}
+        info = machine_in_child()
+        self.payload: dict = {
+            "command": command_line(script.file, args.argv), "commit": args.commit or commit(),
+            "date": now(), "machine": info,
+            "machine_name": args.machine or machine_name(info, script.gpus(args))}
         self._exit = contextlib.ExitStack()
 
     def __enter__(self) -> Run:
@@ -414,20 +421,11 @@ class Run:
         self._exit.close()
         return False
 
-    def record_machine(self) -> dict:
-        """The payload's machine and machine_name (read once)."""
-        if "machine" not in self.payload:
-            info = machine()
-            self.payload["machine"] = info
-            self.payload["machine_name"] = (self.args.machine
-                                            or machine_name(info, self.script.gpus(self.args)))
-        return self.payload
-
     def stem(self) -> str | None:
         """The results files' path without the extension (None without ``--out``)."""
         if not self.args.out:
             return None
-        payload = self.record_machine()
+        payload = self.payload
         name = self.script.name
         if callable(name):
             name = name(self.args, payload)

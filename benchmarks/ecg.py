@@ -34,7 +34,6 @@ def measure(args, run) -> None:
         ["gpu", "cpu"] if resolve_device("auto") == "gpu" else ["cpu"])
     for d in devices:
         resolve_device(d)  # a clear error now, not after generating 20 hours of data
-    args.device_list = devices
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     csv, truth, gen = dataset(data, args.hours, args.rate, args.seed)
@@ -251,7 +250,7 @@ def versions() -> str:
 
 SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
                 markdown=markdown, name="ecg",
-                gpus=lambda args: 1 if "gpu" in getattr(args, "device_list", ()) else None)
+                gpus=lambda args: None if args.devices == "cpu" else 1)
 parse, main = SCRIPT.parse, SCRIPT.main
 
 

@@ -128,7 +128,7 @@ def _toy(measured: list, fail: bool = False, **fields) -> common.Script:
     def measure(args, run):
         folder = run.scratch()
         measured.append(folder)
-        assert "machine" not in run.payload  # read only after the measurement has begun
+        assert run.payload["machine_name"] == "cpu4" or args.machine  # read before
         run.payload["figure"] = args.size * 2
         run.save()
         if fail:
@@ -143,7 +143,7 @@ def _toy(measured: list, fail: bool = False, **fields) -> common.Script:
 
 
 def test_a_script_measures_once_writes_its_results_and_tidies(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(common, "machine", lambda: {"cores": 4, "gpus": []})
+    monkeypatch.setattr(common, "machine_in_child", lambda: {"cores": 4, "gpus": []})
     measured = []
     payload = _toy(measured).main(["--size", "5", "--tag", "t", "--out", str(tmp_path),
                                    "--commit", "abc"])
@@ -159,12 +159,23 @@ def test_a_script_measures_once_writes_its_results_and_tidies(tmp_path, capsys, 
 
 
 def test_a_failed_measurement_keeps_what_it_saved_and_tidies(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "machine", lambda: {"cores": 4, "gpus": []})
+    monkeypatch.setattr(common, "machine_in_child", lambda: {"cores": 4, "gpus": []})
     measured = []
     with pytest.raises(RuntimeError, match="the measurement failed"):
         _toy(measured, fail=True).main(["--out", str(tmp_path), "--machine", "here"])
     assert not Path(measured[0]).exists()
     assert json.loads((tmp_path / "toy-here.json").read_text())["figure"] == 6
+
+
+def test_the_machine_is_read_in_a_process_of_its_own():
+    import os
+    import sys
+
+    before = set(sys.modules)
+    info = common.machine_in_child()
+    assert info["cores"] == os.cpu_count() and info["python"] and "versions" in info
+    assert "dask" in info["versions"] and "pandas" in info["versions"]
+    assert not {"xgboost", "pyarrow"} & (set(sys.modules) - before)  # imported over there
 
 
 def test_bad_arguments_and_dry_runs_measure_nothing(tmp_path, capsys):
@@ -190,7 +201,7 @@ def test_the_words_after_a_double_dash_are_kept_for_a_command(tmp_path):
 
 
 def test_without_out_a_script_writes_no_results_file(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(common, "machine", lambda: {"cores": 4, "gpus": []})
+    monkeypatch.setattr(common, "machine_in_child", lambda: {"cores": 4, "gpus": []})
     monkeypatch.chdir(tmp_path)
     payload = _toy([], out=None).main([])
     assert payload["figure"] == 6 and list(tmp_path.iterdir()) == []
