@@ -292,9 +292,11 @@ def measure(args, run) -> None:
                 register_serializers()
                 for _, _, size, methods in group:
                     measure_size(client, args, kind, protocol, size, methods, names, results)
+                    run.save()  # a run cut short keeps the sizes it measured
         except Exception as err:  # one cluster failing must not lose the other rows
             results["errors"][f"{kind}|{protocol}"] = f"{type(err).__name__}: {err}"
             say(f"{kind} {protocol} failed: {results['errors'][f'{kind}|{protocol}']}")
+            run.save()
 
 
 def measure_size(client, args, kind, protocol, size, methods, names, results) -> None:
