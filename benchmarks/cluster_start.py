@@ -1,6 +1,6 @@
 """Where a GPU cluster's start goes: the whole job's "cluster start" stage, taken apart.
 
-    python benchmarks/cluster_start.py [--rounds 2] [--out DIR]
+    python -m benchmarks.cluster_start [--rounds 2] [--out DIR]
 
 Each variant runs in a fresh Python process (imports included, as a user's command pays them)
 and times from the process's first line to a client with its worker ready, then the close.
@@ -25,29 +25,12 @@ order round by round, records the machine and the commit and writes
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    alternate,
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    median_range,
-    output_options,
-    say,
-    write_results,
-)
+from .common import ROOT, Script, alternate, header, median_range, say
 
 PRELUDE = "import importlib, time; t0 = time.perf_counter(); cudf_ready = None\n"
 VARIANTS = {
@@ -108,19 +91,20 @@ EPILOGUE = ('print("RESULT", json.dumps({"start": ready - t0, "stop": closed - r
 def one(name: str) -> dict:
     code = "import json\n" + PRELUDE + textwrap.dedent(VARIANTS[name]) + EPILOGUE
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, cwd=os.path.dirname(HERE))
+                         timeout=300, cwd=ROOT)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     raise RuntimeError(f"{name}: no result\n{(out.stdout + out.stderr)[-2000:]}")
 
 
-def markdown(runs: dict, argv, info: dict, commit: str | None = None) -> str:
+def markdown(payload: dict) -> str:
     lines = [*header("A GPU cluster's start, taken apart (one worker, fresh processes)",
-                     command_line(__file__, argv), info, commit, used=1, versions=False),
+                     payload["command"], payload["machine"], payload["commit"],
+                     payload["date"], used=1, versions=False),
              "", "Median (min-max) of the rounds.", "",
              "| variant | start | cuDF ready | stop |", "| --- | --- | --- | --- |"]
-    for name, values in runs.items():
+    for name, values in payload["runs"].items():
         cells = []
         for key in ("start", "cudf", "stop"):
             series = [v[key] for v in values if v.get(key) is not None]
@@ -129,32 +113,21 @@ def markdown(runs: dict, argv, info: dict, commit: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser) -> None:
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    return parser().parse_args(argv)
-
-
-def main(argv=None) -> None:
-    args = parse(argv)
-    runs = {name: [] for name in VARIANTS}
+def measure(args, run) -> None:
+    runs = run.payload["runs"] = {name: [] for name in VARIANTS}
     for _, name in alternate(VARIANTS, args.rounds, rotate=True):
         result = one(name)
         runs[name].append(result)
         say(f"{name}: {result}")
-    info = machine()
-    text = markdown(runs, argv if argv is not None else sys.argv[1:], info, args.commit)
-    print(text)
-    write_results(os.path.join(args.out, f"cluster-start-{args.machine or machine_name(info, 1)}"),
-                  text, {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-                         "runs": runs, "machine": info})
+
+
+SCRIPT = Script(__file__, __doc__, options=options, measure=measure, markdown=markdown,
+                name="cluster-start")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

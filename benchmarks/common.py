@@ -1,10 +1,20 @@
-"""The benchmarks' harness: what every script in benchmarks/ records its runs through.
+"""The benchmarks' harness: the one contract every script in benchmarks/ fills in, and what the
+scripts share.
 
+Run a script as a module from the checkout's root: ``python -m benchmarks.NAME [options]``.
+
+- The contract: :class:`Script`. A script is its measurement: its options, their checks, the
+  measurement itself (``measure(args, run)``), its table (``markdown(payload)``) and its results
+  file's name. :meth:`Script.main` does the rest the same way for every script: it parses and
+  checks the arguments before anything runs, measures once, removes what the run made
+  (:meth:`Run.scratch`, :meth:`Run.tidy`), writes NAME.md and NAME.json (the payload, which
+  starts with the command, the commit, the date and the machine) and prints the table.
+  :meth:`Script.parse` checks a command's arguments without running anything (the tests parse
+  every recorded command with it).
+- A process of its own: :func:`in_child` (a call's JSON result from a fresh interpreter, so
+  that its allocators, device memory and imports go with it).
 - The command line: :func:`command_line` (how a run was started, for its results file),
-  :func:`choices` (comma-separated items checked against the allowed ones),
-  :func:`output_options` (``--out`` and ``--machine``, the same in every script). Every script
-  has ``parse(argv)``: its arguments parsed and checked, nothing run (the tests parse every
-  recorded command with it).
+  :func:`choices` (comma-separated items checked against the allowed ones).
 - The machine: :func:`machine` (GPUs, CPU, memory, versions), :func:`machine_label` (the one
   spelling of a machine in every results file: "1x NVIDIA H100 80GB HBM3, 16 cores"),
   :func:`machine_name` (the same for file names: "1xH100"), :func:`commit`.
@@ -21,18 +31,22 @@ functions that run on GPUs, so that ``--help`` and ``parse`` work on any machine
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import platform
 import re
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from dask.utils import format_bytes
 
@@ -51,11 +65,11 @@ def say(text: str) -> None:
 
 def command_line(script: str, argv=None) -> str:
     """How a benchmark was run (``argv``, or this process's own), for its results file:
-    ``python benchmarks/<name>.py <arguments>``, whatever the interpreter's path and the
-    current directory."""
+    ``python -m benchmarks.<name> <arguments>``, whatever the interpreter's path and the
+    current directory (``script``: the script's file)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    path = os.path.relpath(os.path.abspath(script), ROOT)
-    return "python " + " ".join(shlex.quote(a) for a in [path, *args])
+    module = f"benchmarks.{os.path.splitext(os.path.basename(script))[0]}"
+    return "python " + " ".join(shlex.quote(a) for a in ["-m", module, *args])
 
 
 def choices(parser, flag: str, text: str, allowed) -> list[str]:
@@ -67,24 +81,16 @@ def choices(parser, flag: str, text: str, allowed) -> list[str]:
     return items
 
 
-def output_options(parser, out: str | None = None) -> None:
-    """``--out`` (the results folder) and ``--machine`` (the name in the results file's name;
-    default: :func:`machine_name` of the GPUs the run uses)."""
-    parser.add_argument("--out", default=out or RESULTS,
+def output_options(parser, out: str | None = RESULTS) -> None:
+    """``--out`` (the results folder; None: no results file unless given), ``--machine`` (the
+    name in the results file's name; default: :func:`machine_name` of the GPUs the run uses)
+    and ``--commit`` (the commit measured; default: git's)."""
+    parser.add_argument("--out", default=out,
                         help="folder for the results files (default: %(default)s)")
     parser.add_argument("--machine", default=None,
                         help="the machine's name in the results file's name (default: from "
                              "the GPUs, e.g. 1xH100)")
-
-
-def run_record(script: str, argv, args) -> dict:
-    """A results payload's first keys: the command (``script`` and ``argv``), the commit
-    (``args.commit`` or git's), the date, the machine (named ``args.machine`` or after its one
-    GPU used)."""
-    info = machine()
-    return {"command": command_line(script, argv), "commit": args.commit or commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-            "machine_name": args.machine or machine_name(info, 1)}
+    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
 
 
 def now() -> str:
@@ -141,6 +147,11 @@ def machine() -> dict:
     }
 
 
+def machine_in_child() -> dict:
+    """:func:`machine`, read in a process of its own (see :func:`in_child`)."""
+    return in_child("m.machine()", setup="from benchmarks import common as m", timeout=300)
+
+
 def bytecode() -> dict:
     """Which installed packages have no compiled bytecode, and whether Python may write it: a
     process compiles such packages from source as it imports them (pip compiles at install)."""
@@ -172,9 +183,9 @@ def machine_label(info: dict, used: int | None = None) -> str:
 
 def machine_name(info: dict, used: int | None = None) -> str:
     """The machine in a results file's name: "1xH100" (GPUs used x model), "cpu16" without
-    a GPU."""
+    a GPU or with ``used=0`` (a run on the CPUs)."""
     names = _gpu_names(info)
-    if not names:
+    if not names or used == 0:
         return f"cpu{info.get('cores') or os.cpu_count()}"
     model = names[0].replace("NVIDIA", "").replace("Tesla", "").strip()
     short = re.findall(r"[A-Z]+\d+[A-Za-z]*", model)
@@ -299,3 +310,170 @@ def write_results(stem: str, text: str, payload: dict | None = None) -> str:
         with open(stem + ".json", "w") as f:
             json.dump(payload, f, indent=1, default=str)
     return stem + ".md"
+
+
+# ---------------------------------------------------------------------------------------------
+# The contract: what a script fills in, and what the harness does with it
+
+
+@dataclass(frozen=True)
+class Script:
+    """A benchmark script: its measurement, and the harness's one way of running it.
+
+    What a script gives:
+
+    - ``file``, ``doc``: its ``__file__`` (its command, ``python -m benchmarks.NAME``) and its
+      docstring (the first paragraph describes it in ``--help``);
+    - ``options(parser)``: its options (the harness adds ``--out``, ``--machine`` and
+      ``--commit``, see :func:`output_options`);
+    - ``check(parser, args)``: its arguments checked and converted before anything runs, one
+      ``parser.error`` line for a bad one;
+    - ``measure(args, run)``: the measurement, once: it puts its figures into ``run.payload``
+      and may call ``run.save()`` after each step, so that a run cut short keeps what it
+      measured;
+    - ``markdown(payload)``: the results table;
+    - ``name``: the results file's name: a prefix followed by the machine's name and the
+      ``--tag`` where the script has one ("scale-out" gives scale-out-4xH100.md), or
+      ``name(args, payload)``;
+    - ``gpus(args)``: how many of the machine's GPUs the run uses, for the machine's name (None:
+      all of them; 0: none, a run on the CPUs);
+    - ``dry_run(args)``: what ``--dry-run`` (an option of the script's) prints instead of
+      running anything;
+    - ``rest``: the words after ``--`` go to ``args.rest`` (flags of a command the script runs).
+    """
+
+    file: str
+    doc: str
+    options: Callable[[argparse.ArgumentParser], None]
+    measure: Callable[[argparse.Namespace, Run], None]
+    markdown: Callable[[dict], str]
+    name: str | Callable[[argparse.Namespace, dict], str]
+    check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] | None = None
+    gpus: Callable[[argparse.Namespace], int | None] = lambda args: 1
+    dry_run: Callable[[argparse.Namespace], str] | None = None
+    rest: bool = False
+    out: str | None = RESULTS  # where results go by default (None: only with --out)
+
+    @property
+    def module(self) -> str:
+        return f"benchmarks.{os.path.splitext(os.path.basename(self.file))[0]}"
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(
+            prog=f"python -m {self.module}",
+            description=" ".join((self.doc or "").strip().split("\n\n")[0].split()))
+        self.options(parser)
+        output_options(parser, self.out)
+        return parser
+
+    def parse(self, argv=None) -> argparse.Namespace:
+        """The arguments (``argv``, or this process's), checked; nothing runs.
+        ``args.argv`` keeps the words as given."""
+        argv = sys.argv[1:] if argv is None else list(argv)
+        words, rest = argv, []
+        if self.rest and "--" in argv:
+            words, rest = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+        parser = self.parser()
+        args = parser.parse_args(words)
+        args.argv = argv
+        if self.rest:
+            args.rest = rest
+        if self.check is not None:
+            self.check(parser, args)
+        return args
+
+    def main(self, argv=None) -> dict | None:
+        """Parse and check, measure once, tidy, write the results files, print the table; the
+        payload (None for a dry run)."""
+        args = self.parse(argv)
+        if self.dry_run is not None and args.dry_run:
+            print(self.dry_run(args))
+            return None
+        run = Run(self, args)
+        with run:
+            self.measure(args, run)
+        written = run.save()
+        print(self.markdown(run.payload))
+        if written:
+            print(f"written: {written}")
+        return run.payload
+
+
+class Run:
+    """One run of a :class:`Script`: ``payload``, what is measured (first the command, the
+    commit, the date and the machine, read in a process of its own, so that the GPU libraries
+    it imports to name their versions stay out of the measuring process), :meth:`save`,
+    :meth:`scratch` and :meth:`tidy`. Used as a context manager, it tidies when it ends."""
+
+    def __init__(self, script: Script, args: argparse.Namespace):
+        self.script, self.args = script, args
+        info = machine_in_child()
+        self.payload: dict = {
+            "command": command_line(script.file, args.argv), "commit": args.commit or commit(),
+            "date": now(), "machine": info,
+            "machine_name": args.machine or machine_name(info, script.gpus(args))}
+        self._exit = contextlib.ExitStack()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._exit.close()
+        return False
+
+    def stem(self) -> str | None:
+        """The results files' path without the extension (None without ``--out``)."""
+        if not self.args.out:
+            return None
+        payload = self.payload
+        name = self.script.name
+        if callable(name):
+            name = name(self.args, payload)
+        else:
+            tag = getattr(self.args, "tag", "")
+            name = f"{name}-{payload['machine_name']}" + (f"-{tag}" if tag else "")
+        return os.path.join(self.args.out, name)
+
+    def save(self) -> str | None:
+        """NAME.md and NAME.json of what is measured so far; the markdown file's path (None
+        without ``--out``)."""
+        stem = self.stem()
+        if stem is None:
+            return None
+        return write_results(stem, self.script.markdown(self.payload), self.payload)
+
+    def scratch(self, near: str | None = None) -> str:
+        """A new empty folder for what the run writes and throws away, in ``near`` (made if
+        missing; default: the system's temporary folder), removed when the run ends."""
+        if near:
+            os.makedirs(near, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix="benchmark-scratch-", dir=near or None)
+        self._exit.callback(shutil.rmtree, folder, True)
+        return folder
+
+    def tidy(self, function: Callable, *args) -> None:
+        """``function(*args)`` when the run ends, however it ends."""
+        self._exit.callback(function, *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# A process of its own
+
+
+def in_child(call: str, setup: str = "", env: dict | None = None,
+             timeout: float | None = None):
+    """The value of the Python expression ``call`` (something JSON holds), evaluated after
+    ``setup`` in a fresh interpreter in the checkout's root (``from benchmarks import NAME``
+    there imports a script), with ``env`` added to this process's environment: its allocators,
+    device memory and imports go with it. A RuntimeError whose first line is the child's last
+    line of error output where it fails."""
+    code = f"import json\n{setup}\nprint('RESULT ' + json.dumps({call}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not found:
+        errors = done.stderr.strip().splitlines()
+        last = errors[-1] if errors else f"exit {done.returncode}, no result"
+        raise RuntimeError(f"{last}\n{call} failed (exit {done.returncode}):\n"
+                           f"{(done.stdout + done.stderr)[-3000:]}")
+    return json.loads(found[-1][len("RESULT "):])

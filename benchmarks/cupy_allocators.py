@@ -1,8 +1,8 @@
 """Where a CuPy allocation's time goes: 1 MiB alloc+free through each allocator, one process.
 
-    python benchmarks/cupy_allocators.py [--out DIR] [--rounds 7] [--count 20000]
+    python -m benchmarks.cupy_allocators [--out DIR] [--rounds 7] [--count 20000]
 
-A harness that explains benchmarks/vs_dask_cuda.py's CuPy row: the same RMM pool under RMM's
+A harness that explains benchmarks.vs_dask_cuda's CuPy row: the same RMM pool under RMM's
 own ``rmm_cupy_allocator`` (what dask-cuda installs), under the plugin's allocator, and with
 zero to three statistics adaptors in between. Variants are interleaved round by round (the
 harness, benchmarks/common.py, which also records the machine and the commit and writes
@@ -11,26 +11,10 @@ harness, benchmarks/common.py, which also records the machine and the commit and
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
-
-from common import (  # noqa: E402
-    alternate,
-    command_line,
-    header,
-    machine,
-    machine_name,
-    median_range,
-    output_options,
-    write_results,
-)
+from .common import Script, alternate, header, median_range
 
 MiB = 1 << 20
 
@@ -98,22 +82,12 @@ def buffer_only(rmm, resources: dict, count: int) -> dict:
     return out
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser) -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--count", type=int, default=20000)
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    return parser().parse_args(argv)
-
-
-def main(argv=None) -> None:
-    args = parse(argv)
-
+def measure(args, run) -> None:
     import cupy
     import rmm
 
@@ -140,14 +114,18 @@ def main(argv=None) -> None:
     for _ in range(args.rounds):
         for name, value in buffer_only(rmm, adaptors, args.count).items():
             buffers[name].append(value)
+    run.payload.update(rounds=args.rounds, count=args.count, cupy=runs, device_buffer=buffers)
 
+
+def markdown(payload: dict) -> str:
+    runs, buffers = payload["cupy"], payload["device_buffer"]
     base = statistics.median(runs["rmm_cupy_allocator, pool"])
-    info = machine()
     lines = [
         *header("CuPy 1 MiB alloc+free by allocator (one process, interleaved rounds)",
-                command_line(__file__, argv), info, used=1),
+                payload["command"], payload["machine"], payload["commit"], payload["date"],
+                used=1),
         "",
-        f"{args.rounds} rounds of {args.count} alloc+free each; median (min-max) us.",
+        f"{payload['rounds']} rounds of {payload['count']} alloc+free each; median (min-max) us.",
         "",
         "| allocator, resource | us | vs rmm_cupy_allocator on the pool |",
         "| --- | --- | --- |",
@@ -158,13 +136,12 @@ def main(argv=None) -> None:
     lines += ["", "DeviceBuffer(size=1 MiB, mr=...) alone:", "", "| resource | us |", "| --- | --- |"]
     for name, values in buffers.items():
         lines.append(f"| {name} | {median_range(values)} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    write_results(
-        os.path.join(args.out, f"cupy-allocators-{args.machine or machine_name(info, 1)}"),
-        text, {"command": command_line(__file__, argv), "machine": info, "cupy": runs,
-               "device_buffer": buffers},
-    )
+    return "\n".join(lines) + "\n"
+
+
+SCRIPT = Script(__file__, __doc__, options=options, measure=measure, markdown=markdown,
+                name="cupy-allocators")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """ECG pipeline, stage by stage: one GPU against the machine's CPUs, side by side in one run.
 
-    python benchmarks/ecg.py                      # 20 h at 250 Hz, GPU (when present) and CPU
-    python benchmarks/ecg.py --hours 0.5 --devices cpu   # a quick look on a machine with no GPU
+    python -m benchmarks.ecg                      # 20 h at 250 Hz, GPU (when present) and CPU
+    python -m benchmarks.ecg --hours 0.5 --devices cpu   # a quick look on a machine with no GPU
 
 Each device runs twice: in one process (Dask's threaded scheduler, no cluster overhead: the
 figure the "reading + segmentation + embedding of 20 h under 1 s on a GPU" goal is about), and
@@ -16,34 +16,18 @@ the commit and writes ``--out``/ecg-MACHINE.md (and .json).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    alternate,
-    command_line,
-    header,
-    machine,
-    machine_name,
-    median_range,
-    output_options,
-    write_results,
-)
+from .common import Script, alternate, header, median_range
 
 STAGES = ("read", "convolve", "detect", "embed", "train", "score")
 SEGMENTATION = ("read", "convolve", "detect", "embed")
 
 
-def main(argv=None):
-    args = parse(argv)
+def measure(args, run) -> None:
     from dask_gpu_interop import resolve_device
 
     devices = args.devices.split(",") if args.devices != "auto" else (
@@ -55,24 +39,18 @@ def main(argv=None):
     csv, truth, gen = dataset(data, args.hours, args.rate, args.seed)
     warm_csv, _, _ = dataset(data, 10 / 60, args.rate, args.seed + 1)
     print(f"data: {csv} ({csv.stat().st_size / 1e6:.0f} MB, {truth.summary()}){gen}", flush=True)
-
+    run.payload.update(
+        versions=versions(), used=1 if "gpu" in devices else None,
+        recording={"hours": truth.seconds / 3600, "rate": truth.rate,
+                   "samples": len(truth.signal), "beats": len(truth.peaks), "csv": csv.name,
+                   "csv_bytes": csv.stat().st_size})
     runs = {f"{device.upper()} {mode}": (device, mode)
             for device in devices for mode in ("in-process", "cluster")}
-    measured = {label: [] for label in runs}
+    measured = run.payload["runs"] = {label: [] for label in runs}
     for round_, label in alternate(runs, args.repeats):
         print(f"running: {label} (round {round_ + 1}) ...", flush=True)
-        measured[label].append(measure(csv, warm_csv, truth, args, *runs[label]))
+        measured[label].append(measure_one(csv, warm_csv, truth, args, *runs[label]))
         print(f"  {fmt_times(measured[label][-1]['times'])}", flush=True)
-    columns = {label: combine(values) for label, values in measured.items()}
-
-    info = machine()
-    name = args.machine or machine_name(info, 1 if "gpu" in devices else None)
-    text = report(columns, args, truth, csv, argv, info, used=1 if "gpu" in devices else None)
-    path = write_results(str(Path(args.out) / f"ecg-{name}"), text,
-                         {"command": command_line(__file__, argv), "machine": info,
-                          "runs": measured})
-    print(text)
-    print(f"written: {path}")
 
 
 def combine(runs: list[dict]) -> dict:
@@ -84,8 +62,7 @@ def combine(runs: list[dict]) -> dict:
                                                         for r in runs]}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(p) -> None:
     p.add_argument("--hours", type=float, default=20.0)
     p.add_argument("--rate", type=float, default=250.0)
     p.add_argument("--seed", type=int, default=0)
@@ -99,19 +76,13 @@ def parser() -> argparse.ArgumentParser:
                    help="where the CSVs are kept (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=1,
                    help="runs of each device and mode, alternating")
-    output_options(p)
-    return p
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    p = parser()
-    args = p.parse_args(argv)
+def check_arguments(p, args) -> None:
     if args.devices not in ("auto", "cpu", "gpu", "gpu,cpu", "cpu,gpu"):
         p.error(f"--devices {args.devices!r}: gpu,cpu | cpu | gpu | auto")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
-    return args
 
 
 def dataset(folder: Path, hours: float, rate: float, seed: int):
@@ -130,7 +101,7 @@ def dataset(folder: Path, hours: float, rate: float, seed: int):
     return path, truth, note
 
 
-def measure(csv, warm_csv, truth, args, device, mode) -> dict:
+def measure_one(csv, warm_csv, truth, args, device, mode) -> dict:
     import dask
 
     from examples.ecg.params import Params
@@ -183,16 +154,18 @@ def fmt_times(times: dict) -> str:
     return ", ".join(f"{k} {v:.3f} s" for k, v in times.items())
 
 
-def report(columns: dict, args, truth, csv, argv, info: dict, used: int | None = None,
-           commit: str | None = None) -> str:
+def markdown(payload: dict) -> str:
+    columns = {label: combine(runs) for label, runs in payload["runs"].items() if runs}
     labels = list(columns)
     repeats = max(len(c.get("segmentation", [0])) for c in columns.values())
+    ecg = payload["recording"]
     lines = [
-        *header(f"ECG pipeline, {truth.seconds / 3600:g} h at {truth.rate:g} Hz "
-                f"({len(truth.signal):,} samples, {len(truth.peaks):,} beats)",
-                command_line(__file__, argv), info, commit, used=used, versions=False),
-        f"- versions: {versions()}",
-        f"- data: `{csv.name}`, {csv.stat().st_size / 1e6:.0f} MB of CSV",
+        *header(f"ECG pipeline, {ecg['hours']:g} h at {ecg['rate']:g} Hz "
+                f"({ecg['samples']:,} samples, {ecg['beats']:,} beats)",
+                payload["command"], payload["machine"], payload["commit"], payload["date"],
+                used=payload["used"], versions=False),
+        f"- versions: {payload['versions']}",
+        f"- data: `{ecg['csv']}`, {ecg['csv_bytes'] / 1e6:.0f} MB of CSV",
         "",
         "Seconds per stage (wall clock, after a warm-up run in the same process or cluster"
         + (f"; the median of {repeats} runs, the runs alternating" if repeats > 1 else "")
@@ -225,7 +198,7 @@ def report(columns: dict, args, truth, csv, argv, info: dict, used: int | None =
     if gpu is not None:
         seg = stage_value(gpu, "read+segment+embed")
         verdict = "met" if seg < 1.0 else "not met"
-        lines += ["", f"Goal, reading + segmentation + embedding of {truth.seconds / 3600:g} h "
+        lines += ["", f"Goal, reading + segmentation + embedding of {ecg['hours']:g} h "
                       f"under 1 s on one GPU: {seg:.3f} s in one process ({verdict})."]
     lines += [
         "",
@@ -273,6 +246,12 @@ def versions() -> str:
         except PackageNotFoundError:
             pass
     return ", ".join(out)
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="ecg",
+                gpus=lambda args: None if args.devices == "cpu" else 1)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The ECG VAE's training step: where its time goes on a GPU, against the CPUs.
 
-    python benchmarks/ecg_train.py [--beats 65000] [--steps 1000] [--cpu-steps 200]
+    python -m benchmarks.ecg_train [--beats 65000] [--steps 1000] [--cpu-steps 200]
 
 On beats of the ECG example's shape (``--beats`` rows of 256 float32, random: the step's work
 does not depend on the values), with the example's model, batch and optimizer
@@ -22,24 +22,10 @@ The harness (benchmarks/common.py) records the machine and the commit and writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)  # examples/
-
-from common import (  # noqa: E402
-    header,
-    output_options,
-    run_record,
-    say,
-    write_results,
-)
+from .common import Script, header, in_child, say
 
 ALLOCATORS = {"caching": "", "cudaMallocAsync": "backend:cudaMallocAsync"}
 PROFILED_STEPS = 20
@@ -170,16 +156,11 @@ def child(args: argparse.Namespace, allocator: str) -> dict:
     return out
 
 
-def in_child(argv: list[str], allocator: str) -> dict:
-    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": ALLOCATORS[allocator]}
-    code = (f"import json, sys; sys.path[:0] = {[HERE, ROOT]!r}; import ecg_train as m; "
-            f"print('RESULT ' + json.dumps(m.child(m.parse({argv!r}), {allocator!r})))")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, text=True,
-                          stdout=subprocess.PIPE, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"the {allocator} process failed (exit {proc.returncode})")
-    return json.loads(lines[-1][len("RESULT "):])
+def under(argv: list[str], allocator: str) -> dict:
+    """:func:`child` in a process of its own, PyTorch's allocator set before it starts."""
+    return in_child(f"m.child(m.parse({argv!r}), {allocator!r})",
+                    setup="from benchmarks import ecg_train as m",
+                    env={"PYTORCH_CUDA_ALLOC_CONF": ALLOCATORS[allocator]})
 
 
 def markdown(payload: dict) -> str:
@@ -225,36 +206,28 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     parser.add_argument("--beats", type=int, default=65_000, help="Training beats.")
     parser.add_argument("--steps", type=int, default=1000, help="Timed GPU steps per variant.")
     parser.add_argument("--cpu-steps", type=int, default=200, help="Timed CPU steps.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    args = parser().parse_args(argv)
+def check_arguments(parser, args) -> None:
     for name in ("beats", "steps", "cpu_steps"):
         if getattr(args, name) < 1:
-            parser().error(f"--{name.replace('_', '-')} must be at least 1")
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.beats < 256:
-        parser().error("--beats: give at least 256 (two batches)")
-    return args
+        parser.error("--beats: give at least 256 (two batches)")
 
 
-def main(argv=None) -> dict:
-    args = parse(argv)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    payload = {**run_record(__file__, argv, args), "beats": args.beats,
-               "children": [in_child(argv, allocator) for allocator in ALLOCATORS]}
-    text = markdown(payload)
-    write_results(os.path.join(args.out, f"ecg-train-{payload['machine_name']}"), text, payload)
-    print(text)
-    return payload
+def measure(args, run) -> None:
+    run.payload["beats"] = args.beats
+    run.payload["children"] = [under(args.argv, allocator) for allocator in ALLOCATORS]
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="ecg-train")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

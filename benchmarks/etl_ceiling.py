@@ -1,7 +1,7 @@
 """The mortgage ETL against its readers' ceiling: each device's ETL stage beside the reader it
 is built on, on the same files, in one run.
 
-    python benchmarks/etl_ceiling.py --data DIR [--size 9GB] [--layouts classic,current]
+    python -m benchmarks.etl_ceiling --data DIR [--size 9GB] [--layouts classic,current]
         [--runs 2] [--reader-runs 3]
 
 For each layout, on a dataset made by the README's ``generate`` command:
@@ -11,7 +11,7 @@ For each layout, on a dataset made by the README's ``generate`` command:
   environment the etl command gives its GPU workers (kvikio's I/O threads among it);
 - the CPUs' ceiling: pyarrow's multithreaded CSV reader, the same columns as text, every core;
 - the README's ``etl --data DIR --out OUT --device gpu|cpu``, alternating: its ETL stage (the
-  line it prints) as GB/s of input text, and that as a share of its own device's reader;
+  figure it reports) as GB/s of input text, and that as a share of its own device's reader;
 - the write: the command's Parquet write beside ``cudf.DataFrame.to_parquet`` of the same
   feature table in one process (read back from the command's output; a first write
   discarded).
@@ -22,37 +22,12 @@ The harness (benchmarks/common.py) records the machine and the commit and writes
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)  # examples/
-
-from common import (  # noqa: E402
-    header,
-    interleave,
-    median_range,
-    output_options,
-    run_record,
-    say,
-    summary,
-    write_results,
-)
-from mortgage import (  # noqa: E402
-    EXAMPLE,
-    dataset_options,
-    generate,
-    parse_etl,
-    parse_with_layouts,
-    run,
-)
+from .common import Script, header, in_child, interleave, median_range, say, summary
+from .mortgage import EXAMPLE, check_layouts, dataset_options, figures_of, generate
 
 RANGE = 2**30  # the GPU reader's byte range
 
@@ -124,20 +99,15 @@ def gpu_write(table_directory: str, scratch: str) -> float:
     return seconds
 
 
-def in_child(setup: str, call: str, runs: int, env: dict | None = None) -> list[float]:
+def timed_in_child(setup: str, call: str, runs: int, env: dict | None = None) -> list[float]:
     """The seconds ``call`` returns, in a fresh process after ``setup`` (this module is ``m``)
     with ``env`` added to the environment: ``runs`` + 1 calls, the first (the process's
     warm-up) discarded."""
-    code = (f"import json, sys; sys.path[:0] = {[HERE, ROOT]!r}; import etl_ceiling as m; "
-            f"{setup}; {call}; print(json.dumps([{call} for _ in range({runs})]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False, cwd=ROOT, env={**os.environ, **(env or {})})
-    if out.returncode:
-        raise RuntimeError(f"{call} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return in_child(f"[{call} for _ in range({runs})]", env=env,
+                    setup=f"from benchmarks import etl_ceiling as m\n{setup}\n{call}")
 
 
-def layout_runs(directory: str, runs: int, reader_runs: int) -> dict:
+def layout_runs(directory: str, runs: int, reader_runs: int, scratch: str) -> dict:
     from dask_gpu_interop import gpu_workers
     from examples.mortgage import files
 
@@ -145,20 +115,21 @@ def layout_runs(directory: str, runs: int, reader_runs: int) -> dict:
     input_bytes = files.plan(directory, partition_size=RANGE).input_bytes
     jobs = f"jobs = m.read_jobs({directory!r})"
     result = {"input_bytes": input_bytes,
-              "gpu reader": in_child(jobs, "m.gpu_reader(jobs)", reader_runs, workers_env),
-              "cpu reader": in_child(jobs, "m.cpu_reader(jobs)", reader_runs),
+              "gpu reader": timed_in_child(jobs, "m.gpu_reader(jobs)", reader_runs, workers_env),
+              "cpu reader": timed_in_child(jobs, "m.cpu_reader(jobs)", reader_runs),
               "gpu": [], "cpu": []}
     say(f"readers {os.path.basename(directory)}: gpu {result['gpu reader']}, "
         f"cpu {result['cpu reader']}")
-    out = os.path.join(os.path.dirname(directory), "ceiling-features.parquet")
+    out = os.path.join(scratch, "ceiling-features.parquet")
     for _, device in interleave({"gpu": runs, "cpu": runs}):
-        text, wall = run([*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
-                          "--device", device])
-        found = parse_etl(text)
+        figures, _, wall = figures_of([*EXAMPLE, "etl", "--data", directory, "--out", out,
+                                       "--overwrite", "--device", device])
+        found = figures["etl"]
         result[device].append({"wall": wall, "etl": found["seconds"],
-                               "write": found.get("write_seconds")})
+                               "write": None})  # written in the ETL stage: no figure of its own
         say(f"etl {device} {os.path.basename(directory)}: {result[device][-1]}")
-    result["gpu to_parquet"] = in_child("pass", f"m.gpu_write({out!r}, {out + '.scratch'!r})", 2)
+    result["gpu to_parquet"] = timed_in_child("pass", f"m.gpu_write({out!r}, {out + '.scratch'!r})",
+                                              2)
     shutil.rmtree(out, ignore_errors=True)
     return result
 
@@ -172,7 +143,7 @@ def markdown(payload: dict) -> str:
                      payload["command"], payload["machine"], payload["commit"],
                      payload.get("date")), "",
              "GB/s of input text (10^9 bytes), median (range). Readers: one warm process, the "
-             "ETL's columns as text (the GPU's with the etl command's worker environment). ETL: the stage line of the README's etl command (whole "
+             "ETL's columns as text (the GPU's with the etl command's worker environment). ETL: the ETL stage of the README's etl command (whole "
              "process: imports, cluster start, write excluded). Share: the ETL's median over "
              "its own device's reader's.", "",
              "| layout | input | GPU reader | GPU ETL | GPU share | CPU reader | CPU ETL | "
@@ -219,31 +190,26 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     dataset_options(parser, "9GB")
     parser.add_argument("--runs", type=int, default=2, help="etl commands per device and layout.")
     parser.add_argument("--reader-runs", type=int, default=3, help="Timed passes per reader.")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    return parse_with_layouts(parser(), argv)
-
-
-def main(argv=None) -> dict:
-    args = parse(argv)
-    payload = {**run_record(__file__, argv, args), "layouts": {}}
-    stem = os.path.join(args.out, f"mortgage-etl-ceiling-{payload['machine_name']}")
+def measure(args, run) -> None:
+    run.payload["layouts"] = {}
+    scratch = run.scratch(near=args.data)
     for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         generate(directory, args.size, layout, args.workers)
-        payload["layouts"][layout] = layout_runs(directory, args.runs, args.reader_runs)
-        write_results(stem, markdown(payload), payload)
-    print(markdown(payload))
-    return payload
+        run.payload["layouts"][layout] = layout_runs(directory, args.runs, args.reader_runs,
+                                                     scratch)
+        run.save()
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_layouts, measure=measure,
+                markdown=markdown, name="mortgage-etl-ceiling")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

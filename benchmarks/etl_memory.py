@@ -1,7 +1,7 @@
 """More data than a GPU holds: the mortgage commands as a user types them, their wall clock,
-their ETL line and each GPU's peak memory, on datasets of growing size.
+their ETL and each GPU's peak memory, on datasets of growing size.
 
-    python benchmarks/etl_memory.py --data /tmp/mb/classic-9GB --data /tmp/mb/classic-36GB
+    python -m benchmarks.etl_memory --data /tmp/mb/classic-9GB --data /tmp/mb/classic-36GB
         [--sections etl,job] [--gpus 1,2] [--pool-cap 16GB] [--managed] [--runs 1]
         [--job-data /tmp/mb/classic-36GB] [--job-gpus 1,2] [--job-runs 1]
         [--job-flags '--xgb-param grow_policy=depthwise'] [--interval 0.05] [--tag NAME]
@@ -16,10 +16,12 @@ within the device's memory), and with each GPU count of ``--gpus`` beyond one. T
 section runs the whole job, ``python -m examples.mortgage --data DIR --device gpu
 [--job-flags]``, on ``--job-data`` with each count of ``--job-gpus``: its test AUC, its stages
 and where its training data lived. For every command: the wall clock from start to prompt, the
-line it prints, and each used GPU's peak memory (NVML, sampled every ``--interval`` seconds in
+figures it reports (the figures file its ``--json`` writes), and each used GPU's peak memory (NVML, sampled every ``--interval`` seconds in
 a thread; the GPUs are numbered in PCI order for CUDA and NVML alike). A command that fails is
-recorded with its output's tail, and the next one runs. The output folder of the etl command
-is removed before each run (the script's own scratch, beside the first dataset).
+recorded with its output's tail, and the next one runs. The feature table the etl command
+wrote is removed before and after each run (the script's own scratch, beside the first
+dataset; a folder there that the command did not write is left alone, and the command refuses
+it).
 
 The harness (benchmarks/common.py) records the machine and the commit and writes
 ``--out``/etl-memory-MACHINE[-TAG].md (and .json) after every command.
@@ -27,7 +29,6 @@ The harness (benchmarks/common.py) records the machine and the commit and writes
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
@@ -38,23 +39,10 @@ import time
 
 from dask.utils import format_bytes, parse_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from common import (  # noqa: E402
-    choices,
-    header,
-    machine_name,
-    output_options,
-    run_record,
-    say,
-    write_results,
-)
-from mortgage import EXAMPLE, parse_etl, parse_job, run  # noqa: E402
+from .common import Script, choices, header, say
+from .mortgage import EXAMPLE, figures_of, job_figures
 
 SECTIONS = ("etl", "job")
-PLACEMENT = re.compile(r"^training data: in (?P<what>.*?) \((?P<where>device|host)\): "
-                       r"(?P<why>.*)$", re.M)
 TIMEOUT = 1800.0  # seconds one command may take
 
 
@@ -172,19 +160,29 @@ def shown(entry: dict) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+def remove_table(path: str) -> None:
+    """The feature table an etl command wrote at ``path`` removed: nothing else (a folder
+    there without the command's list of what it wrote is left as it is, and the command
+    refuses it)."""
+    from examples.mortgage.output import MARKER
+
+    if os.path.isfile(os.path.join(path, MARKER)):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def one(entry: dict, read, interval: float) -> dict:
     """Run one command: its wall clock, what it printed, each used GPU's peak memory."""
     if entry["section"] == "etl":
-        shutil.rmtree(scratch_of(entry), ignore_errors=True)
+        remove_table(scratch_of(entry))
     sampler = Sampler(read, interval).start() if read else None
     result = {key: entry[key] for key in ("section", "data", "variant", "env")}
     result["command"] = shown(entry)
     started = time.perf_counter()
     try:
-        text, wall = run(entry["argv"], env=entry["env"], timeout=TIMEOUT)
+        figures, text, wall = figures_of(entry["argv"], env=entry["env"], timeout=TIMEOUT)
         result.update(ok=True, wall=wall, tail=text[-3000:])
-        result.update(parsed(entry["section"], text))
-    except Exception as err:  # a failed command (or one that printed no result) is a result
+        result.update(found_in(entry["section"], figures))
+    except Exception as err:  # a failed command (or one that wrote no figures) is a result
         result.update(ok=False, wall=result.get("wall", time.perf_counter() - started),
                       error=f"{type(err).__name__}: {str(err)[-3000:]}")
     used = [int(i) for i in entry["env"]["CUDA_VISIBLE_DEVICES"].split(",")]
@@ -193,7 +191,7 @@ def one(entry: dict, read, interval: float) -> dict:
     if sampler:
         result["samples"] = sampler.samples
     if entry["section"] == "etl":
-        shutil.rmtree(scratch_of(entry), ignore_errors=True)
+        remove_table(scratch_of(entry))
     return result
 
 
@@ -201,15 +199,12 @@ def scratch_of(entry: dict) -> str:
     return entry["argv"][entry["argv"].index("--out") + 1]
 
 
-def parsed(section: str, text: str) -> dict:
-    """What the command's lines say: the ETL line; for the job its stages, AUC and where its
+def found_in(section: str, figures: dict) -> dict:
+    """What the command's figures say: its ETL; for the job its stages, AUC and where its
     training data lived."""
     if section == "etl":
-        return {"etl": parse_etl(text)}
-    found = parse_job(text)
-    place = PLACEMENT.search(text)
-    found["placement"] = ({"where": place["where"], "line": place[0]} if place else None)
-    return found
+        return {"etl": figures["etl"]}
+    return job_figures(figures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,7 +236,7 @@ def markdown(payload: dict) -> str:
     etl = [r for r in results if r["section"] == "etl"]
     if etl:
         lines += ["", "## `python -m examples.mortgage etl --data DIR --out OUT --device gpu`",
-                  "", "wall: the whole command, start to prompt; ETL: its ETL line (reading, "
+                  "", "wall: the whole command, start to prompt; ETL: its ETL stage (reading, "
                   "features and the Parquet write: one stage), and its input text over that "
                   "time; GPU memory: each used GPU's peak in use (NVML, GiB), and its rise "
                   "over the memory in use before the command. NVML counts what the memory "
@@ -333,8 +328,7 @@ def _counts(parser, flag: str, text: str) -> list[int]:
     return counts
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     parser.add_argument("--data", action="append", default=[], metavar="DIR",
                         help="A dataset made by the README's generate command (repeatable).")
     parser.add_argument("--sections", default="etl,job", help="etl, job, or both.")
@@ -357,68 +351,61 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
     parser.add_argument("--dry-run", action="store_true",
                         help="Print the commands it would run, and run nothing.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.sections = choices(parser_, "--sections", args.sections, SECTIONS)
+def check_arguments(parser, args) -> None:
+    args.sections = choices(parser, "--sections", args.sections, SECTIONS)
     if not args.sections:
-        parser_.error("--sections: give etl, job or both")
+        parser.error("--sections: give etl, job or both")
     if not args.data:
-        parser_.error("--data: give at least one dataset directory")
-    args.gpus = _counts(parser_, "--gpus", args.gpus)
-    args.job_gpus = _counts(parser_, "--job-gpus", args.job_gpus)
+        parser.error("--data: give at least one dataset directory")
+    args.gpus = _counts(parser, "--gpus", args.gpus)
+    args.job_gpus = _counts(parser, "--job-gpus", args.job_gpus)
     if args.pool_cap:
         try:
             if parse_bytes(args.pool_cap) <= 0:
                 raise ValueError
         except ValueError:
-            parser_.error(f"--pool-cap {args.pool_cap!r} is not a size such as 16GB")
+            parser.error(f"--pool-cap {args.pool_cap!r} is not a size such as 16GB")
     for flag, value in (("--runs", args.runs), ("--job-runs", args.job_runs)):
         if value < 1:
-            parser_.error(f"{flag} {value}: at least 1")
+            parser.error(f"{flag} {value}: at least 1")
     if not args.interval > 0:
-        parser_.error(f"--interval {args.interval}: a positive number of seconds")
+        parser.error(f"--interval {args.interval}: a positive number of seconds")
     try:
         shlex.split(args.job_flags)
     except ValueError as err:
-        parser_.error(f"--job-flags {args.job_flags!r}: {err}")
+        parser.error(f"--job-flags {args.job_flags!r}: {err}")
     args.job_data = args.job_data or args.data[-1]
     if args.tag and not re.fullmatch(r"[\w.-]+", args.tag):
-        parser_.error(f"--tag {args.tag!r}: letters, digits, '.', '_' or '-'")
-    return args
+        parser.error(f"--tag {args.tag!r}: letters, digits, '.', '_' or '-'")
 
 
-def main(argv=None) -> dict | None:
-    args = parse(argv)
+def dry_run(args) -> str:
+    return "\n".join(shown(entry) for entry in planned(args))
+
+
+def measure(args, run) -> None:
     runs = planned(args)
-    if args.dry_run:
-        for entry in runs:
-            print(shown(entry))
-        return None
     missing = sorted({r["data"] for r in runs if not os.path.isdir(r["data"])})
     if missing:
         sys.exit(f"no dataset at {', '.join(missing)}: make it first, e.g. python -m "
                  f"examples.mortgage generate --out {missing[0]} --size 36GiB")
-    payload = {**run_record(__file__, argv, args), "job_flags": args.job_flags, "results": []}
-    payload["machine_name"] = args.machine or machine_name(payload["machine"])
-    stem = os.path.join(args.out, "etl-memory-" + payload["machine_name"]
-                        + (f"-{args.tag}" if args.tag else ""))
+    run.payload.update(job_flags=args.job_flags, results=[])
+    run.tidy(remove_table, scratch(args))
     read = nvml_reader()
     for entry in runs:
         say(shown(entry))
         result = one(entry, read, args.interval)
-        payload["results"].append(result)
+        run.payload["results"].append(result)
         say(f"{'ok' if result['ok'] else 'FAILED'} in {result['wall']:.1f} s; GPU memory "
             f"{_peaks(result)}")
-        write_results(stem, markdown(payload), payload)
-    print(markdown(payload))
-    return payload
+        run.save()
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="etl-memory", gpus=lambda args: None, dry_run=dry_run)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

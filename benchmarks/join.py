@@ -1,7 +1,7 @@
 """A join across GPUs: mortgage-like performance rows with their acquisition rows on loan_id,
 the library's shuffle_merge against dask's own merge.
 
-    python benchmarks/join.py [--sizes 256MiB,2GiB] [--rows-per-loan 36]
+    python -m benchmarks.join [--sizes 256MiB,2GiB] [--rows-per-loan 36]
                               [--partitions-per-worker 8] [--acquisition-partitions-per-worker 2]
                               [--methods library,tasks,p2p] [--p2p-up-to 256MiB]
                               [--protocols ucx,tcp] [--clusters library,dask-cuda]
@@ -30,33 +30,16 @@ worker processes over TCP. Results: DIR/join-MACHINE.md and .json (benchmarks/co
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import statistics
-import sys
 import time
 
 from dask.utils import format_bytes, parse_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    now,
-    output_options,
-    say,
-    write_results,
-)
-from shuffle import CLUSTERS, checksum, cluster, rate, register_serializers  # noqa: E402
-from transfer import PROTOCOLS  # noqa: E402
+from .common import Script, alternate, choices, header, say
+from .shuffle import CLUSTERS, checksum, cluster, rate, register_serializers, workers_of
+from .transfer import PROTOCOLS
 
 PERFORMANCE_ROW_BYTES = 24  # loan_id int64, period int32, current_upb float64, loan_age int32
 ACQUISITION_ROW_BYTES = 28  # loan_id int64, orig_rate float64, orig_upb float64, score int32
@@ -187,21 +170,19 @@ def entry_key(kind: str, protocol: str, size: int, method: str) -> str:
     return f"{kind}|{protocol}|{size}|{method}"
 
 
-def run(args) -> dict:
-    from dask_gpu_interop.device import gpu_count
-
-    workers = args.workers or (gpu_count() if args.device == "gpu" else 2)
+def measure(args, run) -> None:
+    workers = workers_of(args)
     if workers < 1:
-        raise SystemExit("join.py needs a worker (a GPU with --device gpu)")
-    results = {
-        "command": command_line(__file__, args.argv), "commit": args.commit or commit(),
-        "machine_info": machine(), "date": now(), "workers": workers, "device": args.device,
+        raise SystemExit("the join needs a worker (a GPU with --device gpu)")
+    results = run.payload
+    results.update({
+        "workers": workers, "device": args.device,
         "sizes": args.sizes, "repeats": args.repeats, "rows_per_loan": args.rows_per_loan,
         "partitions": workers * args.partitions_per_worker,
         "acquisition_partitions": workers * args.acquisition_partitions_per_worker,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "NCCL_"))},
         "tables": {}, "runs": {}, "errors": {},
-    }  # fmt: skip
+    })  # fmt: skip
     names = itertools.count()
     for (kind, protocol), group in itertools.groupby(runs_planned(args), key=lambda p: p[:2]):
         try:
@@ -210,10 +191,11 @@ def run(args) -> dict:
                 register_serializers()
                 for _, _, size, methods in group:
                     measure_size(client, args, kind, protocol, size, methods, names, results)
+                    run.save()  # a run cut short keeps the sizes it measured
         except Exception as err:  # one cluster failing must not lose the other rows
             results["errors"][f"{kind}|{protocol}"] = f"{type(err).__name__}: {err}"
             say(f"{kind} {protocol} failed: {results['errors'][f'{kind}|{protocol}']}")
-    return results
+            run.save()
 
 
 def measure_size(client, args, kind, protocol, size, methods, names, results) -> None:
@@ -260,11 +242,11 @@ def split_key(key: str) -> tuple[str, str, int, str]:
     return kind, protocol, int(size), method
 
 
-def report(results: dict, machine: str) -> str:
+def markdown(results: dict) -> str:
     workers = results["workers"]
     lines = [
-        *header(f"Join on loan_id, {machine}", results["command"],
-                results.get("machine_info") or {}, results.get("commit"), results.get("date")),
+        *header(f"Join on loan_id, {results['machine_name']}", results["command"],
+                results["machine"], results["commit"], results["date"]),
         f"- {workers} workers ({results['device']}), one thread each; performance rows per "
         f"worker: {', '.join(format_bytes(s) for s in results['sizes'])} "
         f"({results['partitions']} partitions in all), about {results['rows_per_loan']} per "
@@ -309,10 +291,7 @@ def table_row(results: dict, key: str) -> str:
 # ------------------------------------------------------------------ the command line
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def options(parser) -> None:
     parser.add_argument("--sizes", default="256MiB,2GiB",
                         help="performance bytes made on each worker, comma-separated")
     parser.add_argument("--rows-per-loan", type=int, default=36,
@@ -334,16 +313,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool-size", default="0.6", help="the RMM pool per worker")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the runs it would make; start nothing")  # fmt: skip
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)
+def check_arguments(parser_, args) -> None:
     try:
         args.sizes = [parse_bytes(s) for s in args.sizes.split(",") if s.strip()]
         args.p2p_up_to = parse_bytes(args.p2p_up_to)
@@ -364,7 +336,6 @@ def parse(argv=None) -> argparse.Namespace:
                  "repeats"):
         if getattr(args, flag) < 1:
             parser_.error(f"--{flag.replace('_', '-')} must be at least 1")
-    return args
 
 
 def dry_run(args) -> str:
@@ -383,17 +354,10 @@ def dry_run(args) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    args = parse(argv)
-    if args.dry_run:
-        print(dry_run(args))
-        return
-    results = run(args)
-    machine = args.machine or (machine_name(results["machine_info"], results["workers"])
-                               if args.device == "gpu" else "cpu")
-    text = report(results, machine)
-    write_results(os.path.join(args.out, f"join-{machine}"), text, results)
-    print(text)
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="join", dry_run=dry_run,
+                gpus=lambda args: workers_of(args) if args.device == "gpu" else 0)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

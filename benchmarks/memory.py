@@ -1,6 +1,6 @@
 """Benchmarks of the GPUMemoryPlugin, side by side in one run (GPU machine).
 
-    python benchmarks/memory.py [--out DIR] [--sections alloc,torch,peak,setup] [--repeats 1]
+    python -m benchmarks.memory [--out DIR] [--sections alloc,torch,peak,setup] [--repeats 1]
 
 - alloc: 1 MiB alloc+free through CuPy: plain cudaMalloc vs the plugin's stack (and CuPy's own
   pool for reference).
@@ -18,30 +18,13 @@ benchmarks/common.py, which also records the machine and the commit). Results go
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
-
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    header,
-    machine,
-    machine_name,
-    output_options,
-    summary,
-    write_results,
-)
+from .common import RESULTS, Script, alternate, choices, header, in_child, summary
 
 MiB = 1 << 20
 
@@ -236,15 +219,17 @@ def mixed_workload(xgb_config: dict) -> float:
     return time.perf_counter() - t0
 
 
+CHILDREN = {"alloc": "child_alloc", "torch": "child_torch", "peak": "child_peak"}
+
+
 def run_child(section: str, variant: str) -> dict:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", section, variant],
-        capture_output=True, text=True, env=env, timeout=900,
-    )
-    if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One variant of a section in a process of its own (allocators cannot be swapped back
+    inside one); ``{"error": its last line}`` where it fails."""
+    try:
+        return in_child(f"m.{CHILDREN[section]}({variant!r})",
+                        setup="from benchmarks import memory as m", timeout=900)
+    except RuntimeError as err:
+        return {"error": str(err).splitlines()[0]}
 
 
 # ---------------------------------------------------------------- setup time, on a cluster
@@ -298,8 +283,9 @@ FIGURES = {"alloc": ("us_per_alloc_free", "spread_us"), "torch": ("ms_per_step",
            "peak": ("peak_bytes", "spread_bytes")}
 
 
-def markdown(results: dict, command: str, info: dict, commit: str | None = None) -> str:
-    lines = [*header("GPUMemoryPlugin benchmarks", command, info, commit, used=1), ""]
+def markdown(results: dict) -> str:
+    lines = [*header("GPUMemoryPlugin benchmarks", results["command"], results["machine"],
+                     results["commit"], results["date"], used=1), ""]
     if "alloc" in results:
         r = results["alloc"]
         base = r["cudaMalloc"].get("us_per_alloc_free")
@@ -334,50 +320,34 @@ def markdown(results: dict, command: str, info: dict, commit: str | None = None)
     return "\n".join(lines)
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", nargs=2, metavar=("SECTION", "VARIANT"), help=argparse.SUPPRESS)
+def options(parser) -> None:
     parser.add_argument("--sections", default="alloc,torch,peak,setup")
     parser.add_argument("--repeats", type=int, default=1,
                         help="processes per variant, the variants alternating")
-    output_options(parser, out=os.environ.get("OUT") or None)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.section_list = choices(parser_, "--sections", args.sections, [*SECTIONS, "setup"])
+def check_arguments(parser, args) -> None:
+    args.section_list = choices(parser, "--sections", args.sections, [*SECTIONS, "setup"])
     if args.repeats < 1:
-        parser_.error("--repeats must be at least 1")
-    return args
+        parser.error("--repeats must be at least 1")
 
 
-def main(argv=None):
-    args = parse(argv)
-    if args.child:
-        section, variant = args.child
-        print(json.dumps({"alloc": child_alloc, "torch": child_torch, "peak": child_peak}[section](variant)))
-        return
-    results = {}
+def measure(args, run) -> None:
     for section in args.section_list:
         print(f"== {section}", flush=True)
         if section == "setup":
-            results["setup"] = setup_times()
+            run.payload["setup"] = setup_times()
         else:
             runs = {v: [] for v in SECTIONS[section]}
             for _, variant in alternate(SECTIONS[section], args.repeats):
                 runs[variant].append(run_child(section, variant))
-            results[section] = {v: combine(r, *FIGURES[section]) for v, r in runs.items()}
-        print(json.dumps(results[section], indent=1), flush=True)
-    info = machine()
-    command = command_line(__file__, argv)
-    text = markdown(results, command, info)
-    name = args.machine or machine_name(info, 1)
-    write_results(os.path.join(args.out, f"memory-{name}"), text,
-                  {"command": command, "machine": info, **results})
-    print(text)
+            run.payload[section] = {v: combine(r, *FIGURES[section]) for v, r in runs.items()}
+        print(json.dumps(run.payload[section], indent=1), flush=True)
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="memory", out=os.environ.get("OUT") or RESULTS)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """The mortgage example where users run it: the README's commands, GPU and CPU side by side.
 
-    python benchmarks/mortgage.py --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
+    python -m benchmarks.mortgage --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
         --runs 3 --cpu-runs 2 --machine 1xH200
 
-Every figure is a command's own output, as a user sees it:
+Every figure is a command's own, as a user sees it printed (read from the figures file its
+``--json`` writes):
 
 1. ``python -m examples.mortgage generate --out DIR --size SIZE --layout L`` for each layout
    (reused when DIR already holds it);
 2. the ETL, ``python -m examples.mortgage etl --data DIR --out OUT --device gpu|cpu``, runs
-   alternating between the devices, on each layout: the ETL seconds it prints (each
+   alternating between the devices, on each layout: the ETL seconds it reports (each
    partition's table read, built and written to Parquet by its task, one stage);
 3. the whole job, ``python -m examples.mortgage --data SMALL --device gpu|cpu`` (ETL, the
    notebook's 100 rounds of XGBoost, the test AUC), on a smaller dataset so that the CPUs'
@@ -23,43 +24,20 @@ the machine and the commit, alternates the runs and writes the results file,
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from dask.utils import format_bytes, parse_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    commit,
-    header,
-    interleave,
-    machine,
-    machine_name,
-    output_options,
-    say,
-    spread,
-    summary,
-    write_results,
-)
+from .common import ROOT, Script, alternate, choices, header, interleave, say, spread, summary
 
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
-ETL_LINE = re.compile(r"(?P<rows>[\d,]+) rows from (?P<size>[\d.]+ \w+) of text in "
-                      r"(?P<parts>\d+) partitions, (?P<seconds>[\d.]+) s")
-STAGE_LINE = re.compile(r"^  (?P<stage>\w[\w ]*?) +(?P<seconds>-?[\d.]+) s$", re.M)
-AUC_LINE = re.compile(r"test AUC: (?P<auc>[\d.]+|nan)")
-PARQUET = re.compile(r"read and written in one stage: (?P<size>[\d.]+ \w+) of Parquet")
-TOTAL = re.compile(r"^total: (?P<seconds>[\d.]+) s", re.M)
 JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")
 GOALS = {"etl_ratio": 20.0, "gb_per_s": 5.0, "e2e_ratio": 15.0}
 
@@ -78,28 +56,23 @@ def run(command: list[str], cwd: str = ROOT, timeout: float = 1800,
     return text, seconds
 
 
-def parse_etl(text: str) -> dict:
-    """What the ETL's summary line says: rows, input bytes, partitions, seconds, and the
-    Parquet bytes the etl command wrote in the same stage."""
-    found = ETL_LINE.search(text)
-    if found is None:
-        raise ValueError(f"no ETL summary in the output:\n{text[-2000:]}")
-    out = {"rows": int(found["rows"].replace(",", "")), "bytes": parse_bytes(found["size"]),
-           "partitions": int(found["parts"]), "seconds": float(found["seconds"])}
-    parquet = PARQUET.search(text)
-    if parquet:
-        out["written_bytes"] = parse_bytes(parquet["size"])
-    return out
+def figures_of(command: list[str], timeout: float = 1800,
+               env: dict | None = None) -> tuple[dict, str, float]:
+    """(figures, output, wall seconds) of an example's command run with ``--json`` into a
+    file of its own: the figures the command wrote as data (``examples/mortgage/figures.py``,
+    ``examples/ecg/figures.py``); raises with its output's tail when it fails."""
+    with tempfile.TemporaryDirectory(prefix="figures-") as folder:
+        path = os.path.join(folder, "figures.json")
+        text, wall = run([*command, "--json", path], timeout=timeout, env=env)
+        with open(path) as f:
+            return json.load(f), text, wall
 
 
-def parse_job(text: str) -> dict:
-    """The whole job's stage times, total and test AUC, as it prints them."""
-    stages = {m["stage"].strip(): float(m["seconds"]) for m in STAGE_LINE.finditer(text)}
-    auc = AUC_LINE.search(text)
-    total = TOTAL.search(text)
-    return {"stages": stages, "auc": float(auc["auc"]) if auc else None,
-            "total": float(total["seconds"]) if total else None,
-            "etl": parse_etl(text)}
+def job_figures(figures: dict) -> dict:
+    """The whole job's stage seconds, total, test AUC, ETL and where its training data
+    lived, from its figures."""
+    return {"stages": figures["stages"], "auc": figures["auc"], "total": figures["total"],
+            "etl": figures["etl"], "placement": figures.get("placement")}
 
 
 def ratio(cpu: dict, gpu: dict) -> str:
@@ -125,19 +98,16 @@ def generate(directory: str, size: str, layout: str, workers: int | None) -> dic
 
 def dataset_options(parser, size: str, what: str = "The dataset per layout.") -> None:
     """--data, --size, --layouts and --workers: where and how the scripts generate the
-    datasets they run on (the README's ``generate`` command), and --commit."""
+    datasets they run on (the README's ``generate`` command)."""
     parser.add_argument("--data", required=True, help="Directory for the generated datasets.")
     parser.add_argument("--size", default=size, help=what)
     parser.add_argument("--layouts", default="classic,current")
     parser.add_argument("--workers", type=int, default=None, help="Generator processes.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
 
 
-def parse_with_layouts(parser_, argv) -> argparse.Namespace:
-    """``parser_``'s arguments with --layouts checked and made a list; nothing runs."""
-    args = parser_.parse_args(argv)
-    args.layouts = choices(parser_, "--layouts", args.layouts, ("classic", "current"))
-    return args
+def check_layouts(parser, args) -> None:
+    """--layouts checked and made a list."""
+    args.layouts = choices(parser, "--layouts", args.layouts, ("classic", "current"))
 
 
 ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
@@ -166,9 +136,8 @@ def etl_runs(directory: str, devices: dict[str, int], out: str, extra: list[str]
         env, flags = variant(device[4:]) if device.startswith("gpu ") else ({}, [])
         command = [*EXAMPLE, "etl", "--data", directory, "--out", out, "--overwrite",
                    "--device", device[:3], *workers, *flags, *extra]
-        text, wall = run(command, env=env)
-        found = parse_etl(text)
-        found["wall"] = wall
+        figures, _, wall = figures_of(command, env=env)
+        found = {**figures["etl"], "wall": wall}
         results[device].append(found)
         say(f"ETL {device} {os.path.basename(directory)}: {found['seconds']:.2f} s "
             f"({found['partitions']} partitions), wall {wall:.2f} s")
@@ -179,9 +148,8 @@ def job_runs(directory: str, configs: dict[str, list[str]], runs: int) -> dict:
     """The whole job, default options, per configuration ("gpu", "cpu", "gpu --no-pool")."""
     results = {name: [] for name in configs}
     for _, name in alternate(configs, runs):
-        text, wall = run([*EXAMPLE, "--data", directory, *configs[name]])
-        found = parse_job(text)
-        found["wall"] = wall
+        figures, _, wall = figures_of([*EXAMPLE, "--data", directory, *configs[name]])
+        found = {**job_figures(figures), "wall": wall}
         results[name].append(found)
         say(f"job {name}: ETL {found['stages'].get('ETL', 0):.2f} s, training "
             f"{found['stages'].get('training', 0):.2f} s, AUC {found['auc']}")
@@ -265,8 +233,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
     return out
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     dataset_options(parser, "10GB", "The ETL's dataset per layout.")
     parser.add_argument("--runs", type=int, default=3, help="GPU ETL runs per layout.")
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU ETL runs per layout.")
@@ -280,43 +247,27 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--e2e-runs", type=int, default=1)
     parser.add_argument("--memory-modes", default="pool,cudamalloc",
                         help="GPU memory setups beside the default (async): pool, cudamalloc ('': none).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
+def check_arguments(parser, args) -> None:
     if not all(n.strip().isdigit() and int(n) > 0 for n in args.gpu_workers.split(",")):
-        parser_.error(f"--gpu-workers {args.gpu_workers!r}: GPU counts such as 1,2,4")
+        parser.error(f"--gpu-workers {args.gpu_workers!r}: GPU counts such as 1,2,4")
     for flag, value in (("--size", args.size), ("--e2e-size", args.e2e_size)):
         if value and value != "none":
             try:
                 parse_bytes(value)
             except ValueError:
-                parser_.error(f"{flag} {value!r} is not a size such as 10GB")
+                parser.error(f"{flag} {value!r} is not a size such as 10GB")
     layouts = [x for x in args.layouts.split(",") if x]
     if not set(layouts) <= {"classic", "current"}:
-        parser_.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
+        parser.error(f"--layouts: choose among classic, current, not {args.layouts!r}")
     args.layouts = layouts
-    return args
 
 
-def main(argv=None) -> dict:
-    args = parse(argv)
-    info = machine()
-    name = args.machine or machine_name(info, max(int(n) for n in args.gpu_workers.split(",")
-                                                   if n.strip()))
-    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-               "machine_name": name, "datasets": {}, "etl": {}, "jobs": {}}
-    stem = os.path.join(args.out, f"mortgage-{name}-user-path")
-
-    def save():
-        write_results(stem, markdown(payload), payload)
-
-    scratch = os.path.join(args.data, "features.parquet")
+def measure(args, run) -> None:
+    payload = run.payload
+    payload.update(datasets={}, etl={}, jobs={})
+    scratch = os.path.join(run.scratch(near=args.data), "features.parquet")
     for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         payload["datasets"][layout] = generate(directory, args.size, layout, args.workers)
@@ -327,7 +278,7 @@ def main(argv=None) -> dict:
         if args.cpu_runs:
             runs["cpu"] = args.cpu_runs
         payload["etl"][layout] = etl_runs(directory, runs, scratch, [])
-        save()
+        run.save()
     if args.e2e_size and args.e2e_size != "none":
         small = os.path.join(args.data, f"classic-{args.e2e_size}")
         payload["datasets"]["e2e"] = generate(small, args.e2e_size, "classic", args.workers)
@@ -336,10 +287,13 @@ def main(argv=None) -> dict:
         for mode in [m for m in args.memory_modes.split(",") if m in modes]:
             configs[f"gpu {' '.join(modes[mode])}"] = ["--device", "gpu", *modes[mode]]
         payload["jobs"] = job_runs(small, configs, args.e2e_runs)
-        save()
-    save()
-    print(markdown(payload))
-    return payload
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown,
+                name=lambda args, payload: f"mortgage-{payload['machine_name']}-user-path",
+                gpus=lambda args: max(int(n) for n in args.gpu_workers.split(",") if n.strip()))
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 cluster, as the README's command starts it, with the task stream and the workers' sampled
 profile of each run.
 
-    python benchmarks/mortgage_first_run.py --data DIR [--device gpu] [--runs 3]
+    python -m benchmarks.mortgage_first_run --data DIR [--device gpu] [--runs 3]
         [--threads-per-worker 2] [--memory async] [--out DIR]
 
 The README's ``etl`` command starts a new cluster and runs the ETL once; this harness keeps
@@ -11,33 +11,19 @@ what a fresh cluster pays once (imports and first calls on the workers). Per run
 seconds, when the first task started computing, the seconds the workers spent computing by
 task prefix (count, sum, median), the seconds no task was computing, and the functions the
 workers' sampling profiler saw most. This explains the ETL's time; the figure that counts is
-benchmarks/mortgage.py. With ``--out``, the harness (benchmarks/common.py) writes
+benchmarks.mortgage's. With ``--out``, the harness (benchmarks/common.py) writes
 ``--out``/mortgage-first-run-DEVICE-tTHREADS-MEMORY-MACHINE.md (and .json) with the machine and
 the commit.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
 import time
 from collections import defaultdict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    median_range,
-    write_results,
-)
+from .common import Script, header, median_range
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -130,8 +116,7 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser) -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--device", default="gpu", choices=("gpu", "cpu"))
     parser.add_argument("--runs", type=int, default=3)
@@ -140,22 +125,9 @@ def parser() -> argparse.ArgumentParser:
                         help="GPU memory: the plugin's RMM pool (the etl command's default) or "
                              "CUDA's async pool (the whole job's).")
     parser.add_argument("--partition-size", default=None)
-    parser.add_argument("--out", default=None,
-                        help="Write the results file (markdown and JSON) into this folder.")
-    parser.add_argument("--machine", default=None,
-                        help="the machine's name in the results file's name (default: from "
-                             "the GPUs, e.g. 1xH100)")
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    return parser().parse_args(argv)
-
-
-def main(argv=None) -> None:
-    args = parse(argv)
-
+def measure(args, run) -> None:
     from distributed import get_task_stream
 
     from dask_gpu_interop import cluster_client
@@ -171,18 +143,18 @@ def main(argv=None) -> None:
         ready = time.perf_counter() - started
         print(f"cluster ready in {ready:.2f} s ({device}); {len(plan.parts)} partitions, "
               f"threads per worker {args.threads_per_worker or 'default'}", flush=True)
-        for run in range(args.runs):
+        for number in range(args.runs):
             with get_task_stream(client) as stream:
                 wall = time.time()
                 result = etl.run(plan, device=device)
                 stopped = time.time()
             summary = stream_summary(stream.data, wall, stopped)
             summary["hot"] = hot_functions(client.profile(start=wall, stop=stopped))
-            row = {"run": run + 1, "etl_s": stopped - wall, "gb_per_s":
+            row = {"run": number + 1, "etl_s": stopped - wall, "gb_per_s":
                    plan.input_bytes / (stopped - wall) / 1e9, **summary}
             del result
             results.append(row)
-            print(f"run {run + 1}: ETL {row['etl_s']:.2f} s ({row['gb_per_s']:.2f} GB/s), "
+            print(f"run {number + 1}: ETL {row['etl_s']:.2f} s ({row['gb_per_s']:.2f} GB/s), "
                   f"first compute after {summary['first_compute_after_s'] or 0:.2f} s, "
                   f"no task computing {summary['idle_s']:.2f} s", flush=True)
             for prefix, t in summary["tasks"].items():
@@ -190,15 +162,18 @@ def main(argv=None) -> None:
                       f"{t['median_s'] * 1e3:.0f} ms, max {t['max_s'] * 1e3:.0f} ms", flush=True)
             for hot in summary["hot"][:15]:
                 print(f"    {hot['on_stack']:5d} {hot['own']:5d}  {hot['function']}", flush=True)
-    if args.out:
-        info = machine()
-        payload = {"command": command_line(__file__, argv), "commit": commit(),
-                   "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info,
-                   "cluster_ready_s": ready, "runs": results, "partitions": len(plan.parts),
-                   "bytes": plan.input_bytes}
-        name = (f"mortgage-first-run-{args.device}-t{args.threads_per_worker or 0}-"
-                f"{args.memory}-{args.machine or machine_name(info)}")
-        write_results(os.path.join(args.out, name), markdown(payload), payload)
+    run.payload.update(cluster_ready_s=ready, runs=results, partitions=len(plan.parts),
+                       bytes=plan.input_bytes)
+
+
+def name(args, payload) -> str:
+    return (f"mortgage-first-run-{args.device}-t{args.threads_per_worker or 0}-"
+            f"{args.memory}-{payload['machine_name']}")
+
+
+SCRIPT = Script(__file__, __doc__, options=options, measure=measure, markdown=markdown,
+                name=name, gpus=lambda args: None, out=None)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where a partition's ETL spends its time and memory, in one process.
 
-    python benchmarks/mortgage_stages.py --data DIR [--device gpu] [--repeats 3]
+    python -m benchmarks.mortgage_stages --data DIR [--device gpu] [--repeats 3]
         [--chunks 256MiB,1GiB] [--partitions 6] [--streams per-thread] [--io-threads 8]
 
 The largest partition of the dataset in DIR (either layout) goes through the example's steps
@@ -13,36 +13,20 @@ threads, as a local GPU worker does (the throughput, GB/s of text). ``--streams`
 ``--io-threads`` set what the example gives its local GPU workers (per-thread CUDA streams,
 kvikio's threads), before cuDF and CuPy load. The first repeat includes what the first call
 of each kernel costs; the table gives the median of the others. This explains the ETL's time;
-the figure that counts is benchmarks/mortgage.py. The harness (benchmarks/common.py) records
+the figure that counts is benchmarks.mortgage's. The harness (benchmarks/common.py) records
 the machine and the commit and writes the results file,
 ``--out``/mortgage-stages-DEVICE-LAYOUT[-TAG]-MACHINE.md (and .json).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
 import time
 
 from dask.utils import parse_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    alternate,
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    median_range,
-    output_options,
-    write_results,
-)
+from .common import Script, alternate, header, median_range
 
 
 def _sync(device: str) -> None:
@@ -248,12 +232,12 @@ def _gpu_steps(clock, part, plan, columns):
     clock("texts: stacked, encoded in one call, decoded by one lookup", stacked_texts)
 
 
-def markdown(info: dict, result: dict, command: str, commit: str | None = None,
-             date: str | None = None) -> str:
+def markdown(result: dict) -> str:
     part = result["part"]
     size = part["bytes"]
     lines = [*header(f"One partition's ETL, step by step ({result['device']}, "
-                     f"{result['layout']})", command, info, commit, date,
+                     f"{result['layout']})", result["command"], result["machine"],
+                     result["commit"], result["date"],
                      used=1 if result["device"] == "gpu" else None, versions=False),
              f"- partition: {size / 2**20:.0f} MiB in {part['pieces']} piece(s), quarter "
              f"{part['quarter']}", f"- worker settings: {result.get('environment') or 'none'}",
@@ -285,8 +269,7 @@ def markdown(info: dict, result: dict, command: str, commit: str | None = None,
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     parser.add_argument("--data", required=True, help="A dataset directory (either layout).")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--repeats", type=int, default=3)
@@ -299,40 +282,36 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--io-threads", type=int, default=None,
                         help="kvikio's threads for a file's bytes (KVIKIO_NTHREADS).")
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
+def check_arguments(parser, args) -> None:
     try:
         args.chunk_sizes = [parse_bytes(c) for c in args.chunks.split(",") if c]
     except ValueError as exc:
-        parser_.error(f"--chunks {args.chunks!r}: {exc}")
-    return args
+        parser.error(f"--chunks {args.chunks!r}: {exc}")
 
 
-def main(argv=None):
-    args = parse(argv)
-    chunks = args.chunk_sizes
+def measure(args, run) -> None:
     environment = _environment(args.streams, args.io_threads) if args.device == "gpu" else {}
     if args.device == "gpu":
         _setup_gpu()
-    result = profile(args.data, args.device, max(2, args.repeats), chunks)
+    result = profile(args.data, args.device, max(2, args.repeats), args.chunk_sizes)
     result["environment"] = environment
     if args.partitions:
         result["throughput"] = throughput(args.data, args.device, args.partitions)
-    info = machine()
-    text = markdown(info, result, command_line(__file__, argv), args.commit)
-    layout = result["layout"].split("-")[0]
+    run.payload.update(result)
+
+
+def name(args, payload) -> str:
+    layout = payload["layout"].split("-")[0]
     tag = f"-{args.tag}" if args.tag else ""
-    name = args.machine or machine_name(info, 1 if args.device == "gpu" else None)
-    write_results(os.path.join(args.out, f"mortgage-stages-{args.device}-{layout}{tag}-{name}"),
-                  text, {**result, "machine": info, "commit": args.commit or commit()})
-    print(text)
+    return f"mortgage-stages-{args.device}-{layout}{tag}-{payload['machine_name']}"
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name=name,
+                gpus=lambda args: 1 if args.device == "gpu" else None)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where the `etl` command's ETL time goes across its tasks: a timeline of one run.
 
-    python benchmarks/mortgage_timeline.py --data DIR [--data DIR2] [--warm] [--commit C]
+    python -m benchmarks.mortgage_timeline --data DIR [--data DIR2] [--warm] [--commit C]
         [--out DIR] [-- ETL FLAGS...]
 
 Runs the README's command, ``python -m examples.mortgage etl --data DIR --out OUT`` (with
@@ -12,34 +12,19 @@ table (the command streams it to Parquet). ``--warm`` runs the ETL a second time
 cluster, before the feature table is moved into place (its tasks write the same files again),
 so that the first run's one-time costs (the first call of each kernel, libraries loading) show
 as the difference. This explains the ETL's
-figure; the figure that counts is benchmarks/mortgage.py's. The harness (benchmarks/common.py)
+figure; the figure that counts is benchmarks.mortgage's. The harness (benchmarks/common.py)
 records the machine and the commit and writes ``--out``/mortgage-timeline-MACHINE[-TAG].md (and
 .json).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    output_options,
-    say,
-    write_results,
-)
+from .common import Script, header, say
 
 
 def timeline(records: list[dict], started: float, finished: float) -> dict:
@@ -152,51 +137,36 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     parser.add_argument("--data", action="append", required=True,
                         help="A dataset (either layout); may be given more than once.")
     parser.add_argument("--warm", action="store_true",
                         help="Also time a second ETL on the same cluster.")
     parser.add_argument("--tag", default="", help="Added to the results file's name.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked (those after ``--`` are the etl command's, in ``flags``);
-    nothing runs."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    ours, flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
-        else (argv, [])
-    args = parser().parse_args(ours)
-    args.flags = flags if "--device" in flags else ["--device", "gpu", *flags]
-    return args
+def check_arguments(parser, args) -> None:
+    """The etl command's flags (those after ``--``) in ``flags``, on the GPU unless they say
+    otherwise."""
+    args.flags = args.rest if "--device" in args.rest else ["--device", "gpu", *args.rest]
 
 
-def main(argv=None) -> dict:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse(argv)
-    flags = args.flags
-    info = machine()
-    payload = {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": info, "runs": {}}
-    with tempfile.TemporaryDirectory() as scratch:
-        for data in args.data:
-            out = os.path.join(scratch, "features.parquet")
-            payload["runs"][data] = record(
-                ["--data", data, "--out", out, "--overwrite", *flags], args.warm)
-            for run in payload["runs"][data]:
-                say(f"{os.path.basename(data)}: ETL {run['etl_seconds']:.2f} s, first task at "
-                    f"{_s(run['first_start'])}, busy {run['busy']:.0%}, idle at end "
-                    f"{_s(run['idle_at_end'])}")
-    tag = f"-{args.tag}" if args.tag else ""
-    name = args.machine or machine_name(info)
-    write_results(os.path.join(args.out, f"mortgage-timeline-{name}{tag}"),
-                  markdown(payload), payload)
-    print(markdown(payload))
-    return payload
+def measure(args, run) -> None:
+    run.payload["runs"] = {}
+    scratch = run.scratch()
+    for data in args.data:
+        out = os.path.join(scratch, "features.parquet")
+        run.payload["runs"][data] = record(
+            ["--data", data, "--out", out, "--overwrite", *args.flags], args.warm)
+        for one in run.payload["runs"][data]:
+            say(f"{os.path.basename(data)}: ETL {one['etl_seconds']:.2f} s, first task at "
+                f"{_s(one['first_start'])}, busy {one['busy']:.0%}, idle at end "
+                f"{_s(one['idle_at_end'])}")
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="mortgage-timeline", gpus=lambda args: None, rest=True)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

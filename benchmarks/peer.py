@@ -1,13 +1,14 @@
 """Raw GPU-to-GPU copies (PyTorch): the ceiling that worker-to-worker transfers are held to.
 
-    python benchmarks/peer.py [--sizes 1073741824] [--repeats 5] [--pairs all|first] [--concurrent]
+    python -m benchmarks.peer [--sizes 1073741824] [--repeats 5] [--pairs all|first] [--concurrent]
 
 Times ``dst.copy_(src)`` from each GPU to each other one, one pair at a time (each link on its
 own), and with ``--concurrent`` every GPU sending to every other at once (what an all-to-all
 shuffle asks of the machine: on an NVSwitch the links share each GPU's NVLink ports, so the
 concurrent figure, not the sum of the pairs, is the real ceiling). Prints JSON; the other
 benchmarks run it in a child process so that its memory goes with it, and their results files
-carry its figures. Repeats are timed by the harness (benchmarks/common.py).
+carry its figures: a helper, the one module here that is no ``common.Script`` (it writes no
+results file of its own). Repeats are timed by the harness (benchmarks/common.py).
 """
 
 from __future__ import annotations
@@ -15,13 +16,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import statistics
-import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import timed  # noqa: E402
+from .common import in_child, timed
 
 GiB = 1 << 30
 
@@ -108,16 +105,28 @@ def summary(result: dict) -> dict:
     return out
 
 
-def measure(sizes: list[int], repeats: int, which: str = "all", with_concurrent: bool = False,
-            python: str = sys.executable) -> dict:
-    """Run this module in a child process (its device memory is freed when it exits)."""
-    command = [python, __file__, "--sizes", ",".join(map(str, sizes)), "--repeats",
-               str(repeats), "--pairs", which] + (["--concurrent"] if with_concurrent else [])
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        lines = (done.stderr or "failed").strip().splitlines()
-        return {"error": lines[-1] if lines else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def copies(sizes: list[int], repeats: int, which: str = "all",
+           with_concurrent: bool = False) -> dict:
+    """Every pair's copies (``which``: all or the first), and with ``with_concurrent`` every
+    GPU to every other at once (the largest size)."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    result = {"gpus": gpus, "pairs": pairwise(sizes, repeats, ordered_pairs(gpus, which))}
+    if with_concurrent:
+        result["concurrent"] = concurrent(max(sizes), repeats, gpus)
+    return result
+
+
+def measure(sizes: list[int], repeats: int, which: str = "all",
+            with_concurrent: bool = False) -> dict:
+    """:func:`copies` in a child process (its device memory is freed when it exits);
+    ``{"error": its last line}`` where it fails."""
+    try:
+        return in_child(f"m.copies({sizes!r}, {repeats!r}, {which!r}, {with_concurrent!r})",
+                        setup="from benchmarks import peer as m")
+    except RuntimeError as err:
+        return {"error": str(err).splitlines()[0]}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -143,14 +152,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse(argv)
-    import torch
-
-    gpus = torch.cuda.device_count()
-    sizes = args.size_list
-    result = {"gpus": gpus, "pairs": pairwise(sizes, args.repeats, ordered_pairs(gpus, args.pairs))}
-    if args.concurrent:
-        result["concurrent"] = concurrent(max(sizes), args.repeats, gpus)
-    print(json.dumps(result))
+    print(json.dumps(copies(args.size_list, args.repeats, args.pairs, args.concurrent)))
 
 
 if __name__ == "__main__":

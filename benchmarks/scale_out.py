@@ -1,11 +1,12 @@
 """Scale out: the README's commands on 1, 2, 4 ... GPUs and on the CPUs, whole processes.
 
-    python benchmarks/scale_out.py --etl 9GiB=/tmp/m9 --etl 36GiB=/tmp/m36 --job 9GiB=/tmp/m9 \\
+    python -m benchmarks.scale_out --etl 9GiB=/tmp/m9 --etl 36GiB=/tmp/m36 --job 9GiB=/tmp/m9 \\
         --default-job --ecg-hours 20 --gpus 1,2,4 --ucx etl --cpu etl,default,ecg \\
         --real-cluster 2 --runs 1 --machine 4xH100
 
 Every figure is a command a user types, timed from its start to its exit (the wall clock),
-beside the work line it prints (the ETL's seconds, the training's): N GPUs are the first N of
+beside the work it reports (in the figures file its ``--json`` writes: the ETL's seconds, the
+training's, the ECG's pipeline): N GPUs are the first N of
 the machine (``CUDA_VISIBLE_DEVICES``) and the command starts its own local cluster on them;
 the CPUs' runs see no GPU. The configurations of one command alternate, round by round. The
 first run of each command on the machine is marked: on a fresh machine it pays what later runs
@@ -18,7 +19,6 @@ local cluster's on the same files. The datasets are made beforehand by the READM
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -28,22 +28,7 @@ import time
 
 from dask.utils import format_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    header,
-    output_options,
-    run_record,
-    say,
-    spread,
-    summary,
-    write_results,
-)
-from mortgage import AUC_LINE, STAGE_LINE, parse_etl  # noqa: E402
+from .common import ROOT, Script, alternate, choices, header, say, spread, summary
 
 PYTHON = sys.executable
 EXAMPLE = [PYTHON, "-m", "examples.mortgage"]
@@ -81,31 +66,40 @@ def dataset(text: str) -> tuple[str, str]:
 
 
 def timed(command: list[str], env: dict, timeout: float) -> dict:
-    """A whole process: its wall clock, exit code and output."""
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **env})
-    wall = time.perf_counter() - started
-    return {"wall": wall, "rc": done.returncode, "output": done.stdout + done.stderr}
+    """A whole process, run with ``--json`` into a file of its own: its wall clock, exit code,
+    output and the figures it wrote (None where it wrote none)."""
+    with tempfile.TemporaryDirectory(prefix="figures-") as folder:
+        path = os.path.join(folder, "figures.json")
+        started = time.perf_counter()
+        done = subprocess.run([*command, "--json", path], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **env})
+        wall = time.perf_counter() - started
+        figures = None
+        if os.path.exists(path):
+            with open(path) as f:
+                figures = json.load(f)
+    return {"wall": wall, "rc": done.returncode, "output": done.stdout + done.stderr,
+            "figures": figures}
 
 
-def read_lines(text: str) -> dict:
-    """What a command's output says: its ETL line, stage lines, test AUC."""
-    found: dict = {"stages": {m["stage"].strip(): float(m["seconds"])
-                              for m in STAGE_LINE.finditer(text)}}
-    try:
-        found["etl"] = parse_etl(text)
-    except ValueError:
-        pass
-    auc = AUC_LINE.search(text)
-    if auc:
-        found["auc"] = float(auc["auc"])
+def reported(figures: dict | None) -> dict:
+    """What a command's figures say: its stages (the ECG's pipeline among them), its ETL, its
+    test AUC."""
+    found: dict = {"stages": dict((figures or {}).get("stages") or {})}
+    if not figures:
+        return found
+    if "pipeline" in figures:
+        found["stages"]["pipeline"] = figures["pipeline"]
+    if "etl" in figures:
+        found["etl"] = figures["etl"]
+    if "auc" in figures:
+        found["auc"] = figures["auc"]
     return found
 
 
-def measure(name: str, command: list[str], env: dict, timeout: float, first: bool) -> dict:
+def measure_one(name: str, command: list[str], env: dict, timeout: float, first: bool) -> dict:
     run = timed(command, env, timeout)
-    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, **read_lines(run["output"])}
+    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, **reported(run["figures"])}
     if run["rc"]:
         entry["error"] = run["output"][-3000:]
         say(f"  {name}: FAILED ({run['rc']}) after {run['wall']:.1f} s\n{run['output'][-1500:]}")
@@ -176,7 +170,7 @@ def table(runs: dict, kind: str) -> list[str]:
     """One command's configurations: wall, work, the rest, against 1 GPU over TCP."""
     base = runs.get("1 GPU tcp")
     base_wall = base and summary(r["wall"] for r in base if not r["rc"])
-    work_name = {"etl": "ETL line", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
+    work_name = {"etl": "ETL stage", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
     lines = [f"| configuration | wall | {work_name} | wall - work | wall: 1 GPU / this | "
              "test AUC | first run on the machine |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, entries in runs.items():
@@ -275,8 +269,7 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(p) -> None:
     p.add_argument("--etl", action="append", default=[], metavar="LABEL=DIR",
                    help="Time the etl command on this dataset (repeatable).")
     p.add_argument("--job", action="append", default=[], metavar="LABEL=DIR",
@@ -293,17 +286,13 @@ def parser() -> argparse.ArgumentParser:
                    help="Also time etl on a started cluster of N GPUs against the local one.")
     p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
     p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
-    p.add_argument("--scratch", default=None, help="Where the etl command writes (a folder).")
-    p.add_argument("--commit", default=None, help="The commit measured (default: git's).")
+    p.add_argument("--scratch", default=None,
+                   help="Where the etl command writes (a folder of its own is made there, and "
+                        "removed at the end).")
     p.add_argument("--dry-run", action="store_true", help="Print the runs; run nothing.")
-    output_options(p)
-    return p
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    p = parser()
-    args = p.parse_args(argv)
+def check_arguments(p, args) -> None:
     try:
         args.etl = [dataset(t) for t in args.etl]
         args.job = [dataset(t) for t in args.job]
@@ -321,7 +310,6 @@ def parse(argv=None) -> argparse.Namespace:
         p.error("--runs: at least 1")
     if not (args.etl or args.job or args.default_job or args.ecg_hours):
         p.error("nothing to time: give --etl, --job, --default-job or --ecg-hours")
-    return args
 
 
 def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
@@ -342,26 +330,24 @@ def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
     return runs
 
 
-def main(argv=None) -> dict:
-    args = parse(argv)
-    runs = plan(args)
-    if args.dry_run:
-        for kind, label, name, data, flags in runs:
-            print(f"{kind} {label} [{name}]: {' '.join(command_of(kind, data, 'OUT', flags)[1:])}")
-        if args.real_cluster:
-            print(f"etl on a started cluster of {args.real_cluster} GPUs, then the local one, "
-                  f"on {', '.join(label for label, _ in args.etl)}")
-        return {}
-    payload = {**run_record(__file__, argv, args), "etl": {}, "jobs": {}, "ecg": {}, "real": {},
-               "sizes": {}, "ecg_flags": [], "real_gpus": args.real_cluster}
-    if not args.machine and args.gpus:
-        payload["machine_name"] = payload["machine_name"].replace("1x", f"{max(args.gpus)}x", 1)
-    stem = os.path.join(args.out, f"scale-out-{payload['machine_name']}")
+def dry_run(args) -> str:
+    lines = [f"{kind} {label} [{name}]: {' '.join(command_of(kind, data, 'OUT', flags)[1:])}"
+             for kind, label, name, data, flags in plan(args)]
+    if args.real_cluster:
+        lines.append(f"etl on a started cluster of {args.real_cluster} GPUs, then the local "
+                     f"one, on {', '.join(label for label, _ in args.etl)}")
+    return "\n".join(lines)
+
+
+def measure(args, run) -> None:
+    payload = run.payload
+    payload.update(etl={}, jobs={}, ecg={}, real={}, sizes={}, ecg_flags=[],
+                   real_gpus=args.real_cluster)
     configs = configurations(args.gpus, True, True)
-    scratch = args.scratch or tempfile.mkdtemp(prefix="scale-out-")
+    scratch = run.scratch(near=args.scratch)
     out = os.path.join(scratch, "features.parquet")
     seen = set()
-    for kind, label, name, data, flags in runs:
+    for kind, label, name, data, flags in plan(args):
         section = {"etl": payload["etl"], "job": payload["jobs"], "ecg": None}[kind]
         target = payload["ecg"] if kind == "ecg" else section.setdefault(label, {})
         if kind == "ecg":
@@ -371,11 +357,11 @@ def main(argv=None) -> dict:
                 os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(data)
                 for f in files)
         say(f"{kind} {label} [{name}]")
-        target.setdefault(name, []).append(measure(
+        target.setdefault(name, []).append(measure_one(
             name, command_of(kind, data, out, flags), configs[name][0], args.timeout,
             first=(kind, label) not in seen))
         seen.add((kind, label))
-        write_results(stem, markdown(payload), payload)
+        run.save()
     if args.real_cluster:
         for label, data in args.etl:
             entry = payload["real"].setdefault(label, {"local": [], "real": []})
@@ -384,21 +370,23 @@ def main(argv=None) -> dict:
                     say(f"etl {label} on a started cluster of {args.real_cluster} GPUs")
                     try:
                         with RealCluster(args.real_cluster, where) as address:
-                            entry["real"].append(measure(
+                            entry["real"].append(measure_one(
                                 "started", command_of("etl", data, out, ["--scheduler", address]),
                                 {}, args.timeout, first=False))
                     except (subprocess.SubprocessError, OSError) as exc:
                         entry["real"].append({"wall": 0, "rc": 1, "first": False,
                                               "error": str(exc)})
                         say(f"  the started cluster failed: {exc}")
-                entry["local"].append(measure(
+                entry["local"].append(measure_one(
                     "local", command_of("etl", data, out, ["--device", "gpu"]),
                     visible(args.real_cluster), args.timeout, first=False))
-                write_results(stem, markdown(payload), payload)
-    text = markdown(payload)
-    write_results(stem, text, payload)
-    print(text)
-    return payload
+                run.save()
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="scale-out", dry_run=dry_run,
+                gpus=lambda args: max(args.gpus, default=1))
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

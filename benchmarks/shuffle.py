@@ -1,6 +1,6 @@
 """All-to-all: the library's shuffle against dask's task and p2p shuffles, on every GPU.
 
-    python benchmarks/shuffle.py [--sizes 64MiB,1GiB,4GiB] [--partitions-per-worker 8]
+    python -m benchmarks.shuffle [--sizes 64MiB,1GiB,4GiB] [--partitions-per-worker 8]
                                  [--methods library,tasks,p2p] [--p2p-up-to 64MiB]
                                  [--protocols ucx,tcp] [--clusters library,dask-cuda]
                                  [--repeats 3] [--workers 2] [--device gpu|cpu]
@@ -26,7 +26,7 @@ and when the concat tasks fetched their batches (the transfers), from the shuffl
 
 Figures: the frame's bytes over the time (as issue 41 counts its GB/s), and the bytes that
 cross between workers ((W-1)/W of the frame with keys spread evenly) over the time, held
-against every GPU copying to every other at once (benchmarks/peer.py, in a child process, in
+against every GPU copying to every other at once (benchmarks.peer, in a child process, in
 the same call) and against the sum of every link alone. The bytes the workers logged as
 received are reported too (p2p moves data outside that log). ``--dry-run`` prints the runs
 and starts nothing; ``--device cpu`` runs the same with pandas on CPU worker processes over
@@ -36,34 +36,17 @@ commit, the alternation): DIR/shuffle-MACHINE.md and .json.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import os
 import statistics
-import sys
 import time
 
 from dask.utils import format_bytes, parse_bytes
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
-import peer  # noqa: E402
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    now,
-    output_options,
-    say,
-    write_results,
-)
-from transfer import PROTOCOLS  # noqa: E402
+from . import peer
+from .common import Script, alternate, choices, header, say
+from .transfer import PROTOCOLS
 
 ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
@@ -274,17 +257,19 @@ def entry_key(kind: str, protocol: str, size: int, method: str) -> str:
     return f"{kind}|{protocol}|{size}|{method}"
 
 
-def run(args) -> dict:
+def workers_of(args) -> int:
+    """The run's workers: ``--workers``, else one per GPU (2 on CPUs)."""
     from dask_gpu_interop.device import gpu_count
 
-    workers = args.workers or (gpu_count() if args.device == "gpu" else 2)
+    return args.workers or (gpu_count() if args.device == "gpu" else 2)
+
+
+def measure(args, run) -> None:
+    workers = workers_of(args)
     if workers < 2:
-        raise SystemExit("shuffle.py needs at least 2 workers (2 GPUs with --device gpu)")
-    results = {
-        "command": command_line(__file__, args.argv),
-        "commit": args.commit or commit(),
-        "machine_info": machine(),
-        "date": now(),
+        raise SystemExit("the shuffle needs at least 2 workers (2 GPUs with --device gpu)")
+    results = run.payload
+    results.update({
         "workers": workers,
         "device": args.device,
         "sizes": args.sizes,
@@ -295,7 +280,7 @@ def run(args) -> dict:
         "runs": {},
         "profiles": {},
         "errors": {},
-    }
+    })
     if args.device == "gpu":
         results["peer"] = peer.measure([args.peer_size], 5, "all", with_concurrent=True)
     planned = runs_planned(args)
@@ -307,10 +292,11 @@ def run(args) -> dict:
                 register_serializers()
                 for _, _, size, methods in group:
                     measure_size(client, args, kind, protocol, size, methods, names, results)
+                    run.save()  # a run cut short keeps the sizes it measured
         except Exception as err:  # one cluster failing must not lose the other rows
             results["errors"][f"{kind}|{protocol}"] = f"{type(err).__name__}: {err}"
             say(f"{kind} {protocol} failed: {results['errors'][f'{kind}|{protocol}']}")
-    return results
+            run.save()
 
 
 def measure_size(client, args, kind, protocol, size, methods, names, results) -> None:
@@ -365,14 +351,14 @@ def split_key(key: str) -> tuple[str, str, int, str]:
     return kind, protocol, int(size), method
 
 
-def report(results: dict, machine: str) -> str:
+def markdown(results: dict) -> str:
     workers = results["workers"]
     ceiling = peer.summary(results.get("peer") or {})
     both = ceiling.get("concurrent_GBps")
     links = ceiling.get("sum_of_links_GBps")
     lines = [
-        *header(f"All-to-all shuffle, {machine}", results["command"],
-                results.get("machine_info") or {}, results.get("commit"), results.get("date")),
+        *header(f"All-to-all shuffle, {results['machine_name']}", results["command"],
+                results["machine"], results["commit"], results["date"]),
         f"- {workers} workers ({results['device']}), one thread each; per worker "
         f"{', '.join(format_bytes(s) for s in results['sizes'])} of int64 key + 3 float64, "
         f"{results['partitions']} partitions in all, shuffled on the key into as many; "
@@ -450,10 +436,7 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
 # ------------------------------------------------------------------ the command line
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def options(parser) -> None:
     parser.add_argument("--sizes", default="64MiB,1GiB,4GiB",
                         help="frame bytes made on each worker, comma-separated")  # fmt: skip
     parser.add_argument("--per-worker", default=None,
@@ -474,16 +457,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--peer-size", default="1GiB", help="bytes per raw peer copy")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the runs it would make; start nothing")  # fmt: skip
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)
+def check_arguments(parser_, args) -> None:
     try:
         sizes = args.per_worker if args.per_worker is not None else args.sizes
         args.sizes = [parse_bytes(s) for s in sizes.split(",") if s.strip()]
@@ -506,7 +482,6 @@ def parse(argv=None) -> argparse.Namespace:
         parser_.error("--partitions-per-worker must be at least 1")
     if args.repeats < 1:
         parser_.error("--repeats must be at least 1")
-    return args
 
 
 def dry_run(args) -> str:
@@ -527,17 +502,10 @@ def dry_run(args) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    args = parse(argv)
-    if args.dry_run:
-        print(dry_run(args))
-        return
-    results = run(args)
-    machine = args.machine or (machine_name(results["machine_info"], results["workers"])
-                               if args.device == "gpu" else "cpu")
-    text = report(results, machine)
-    write_results(os.path.join(args.out, f"shuffle-{machine}"), text, results)
-    print(text)
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="shuffle", dry_run=dry_run,
+                gpus=lambda args: workers_of(args) if args.device == "gpu" else 0)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

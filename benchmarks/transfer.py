@@ -1,6 +1,6 @@
 """Worker-to-worker transfer of GPU data, side by side in one run (2 GPUs).
 
-    python benchmarks/transfer.py [--sizes 64MiB,1GiB,4GiB] [--protocols ucx,tcp]
+    python -m benchmarks.transfer [--sizes 64MiB,1GiB,4GiB] [--protocols ucx,tcp]
                                   [--kinds cupy,torch,cudf] [--repeats 7] [--tcp-repeats 3]
                                   [--pool-size 0.5] [--setup preload|plugin] [--pairs first|all]
                                   [--out DIR]
@@ -8,7 +8,7 @@
 Moves CuPy arrays, torch tensors and cuDF frames from the worker on GPU 0 to the worker on
 GPU 1 of a LocalCUDACluster with the GPUMemoryPlugin (``--pairs all``: between every ordered
 pair of GPUs, one worker per GPU), over UCX and over TCP, and measures a raw peer copy of the
-same pairs (torch, benchmarks/peer.py) as the ceiling. The "anchor" column holds the figures
+same pairs (torch, benchmarks.peer) as the ceiling. The "anchor" column holds the figures
 the goals were set against (dask-cuda 26.10 without this library, 2xH200, as given then; not
 measured by this script): UCX 19 ms at 64 MiB, 55 GB/s at 1 GiB, 118 GB/s at 4 GiB; TCP
 1.1 GB/s; peer copy 396 GB/s.
@@ -37,25 +37,10 @@ import importlib.util
 import os
 import platform
 import statistics
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
-import peer  # noqa: E402  (benchmarks/peer.py: the raw copies)
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    now,
-    output_options,
-    write_results,
-)
+from . import peer  # the raw copies
+from .common import Script, alternate, choices, header
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -68,6 +53,9 @@ ANCHORS = {
     ("tcp", None): "1.1 GB/s",
     ("peer", 4 * GiB): "396 GB/s",
 }
+# The options the table describes, kept in the results.
+SETTINGS = ("sizes", "protocols", "kinds", "repeats", "tcp_repeats", "pool_size", "setup",
+            "pairs")
 # Environment that decides how UCX and NCCL move data: recorded, never changed.
 RECORDED_ENV = ("UCX_", "NCCL_", "CUDA_VISIBLE_DEVICES", "DASK_DISTRIBUTED__COMM", "DASK_UCX")
 
@@ -210,7 +198,7 @@ def transfer_once(client, kind: str, nbytes: int, seed: int, w0: str, w1: str):
     return elapsed, incoming, arrived
 
 
-def measure(client, kinds: list[str], nbytes: int, repeats: int, w0: str, w1: str) -> dict:
+def measure_pair(client, kinds: list[str], nbytes: int, repeats: int, w0: str, w1: str) -> dict:
     """Each of ``kinds`` moved from worker ``w0`` to ``w1`` ``repeats`` times, the kinds
     alternating round by round after a warm-up round (allocations, IPC handles):
     ``{kind: {"times", "worker_times", "arrived"} or {"error"}}``."""
@@ -242,24 +230,20 @@ def empty_round_trip(client, repeats: int, w1: str) -> list[float]:
     return times
 
 
-def run(args) -> dict:
+def measure(args, run) -> None:
     from dask_gpu_interop.device import gpu_count
 
     if gpu_count() < 2:
-        raise SystemExit("transfer.py needs 2 GPUs (worker 0 and worker 1 on different GPUs)")
-    info = machine()
-    results = {
-        "command": command_line(__file__, args.argv),
-        "machine": args.machine or machine_name(info),
-        "machine_info": info,
-        "commit": commit(),
-        "date": now(),
+        raise SystemExit("the transfers need 2 GPUs (worker 0 and worker 1 on different GPUs)")
+    results = run.payload
+    results.update({
+        "settings": {name: getattr(args, name) for name in SETTINGS},
         "env": {k: v for k, v in os.environ.items() if k.startswith(RECORDED_ENV)},
         "versions": versions(),
         "peer": peer.measure(args.sizes, args.repeats, args.pairs,
                              with_concurrent=args.pairs == "all"),
         "protocols": {},
-    }
+    })
     gpus = gpu_count()
     for protocol in args.protocols:
         if protocol == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
@@ -284,14 +268,13 @@ def run(args) -> dict:
                     for nbytes in args.sizes:
                         print(f"{protocol} {i}->{j} {', '.join(args.kinds)} {human(nbytes)} ...",
                               flush=True)
-                        for kind, row in measure(client, args.kinds, nbytes, repeats, on[i],
+                        for kind, row in measure_pair(client, args.kinds, nbytes, repeats, on[i],
                                                  on[j]).items():
                             rows[f"{kind}:{nbytes}"] = row
                 entry["rows"] = entry["pairs"].get("0->1", {})
         except Exception as err:
             entry["error"] = f"{type(err).__name__}: {err}"
         results["protocols"][protocol] = entry
-    return results
 
 
 def versions() -> dict:
@@ -308,11 +291,11 @@ def versions() -> dict:
 # ------------------------------------------------------------------ the report
 
 
-def report(results: dict, args) -> str:
+def markdown(results: dict) -> str:
+    args = argparse.Namespace(**results["settings"])
     lines = [
-        *header(f"Worker-to-worker transfer, {results['machine']}", results["command"],
-                results.get("machine_info") or {}, results.get("commit"), results.get("date"),
-                versions=False),
+        *header(f"Worker-to-worker transfer, {results['machine_name']}", results["command"],
+                results["machine"], results["commit"], results["date"], versions=False),
         f"- versions: {', '.join(f'{k} {v}' for k, v in results['versions'].items() if v)}",
         f"- UCX/NCCL environment as found: {results['env'] or 'none set'}",
         f"- setup: {args.setup}, pool size {args.pool_size}, median of {args.repeats} (UCX) / "
@@ -439,8 +422,7 @@ def pair_matrices(results: dict, args) -> list[str]:
     return lines
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     parser.add_argument("--sizes", default="64MiB,1GiB,4GiB")
     parser.add_argument("--protocols", default="ucx,tcp")
     parser.add_argument("--kinds", default=",".join(KINDS))
@@ -454,31 +436,20 @@ def parser() -> argparse.ArgumentParser:
                         help="first: GPU 0 -> GPU 1 on a 2-worker cluster; all: every ordered "
                         "pair, one worker per GPU (use fewer --kinds/--sizes: pairs x kinds x "
                         "sizes transfers)")  # fmt: skip
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)
+def check_arguments(parser_, args) -> None:
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     except ValueError:
         parser_.error(f"--sizes {args.sizes!r}: sizes such as 64MiB,1GiB")
     args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
     args.kinds = choices(parser_, "--kinds", args.kinds, KINDS)
-    return args
 
 
-def main(argv=None) -> None:
-    args = parse(argv)
-    results = run(args)
-    text = report(results, args)
-    path = write_results(os.path.join(args.out, f"transfer-{results['machine']}"), text, results)
-    print(text)
-    print(f"\nwritten: {path}")
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="transfer", gpus=lambda args: None)
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

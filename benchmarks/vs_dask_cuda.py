@@ -1,6 +1,6 @@
 """The plugin against dask-cuda's own RMM options, side by side in one run (one GPU worker).
 
-    python benchmarks/vs_dask_cuda.py [--out DIR] [--repeats 3] [--pool-size 2GiB]
+    python -m benchmarks.vs_dask_cuda [--out DIR] [--repeats 3] [--pool-size 2GiB]
 
 Each configuration starts its own LocalCUDACluster (one worker, one thread) and runs the same
 workloads on it; configurations are interleaved round by round, in a rotated order, so the
@@ -26,34 +26,12 @@ writes ``--out``/vs-dask-cuda-MACHINE[-TAG].md (and .json).
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root
-
-from common import (  # noqa: E402
-    alternate,
-    command_line,
-    commit,
-    header,
-    machine,
-    machine_name,
-    output_options,
-    say,
-    summary,
-    write_results,
-)
-from memory import (  # noqa: E402
-    PeakSampler,
-    conv_net_step,
-    cupy_alloc_free_us,
-    mixed_workload,
-)
+from .common import Script, alternate, header, say, summary
+from .memory import PeakSampler, conv_net_step, cupy_alloc_free_us, mixed_workload
 
 MiB = 1 << 20
 LIBS = ["cupy", "torch"]
@@ -232,14 +210,16 @@ def verdict(row: dict) -> str:
     return f"{ratio:.2f}" + ("" if ratio <= 1.0 else (" (within spread)" if within else " (slower)"))
 
 
-def markdown(summary: dict, argv, repeats: int, info: dict, errors: list,
-             commit: str | None = None) -> str:
+def markdown(payload: dict) -> str:
+    summary, errors = payload["summary"], payload["errors"]
     names = list(next(iter(summary.values())).keys()) if summary else []
     lines = [
         *header("The plugin vs dask-cuda's RMM options, one GPU worker, side by side",
-                command_line(__file__, argv), info, commit, used=1),
+                payload["command"], payload["machine"], payload["commit"], payload["date"],
+                used=1),
         "",
-        f"{repeats} rounds, configurations interleaved in rotated order; median (min-max).",
+        f"{payload['repeats']} rounds, configurations interleaved in rotated order; median "
+        "(min-max).",
         "",
         "| row | " + " | ".join(names) + " | plugin best / dask-cuda best |",
         "| --- |" + " --- |" * (len(names) + 1),
@@ -264,8 +244,7 @@ def markdown(summary: dict, argv, repeats: int, info: dict, errors: list,
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(parser) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pool-size", default="2GiB",
                         help="Initial pool of both pool configurations (they grow from there).")
@@ -273,28 +252,21 @@ def parser() -> argparse.ArgumentParser:
                         help="Configurations to run, separated by ';' (names hold commas).")
     parser.add_argument("--tag", default="",
                         help="Added to the results' file name, to keep runs of subsets apart.")
-    parser.add_argument("--commit", default=None, help="The commit measured (default: git's).")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked (``args.configurations``: what runs); nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
+def check_arguments(parser, args) -> None:
+    """``args.configurations``: what runs."""
     configs = configurations(args.pool_size)
     if args.configs:
         known = {**configs, **variants(args.pool_size)}
         unknown = [n for n in args.configs.split(";") if n not in known]
         if unknown:
-            parser_.error(f"--configs: unknown {unknown}; choose from {list(known)}")
+            parser.error(f"--configs: unknown {unknown}; choose from {list(known)}")
         configs = {name: known[name] for name in args.configs.split(";")}
     args.configurations = configs
-    return args
 
 
-def main(argv=None) -> None:
-    args = parse(argv)
+def measure(args, run) -> None:
     configs = args.configurations
     runs = {name: [] for name in configs}
     errors = []
@@ -308,16 +280,12 @@ def main(argv=None) -> None:
             continue
         runs[name].append(result)
         say(f"  {result}")
-    summary = summarize(runs)
-    info = machine()
-    text = markdown(summary, argv if argv is not None else sys.argv[1:], args.repeats, info, errors,
-                    args.commit)
-    print(text)
-    name = args.machine or machine_name(info, 1)
-    tag = f"-{args.tag}" if args.tag else ""
-    write_results(os.path.join(args.out, f"vs-dask-cuda-{name}{tag}"), text,
-                  {"command": command_line(__file__, argv), "commit": args.commit or commit(),
-                   "runs": runs, "summary": summary, "errors": errors, "machine": info})
+    run.payload.update(repeats=args.repeats, runs=runs, summary=summarize(runs), errors=errors)
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="vs-dask-cuda")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

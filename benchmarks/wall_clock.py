@@ -1,7 +1,7 @@
 """The mortgage example's commands as a user runs them: each command's whole wall clock, from
-start to prompt, beside the work its lines report, GPU and CPUs alternating in one run.
+start to prompt, beside the work it reports, GPU and CPUs alternating in one run.
 
-    python benchmarks/wall_clock.py --data DIR [--size 1GB] [--layouts classic,current]
+    python -m benchmarks.wall_clock --data DIR [--size 1GB] [--layouts classic,current]
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
         [--ecg-cpu-runs 1] [--ecg-hours 20] [--ecg-fresh-runs 0] [--source-runs 0]
 
@@ -10,8 +10,9 @@ on the GPU as on a fresh machine (the kernel caches emptied: CuPy's, the CUDA dr
 Numba's), then warm (the caches filled by that run), alternating with the CPUs. Then the default job
 (``python -m examples.mortgage``), GPU and CPUs alternating, the ECG example's command
 (``python -m examples.ecg --hours H``, each stage it prints) and each command's ``--help``.
-Per command: the wall clock, the work the command's own lines report (the ETL and the write;
-the job's generate, ETL, DMatrix and training stages), and the fixed cost between them
+Per command: the wall clock, the work the command itself reports (in the figures file its
+``--json`` writes: the ETL, which writes the table in the same stage; the job's generate, ETL,
+DMatrix and training stages; the ECG's pipeline), and the fixed cost between them
 (imports, the cluster's start and stop, first calls). ``--source-runs`` adds etl and --help
 runs whose processes compile every module from source, as on a machine whose packages were
 installed without bytecode where Python may not write it. The harness (benchmarks/common.py)
@@ -20,36 +21,14 @@ writes ``--out``/wall-clock-MACHINE.md (and .json) with the machine and the comm
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-
-from common import (  # noqa: E402
-    header,
-    interleave,
-    median_range,
-    output_options,
-    run_record,
-    say,
-    summary,
-    write_results,
-)
-from mortgage import (  # noqa: E402
-    EXAMPLE,
-    dataset_options,
-    generate,
-    parse_etl,
-    parse_job,
-    parse_with_layouts,
-    run,
-)
+from .common import Script, header, interleave, median_range, say, summary
+from .mortgage import EXAMPLE, check_layouts, dataset_options, figures_of, generate, run
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work
 def kernel_caches() -> list[str]:
@@ -101,19 +80,18 @@ def source_env(variant: str) -> dict | None:
 
 
 def one_etl(directory: str, out: str, variant: str) -> dict:
+    """One etl command: its wall clock, and its ETL stage (which writes the table) as its
+    work."""
     device = variant.removesuffix(FROM_SOURCE)
-    text, wall = run(etl_command(directory, out, device), env=source_env(variant))
-    found = parse_etl(text)
-    work = found["seconds"] + found.get("write_seconds", 0.0)
-    return {"wall": wall, "work": work, "fixed": wall - work, "etl": found["seconds"],
-            "write": found.get("write_seconds", 0.0)}
+    figures, _, wall = figures_of(etl_command(directory, out, device), env=source_env(variant))
+    work = figures["etl"]["seconds"]
+    return {"wall": wall, "work": work, "fixed": wall - work, "etl": work}
 
 
-def etl_runs(directory: str, runs: int, cpu_runs: int, fresh_runs: int,
+def etl_runs(directory: str, out: str, runs: int, cpu_runs: int, fresh_runs: int,
              source_runs: int = 0) -> dict:
-    """A layout's etl commands: the fresh GPU runs first, then warm GPU and CPU alternating
-    (and each compiled from source, ``source_runs`` times)."""
-    out = os.path.join(os.path.dirname(directory), "features.parquet")
+    """A layout's etl commands, writing to ``out``: the fresh GPU runs first, then warm GPU
+    and CPU alternating (and each compiled from source, ``source_runs`` times)."""
     results = {"gpu fresh": [], "gpu": [], "cpu": []}
     counts = {"gpu": runs, "cpu": cpu_runs}
     counts.update({name + FROM_SOURCE: source_runs for name, n in list(counts.items())
@@ -134,8 +112,8 @@ def job_runs(runs: int) -> dict:
     """The default job (``python -m examples.mortgage``), GPU and CPUs alternating."""
     results = {"gpu": [], "cpu": []}
     for _, name in interleave({"gpu": runs, "cpu": runs}):
-        text, wall = run([*EXAMPLE, "--device", name])
-        stages = parse_job(text)["stages"]
+        figures, _, wall = figures_of([*EXAMPLE, "--device", name])
+        stages = figures["stages"]
         work = sum(stages.get(stage, 0.0) for stage in WORK_STAGES)
         results[name].append({"wall": wall, "work": work, "fixed": wall - work,
                               "stages": stages})
@@ -144,15 +122,16 @@ def job_runs(runs: int) -> dict:
 
 
 ECG = [sys.executable, "-m", "examples.ecg"]
-STAGE = re.compile(r"^  (\w[\w ]*?) +([\d.]+) s", re.M)
 
 
 def one_ecg(hours: float, device: str, out: str) -> dict:
-    text, wall = run([*ECG, "--hours", str(hours), "--device", device, "--out", out])
-    stages = {m[1]: float(m[2]) for m in STAGE.finditer(text)}
-    work = stages.get("pipeline", 0.0)
-    return {"wall": wall, "work": work, "fixed": wall - work, "stages": stages,
-            "graphed": "CUDA graph" in text}
+    """One ECG command: its wall clock, each stage it reports and its pipeline (read to
+    score) as its work, and whether the VAE's steps ran as a CUDA graph."""
+    figures, _, wall = figures_of([*ECG, "--hours", str(hours), "--device", device, "--out",
+                                   out])
+    work = figures["pipeline"]
+    return {"wall": wall, "work": work, "fixed": wall - work,
+            "stages": {**figures["stages"], "pipeline": work}, "graphed": figures["graphed"]}
 
 
 READ_TORCH = [sys.executable, "-c", "import torch; torch.zeros(1, device='cuda').sum().item()"]
@@ -221,8 +200,8 @@ def markdown(payload: dict) -> str:
 def mortgage_table(payload: dict) -> list[str]:
     """The mortgage commands' wall clock beside their work, and what a fresh run compiled."""
     lines = ["", "Seconds: median (range). wall: the whole process, as a user waits for it; work: "
-             "what the command's lines report (ETL + write; the job's generate, ETL, DMatrix "
-             "and training); fixed: wall - work. gpu fresh: every kernel cache in the home "
+             "what the command reports (the ETL, which writes its table in the same stage; the "
+             "job's generate, ETL, DMatrix and training); fixed: wall - work. gpu fresh: every kernel cache in the home "
              "directory emptied first. from source: every process compiles every module it "
              "imports (no bytecode found or written), as where packages were installed "
              "without bytecode and Python may not write it.", "",
@@ -289,8 +268,7 @@ def ecg_table(runs: dict, hours) -> list[str]:
     return lines
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     dataset_options(parser, "1GB", "The etl command's dataset per layout.")
     parser.add_argument("--runs", type=int, default=2, help="Warm GPU etl runs per layout.")
     parser.add_argument("--cpu-runs", type=int, default=2, help="CPU etl runs per layout.")
@@ -310,48 +288,39 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--ecg-fresh-runs", type=int, default=0,
                         help="GPU runs of the ECG command as on a fresh machine (caches "
                              "emptied), before the others.")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    return parse_with_layouts(parser(), argv)
-
-
-def main(argv=None) -> dict:
-    args = parse(argv)
+def measure(args, run) -> None:
     os.environ.setdefault("CUPY_CACHE_SAVE_CUDA_SOURCE", "1")  # names what a fresh run compiles
     # Numba's cache in one place that a fresh run can empty (by default it writes beside the
     # sources, in __pycache__).
     os.environ.setdefault("NUMBA_CACHE_DIR", os.path.expanduser("~/.cache/numba"))
-    payload = {**run_record(__file__, argv, args), "datasets": {},
-               "etl": {}, "jobs": {}, "help": {}}
-    stem = os.path.join(args.out, f"wall-clock-{payload['machine_name']}")
-
-    def save():
-        write_results(stem, markdown(payload), payload)
-
+    payload = run.payload
+    payload.update(datasets={}, etl={}, jobs={}, help={})
+    out = os.path.join(run.scratch(near=args.data), "features.parquet")
     for layout in args.layouts:
         directory = os.path.join(args.data, f"{layout}-{args.size}")
         payload["datasets"][layout] = {**generate(directory, args.size, layout, args.workers),
                                        "size": args.size}
-        payload["etl"][layout] = etl_runs(directory, args.runs, args.cpu_runs, args.fresh_runs,
-                                          args.source_runs)
-        save()
+        payload["etl"][layout] = etl_runs(directory, out, args.runs, args.cpu_runs,
+                                          args.fresh_runs, args.source_runs)
+        run.save()
     if args.job_runs:
         payload["jobs"] = job_runs(args.job_runs)
-        save()
+        run.save()
     if args.ecg_runs:
         payload["ecg_hours"] = args.ecg_hours
-        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours, os.path.join(args.data, "ecg"),
+        payload["ecg"] = ecg_runs(args.ecg_runs, args.ecg_hours,
+                                  os.path.join(run.scratch(near=args.data), "ecg"),
                                   args.ecg_fresh_runs, args.ecg_cpu_runs)
-        save()
+        run.save()
     if args.help_runs:
         payload["help"] = help_runs(args.help_runs, args.source_runs)
-    save()
-    print(markdown(payload))
-    return payload
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_layouts, measure=measure,
+                markdown=markdown, name="wall-clock")
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """xgboost.dask on 1 GPU and on several: the classic notebook's lossguide trees against
 depthwise ones, side by side in one run.
 
-    python benchmarks/xgboost_growth.py --rows 50000000 --workers 1,2
+    python -m benchmarks.xgboost_growth --rows 50000000 --workers 1,2
 
 Lossguide (the mortgage notebook's grow_policy, 256 leaves) grows one node at a time, and on
 several workers every node is a collective operation; depthwise grows a whole level at a time.
@@ -14,27 +14,9 @@ and the commit and writes ``--out``/xgboost-growth-MACHINE.md (and .json).
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout's root: examples/
-from common import (  # noqa: E402
-    alternate,
-    choices,
-    command_line,
-    header,
-    machine,
-    machine_name,
-    median_range,
-    output_options,
-    say,
-    summary,
-    write_results,
-)
+from .common import Script, alternate, choices, header, median_range, say, summary
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
 FEATURES = 45
@@ -61,7 +43,7 @@ def frame(client, rows: int, partitions: int, seed: int, device: str):
     return x, y
 
 
-def run(workers: int, policy: str, args) -> dict:
+def train(workers: int, policy: str, args) -> dict:
     import xgboost.dask as dxgb
 
     from dask_gpu_interop import cluster_client
@@ -93,17 +75,17 @@ def combined(results: list[dict]) -> list[dict]:
             for (policy, workers), runs in rows.items()]
 
 
-def markdown(info: dict, results: list[dict], command: str, args,
-             commit: str | None = None) -> str:
-    results = combined(results)
+def markdown(payload: dict) -> str:
+    results = combined(payload["results"])
     base = {r["policy"]: r["seconds"] for r in results if r["workers"] == min(
         x["workers"] for x in results)}
     repeats = max(len(r["runs"]) for r in results)
     lines = [
-        *header(f"xgboost.dask: lossguide vs depthwise trees on {machine_name(info)}", command,
-                info, commit),
-        f"- {args.rows:,} rows x {FEATURES} float32 features in {args.partitions} partitions, "
-        f"{args.rounds} rounds after a 2-round warm-up; the mortgage notebook's parameters "
+        *header(f"xgboost.dask: lossguide vs depthwise trees on {payload['machine_name']}",
+                payload["command"], payload["machine"], payload["commit"], payload["date"]),
+        f"- {payload['rows']:,} rows x {FEATURES} float32 features in {payload['partitions']} "
+        f"partitions, {payload['rounds']} rounds after a 2-round warm-up; the mortgage "
+        "notebook's parameters "
         "(max_depth 8, max_leaves 256, ...), grow_policy as named"
         + (f"; {repeats} runs each, alternating: median (min-max)" if repeats > 1 else ""), "",
         "| grow_policy | workers | train s | vs the fewest workers | train AUC |",
@@ -116,8 +98,7 @@ def markdown(info: dict, results: list[dict], command: str, args,
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(parser) -> None:
     parser.add_argument("--rows", type=int, default=50_000_000)
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=20)
@@ -127,37 +108,30 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each configuration, the configurations alternating")
-    output_options(parser)
-    return parser
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The arguments, checked; nothing runs."""
-    parser_ = parser()
-    args = parser_.parse_args(argv)
+def check_arguments(parser, args) -> None:
     try:
         args.worker_counts = [int(w) for w in args.workers.split(",")]
     except ValueError:
-        parser_.error(f"--workers {args.workers!r}: comma-separated worker counts")
-    args.policy_list = choices(parser_, "--policies", args.policies, POLICIES)
+        parser.error(f"--workers {args.workers!r}: comma-separated worker counts")
+    args.policy_list = choices(parser, "--policies", args.policies, POLICIES)
     if min(args.worker_counts) < 1:
-        parser_.error("--workers: each count must be at least 1")
-    return args
+        parser.error("--workers: each count must be at least 1")
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    info = machine()
+def measure(args, run) -> None:
     configs = {(policy, n): None for policy in args.policy_list for n in args.worker_counts}
-    results = [run(n, policy, args) for _, (policy, n) in alternate(configs, args.repeats)]
-    command = command_line(__file__, argv)
-    text = markdown(info, results, command, args)
-    print(text)
-    name = args.machine or machine_name(info, max(args.worker_counts))
-    stem = os.path.join(args.out, f"xgboost-growth-{name}")
-    write_results(stem, text, {"command": command, "machine": info, "results": results})
-    return 0
+    run.payload.update(rows=args.rows, partitions=args.partitions, rounds=args.rounds)
+    run.payload["results"] = [train(n, policy, args)
+                              for _, (policy, n) in alternate(configs, args.repeats)]
+
+
+SCRIPT = Script(__file__, __doc__, options=options, check=check_arguments, measure=measure,
+                markdown=markdown, name="xgboost-growth",
+                gpus=lambda args: max(args.worker_counts))
+parse, main = SCRIPT.parse, SCRIPT.main
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

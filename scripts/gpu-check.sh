@@ -111,11 +111,11 @@ want probe scripts && section probe 120 probe
 # Always: the timings are a pip-installed machine's, whatever the GPU machine's packages came with.
 section bytecode 600 bytecode
 want memory-tests tests/test_memory_gpu.py && section memory-tests 600 "${PYTEST[@]}" tests/test_memory_gpu.py ${MEMORY_TESTS_K:+-k "$MEMORY_TESTS_K"} --junitxml="$OUT/results/memory-tests.xml"
-want memory-bench benchmarks/memory.py && section memory-bench 600 python3 benchmarks/memory.py --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
-want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocators-bench 300 python3 benchmarks/cupy_allocators.py --out "$OUT/results"
+want memory-bench benchmarks/memory.py && section memory-bench 600 python3 -m benchmarks.memory --out "$OUT/results" --sections "${MEMORY_BENCH_SECTIONS:-alloc,torch,peak,setup}"
+want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocators-bench 300 python3 -m benchmarks.cupy_allocators --out "$OUT/results"
 eval "vs_args=(${VS_DASK_CUDA_ARGS:-})"  # shell words: --configs 'plugin async;...' keeps its quotes
-want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 benchmarks/vs_dask_cuda.py --out "$OUT/results" "${vs_args[@]}"
-want cluster-start-bench benchmarks/cluster_start.py && section cluster-start-bench 600 python3 benchmarks/cluster_start.py --out "$OUT/results"
+want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 -m benchmarks.vs_dask_cuda --out "$OUT/results" "${vs_args[@]}"
+want cluster-start-bench benchmarks/cluster_start.py && section cluster-start-bench 600 python3 -m benchmarks.cluster_start --out "$OUT/results"
 for name in compat cluster serialize convert mortgage ecg demo all_to_all; do
   files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
@@ -131,8 +131,8 @@ mortgage_stages() {  # each layout's partition step by step, with and without th
   local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout
   for layout in classic current; do
     mortgage_dataset "$data/$layout-$size" "$layout" "$size" || return 1
-    python3 benchmarks/mortgage_stages.py --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --streams per-thread --io-threads 8 --tag workers ${MORTGAGE_STAGES_ARGS:-} || return 1
-    python3 benchmarks/mortgage_stages.py --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --tag defaults ${MORTGAGE_STAGES_ARGS:-} || return 1
+    python3 -m benchmarks.mortgage_stages --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --streams per-thread --io-threads 8 --tag workers ${MORTGAGE_STAGES_ARGS:-} || return 1
+    python3 -m benchmarks.mortgage_stages --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --tag defaults ${MORTGAGE_STAGES_ARGS:-} || return 1
   done
 }
 want mortgage-stages-bench benchmarks/mortgage_stages.py && section mortgage-stages-bench 900 mortgage_stages
@@ -142,17 +142,17 @@ mortgage_timeline() {  # the etl command's tasks over time, first and warm ETL, 
     mortgage_dataset "$data/$layout-$size" "$layout" "$size" || return 1
     args+=(--data "$data/$layout-$size")
   done
-  python3 benchmarks/mortgage_timeline.py "${args[@]}" --warm --out "$OUT/results"
+  python3 -m benchmarks.mortgage_timeline "${args[@]}" --warm --out "$OUT/results"
 }
 want mortgage-timeline-bench benchmarks/mortgage_timeline.py && section mortgage-timeline-bench 600 mortgage_timeline
-want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 benchmarks/transfer.py --out "$OUT/results" ${TRANSFER_ARGS:-}
-want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 benchmarks/shuffle.py --out "$OUT/results" ${SHUFFLE_ARGS:-}
-want join-bench benchmarks/join.py && section join-bench 600 python3 benchmarks/join.py --out "$OUT/results" ${JOIN_ARGS:-}
-want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 benchmarks/mortgage.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
-want etl-ceiling-bench benchmarks/etl_ceiling.py && section etl-ceiling-bench 900 python3 benchmarks/etl_ceiling.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
-want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 benchmarks/wall_clock.py --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
-want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 benchmarks/ecg.py --out "$OUT/results" ${ECG_ARGS:-}
-want ecg-train-bench benchmarks/ecg_train.py && section ecg-train-bench 600 python3 benchmarks/ecg_train.py --out "$OUT/results" ${ECG_TRAIN_ARGS:-}
+want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 -m benchmarks.transfer --out "$OUT/results" ${TRANSFER_ARGS:-}
+want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 -m benchmarks.shuffle --out "$OUT/results" ${SHUFFLE_ARGS:-}
+want join-bench benchmarks/join.py && section join-bench 600 python3 -m benchmarks.join --out "$OUT/results" ${JOIN_ARGS:-}
+want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 -m benchmarks.mortgage --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
+want etl-ceiling-bench benchmarks/etl_ceiling.py && section etl-ceiling-bench 900 python3 -m benchmarks.etl_ceiling --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
+want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 -m benchmarks.wall_clock --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
+want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 -m benchmarks.ecg --out "$OUT/results" ${ECG_ARGS:-}
+want ecg-train-bench benchmarks/ecg_train.py && section ecg-train-bench 600 python3 -m benchmarks.ecg_train --out "$OUT/results" ${ECG_TRAIN_ARGS:-}
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
 cat "$SUMMARY"

@@ -40,11 +40,14 @@ DEFAULT_RATE = 250.0
 @click.option("--blocksize", default=None,
               help="CSV bytes per chunk, e.g. 64MB (a task per chunk) [default: 4 chunks per "
                    "worker, 1 MiB to 256 MiB each].")
-def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the run's figures to this file as JSON (each stage's seconds, "
+                   "the beats, the scores); it replaces only an earlier figures file.")
+def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_path):
     """Heartbeat outliers in an ECG: cuDF -> CuPy -> Numba -> PyTorch on GPUs, zero-copy."""
     from dask_gpu_interop import cluster_client, memory_report, resolve_device
 
-    from . import detect, plots, vae
+    from . import detect, figures, plots, vae
     from .params import Params
     from .pipeline import evaluate, run, warm_up_in_background
     from .synthetic import make_and_write
@@ -61,6 +64,11 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         resolve_device(cluster["device"])  # before making any data
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err)) from err
+    if json_path:
+        try:
+            figures.check(json_path)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(1, mp_context=_process_context()) as background:
@@ -99,7 +107,8 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
 
     click.echo(f"\nstages ({result.samples:,} samples in {result.chunks} chunks, "
                f"{result.seconds / 3600:.2f} h at {result.rate:g} Hz):")
-    for name, seconds in [*prep.items(), *result.times.items(), ("plots", plot_seconds)]:
+    stages = {**prep, **result.times, "plots": plot_seconds}
+    for name, seconds in stages.items():
         click.echo(f"  {name:<10} {seconds:8.3f} s")
     pipeline_total = sum(result.times.values())
     click.echo(f"  {'pipeline':<10} {pipeline_total:8.3f} s  (read to score)")
@@ -115,6 +124,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
                f"steps{graph}, loss {result.model['history'][0]:.1f} -> {result.model['history'][-1]:.1f}; "
                f"{int(result.test.sum()):,} held out")
     held_flagged = int((result.flagged & result.test).sum())
+    scores = None
     click.echo(f"outliers flagged: {int(result.flagged.sum()):,} of all embedded beats, "
                f"{held_flagged:,} of the held-out ones")
     if truth is not None:
@@ -133,6 +143,8 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize):
         click.echo(f"  {path}")
     click.echo("\nmemory:")
     click.echo(str(report))
+    if json_path:
+        figures.write(json_path, figures.of_run(result, workers, stages, scores))
 
 
 def _process_context():

@@ -14,6 +14,7 @@ need not compile.
   workers' host memory), decided before any work
 - ``train``: ``xgboost.dask`` on the ETL's partitions, tested on a held-out quarter
 - ``job``: all of it on a cluster, with timings and memory
+- ``figures``: a run's figures as data (``--json``), for programs that compare runs
 
 ``testdata`` makes synthetic files in either layout, at any size, for the tests and the
 ``generate`` command; the pipeline does not need it.

@@ -31,7 +31,7 @@ from dask_gpu_interop import (
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import cpu_workers, files, output, placement, read, schema, train, worker_logs
+from . import cpu_workers, figures, files, output, placement, read, schema, train, worker_logs
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -184,6 +184,10 @@ etl_options = [
                  help="Rows that cannot be read: stop (error), drop with a warning, or drop "
                       "and count (skip)."),
 ]
+json_option = click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    help="Also write the run's figures to this file as JSON (stage seconds, the ETL's rows, "
+         "bytes and partitions, ...); it replaces only an earlier figures file.")
 
 
 def _nothing_before(ctx, command: str) -> None:
@@ -343,10 +347,11 @@ def _workers_ready(client, cluster: dict, imports) -> None:
 @click.option("--overwrite", is_flag=True,
               help="Replace what an earlier run wrote at --workdir, --features-out and "
                    "--model-out (nothing else).")
+@json_option
 @click.pass_context
 def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans_per_part,
              layout, partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout,
-             features_out, model_out, training_data, overwrite):
+             features_out, model_out, training_data, overwrite, json_path):
     """The Fannie Mae mortgage ETL and XGBoost training on Dask (cuDF on GPUs, pandas on CPUs).
 
     With no sub-command: generate a small dataset (or use --data), start a local cluster (or
@@ -384,6 +389,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if model_out:
         _usage(output.check_file, model_out, what="model", overwrite=overwrite,
                accept=train.is_model)
+    if json_path:
+        _usage(figures.check, json_path)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -444,6 +451,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     click.echo(job.stage_line("cluster stop", stopped - stopping))
     click.echo(job.stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
     click.echo(f"total: {total:.2f} s since the command started")
+    if json_path:
+        figures.write(json_path, figures.of_job(result, stopped - stopping, total))
 
 
 @mortgage.command()
@@ -494,8 +503,10 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
 @with_options(etl_options)
 @click.option("--overwrite", is_flag=True,
               help="Replace the feature table an earlier run wrote at --out (nothing else).")
+@json_option
 @click.argument("more_data", nargs=-1, type=click.Path(), metavar="[MORE DATA]...")
-def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, more_data):
+def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, json_path,
+        more_data):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32).
 
     Paths after the options are more data, as an unquoted --data 'DIR/*' gives them."""
@@ -516,6 +527,8 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
+    if json_path:
+        _usage(figures.check, json_path)
     with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device):
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
@@ -529,3 +542,5 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
             raise click.ClickException(str(exc)) from None
     click.echo(f"ETL: {result.summary()}")
     click.echo(f"feature table written to {os.path.abspath(out)}")
+    if json_path:
+        figures.write(json_path, figures.of_etl(result, device))

@@ -7,12 +7,8 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import cluster_start as bench  # noqa: E402
+from benchmarks import cluster_start as bench
 
 
 def test_every_variant_is_a_whole_program():
@@ -34,6 +30,8 @@ def test_the_table_shows_medians_and_leaves_missing_figures_out():
                                  {"start": 8.0, "stop": 0.7, "cudf": None},
                                  {"start": 7.0, "stop": 0.6, "cudf": None}],
             "cuDF imported during the start": [{"start": 11.0, "stop": 0.8, "cudf": 11.5}]}
-    text = bench.markdown(runs, [], {"gpus": ["H100"], "cpu": "16 cores"})
+    text = bench.markdown({"command": "python -m benchmarks.cluster_start", "commit": "abc",
+                           "date": "today", "machine": {"gpus": ["H100"], "cpu": "16 cores"},
+                           "runs": runs})
     assert "| LocalCUDACluster | 7.00 (6.00-8.00) s | - | 0.60 (0.50-0.70) s |" in text
     assert "| cuDF imported during the start | 11.00 (11.00-11.00) s | 11.50" in text

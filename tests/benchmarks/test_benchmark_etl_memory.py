@@ -5,17 +5,12 @@ tables."""
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import dask
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import etl_memory  # noqa: E402
+from benchmarks import etl_memory
 
 GiB = 2**30
 
@@ -126,7 +121,7 @@ def test_the_tables_give_each_run_its_throughput_memory_and_the_jobs_placement()
              "placement": {"where": where, "line": line if where == "host" else "x"},
              "gpu_memory": {0: {"before": 0, "peak": 40 * GiB}}}
             for n, auc, where in ((1, 0.9151, "host"), (2, 0.9163, "device"))]
-    payload = {"command": "python benchmarks/etl_memory.py --data /d/9", "commit": "abc",
+    payload = {"command": "python -m benchmarks.etl_memory --data /d/9", "commit": "abc",
                "date": "today", "machine": {"gpus": ["H100"], "cores": 32},
                "machine_name": "2xH100", "job_flags": "", "results": results + jobs}
     text = etl_memory.markdown(payload)

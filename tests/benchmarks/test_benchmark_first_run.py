@@ -3,15 +3,9 @@ idle time is the rest of the run, and hot functions count samples from the profi
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import mortgage_first_run as harness  # noqa: E402
+from benchmarks import mortgage_first_run as harness
 
 
 def test_busy_seconds_count_overlapping_tasks_once():

@@ -1,49 +1,61 @@
-"""The mortgage benchmark's logic on CPUs: it reads the figures the example's commands print,
-and its tables and goals compare the runs by their medians."""
+"""The mortgage benchmark's logic on CPUs: it reads the figures the example's commands write
+(``--json``), and its tables and goals compare the runs by their medians."""
 
 from __future__ import annotations
 
+import json
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import mortgage
 
-import mortgage  # noqa: E402
-
-ETL_OUTPUT = """cluster: 1 workers, device=gpu
-ETL partitions: 10/10
-ETL: 74,000,000 rows from 10.00 GiB of text in 10 partitions, 2.50 s (29,600,000 rows/s, 4.00 GiB/s), read and written in one stage: 1.50 GiB of Parquet
-feature table written to /tmp/x
-"""
-JOB_OUTPUT = """stage times:
-  cluster start 4.00 s
-  ETL           0.30 s
-  DMatrix       0.20 s
-  training      1.50 s
-ETL:      7,000,000 rows from 1.00 GiB of text in 1 partitions, 0.30 s (1 rows/s, 1 GiB/s)
-test AUC: 0.8123 (train AUC 0.9000)
-  cluster stop     1.25 s
-total: 9.00 s
-"""
+ETL = {"rows": 74_000_000, "bytes": 10 * 2**30, "partitions": 10, "seconds": 2.5,
+       "written_bytes": 3 * 2**29, "bad_rows": 0}
+WRITE_FIGURES = ("import json, sys; figures = json.loads(sys.argv[1]); "
+                 "json.dump(figures, open(sys.argv[sys.argv.index('--json') + 1], 'w')); "
+                 "print('the printed lines')")
 
 
-def test_the_etl_line_the_command_prints_is_read():
-    found = mortgage.parse_etl(ETL_OUTPUT)
-    assert found == {"rows": 74_000_000, "bytes": 10 * 2**30, "partitions": 10,
-                     "seconds": 2.5, "written_bytes": int(1.5 * 2**30)}
-    with pytest.raises(ValueError, match="no ETL summary"):
-        mortgage.parse_etl("nothing here")
+def test_the_figures_a_command_writes_are_read_and_its_file_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    figures = {"figures": "examples.mortgage etl", "device": "gpu", "etl": ETL}
+    found, text, wall = mortgage.figures_of([sys.executable, "-c", WRITE_FIGURES,
+                                             json.dumps(figures)])
+    assert found == figures and text.strip() == "the printed lines" and wall > 0
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="failed"):  # no figures: the command's tail
+        mortgage.figures_of([sys.executable, "-c", "import sys; sys.exit('it broke')"])
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_the_job_s_stages_total_and_auc_are_read():
-    found = mortgage.parse_job(JOB_OUTPUT)
-    assert found["stages"] == {"cluster start": 4.0, "ETL": 0.3, "DMatrix": 0.2,
-                               "training": 1.5, "cluster stop": 1.25}
+def test_the_job_s_stages_total_auc_and_placement_are_read():
+    figures = {"stages": {"cluster start": 4.0, "ETL": 0.3, "DMatrix": 0.2, "training": 1.5,
+                          "cluster stop": 1.25}, "total": 9.0, "auc": 0.8123, "etl": ETL,
+               "placement": {"where": "device", "reason": "fits", "line": "training data: .."}}
+    found = mortgage.job_figures(figures)
+    assert found["stages"] == figures["stages"] and found["etl"] == ETL
     assert found["auc"] == 0.8123 and found["total"] == 9.0
-    assert found["etl"]["rows"] == 7_000_000
+    assert found["placement"]["where"] == "device"
+
+
+def test_the_example_s_own_figures_are_read_on_cpus(tmp_path):
+    from tests.examples.mortgage_sample import SAMPLE
+
+    etl = mortgage.etl_runs(SAMPLE, {"cpu": 1}, str(tmp_path / "features.parquet"),
+                            ["--workers", "1"])
+    (run,) = etl["cpu"]
+    assert run["rows"] == 10_000 and run["partitions"] >= 1 and 0 < run["seconds"] < run["wall"]
+    assert run["written_bytes"] > 0
+    jobs = mortgage.job_runs(SAMPLE, {"cpu": ["--device", "cpu", "--workers", "1", "--rounds",
+                                              "3"]}, 1)
+    (job,) = jobs["cpu"]
+    assert {"cluster start", "ETL", "DMatrix", "training"} <= set(job["stages"])
+    assert list(job["stages"])[-2:] == ["cluster stop", "other"]  # the rest of the total
+    assert abs(sum(job["stages"].values()) - job["total"]) < 1e-6
+    assert job["total"] > job["stages"]["training"] > 0
+    assert 0 <= job["auc"] <= 1 and job["etl"]["rows"] == 10_000
+    assert job["placement"]["where"] == "host"
 
 
 def _etl(seconds, size=10 * 2**30):
@@ -53,7 +65,7 @@ def _etl(seconds, size=10 * 2**30):
 
 def test_tables_and_goals_use_medians_and_show_the_spread():
     payload = {
-        "command": "python benchmarks/mortgage.py", "commit": "abc", "date": "today",
+        "command": "python -m benchmarks.mortgage", "commit": "abc", "date": "today",
         "machine": {"cpu": "cpu", "gpus": ["H200"], "versions": {"cudf": "26"}},
         "machine_name": "1xH200",
         "etl": {"classic": {"gpu": _etl([1.0, 3.0, 2.0]), "cpu": _etl([50.0, 30.0]),
@@ -91,8 +103,11 @@ def test_gpu_variants_run_the_etl_command_with_their_flags(monkeypatch):
     commands = []
 
     def fake_run(command, cwd=None, timeout=None, env=None):
-        commands.append((command, env))
-        return ETL_OUTPUT, 1.0
+        commands.append((command[:-2], env))
+        assert command[-2] == "--json"
+        with open(command[-1], "w") as f:
+            json.dump({"etl": ETL}, f)
+        return "", 1.0
 
     monkeypatch.setattr(mortgage, "run", fake_run)
     mortgage.etl_runs("/data", {"gpu": 1, "gpu --threads-per-worker 1": 1, "gpu2": 1,

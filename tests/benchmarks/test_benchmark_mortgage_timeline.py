@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import mortgage_timeline
 
-import mortgage_timeline  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _task(name: str, thread: int, start: float, stop: float) -> dict:
@@ -72,7 +71,7 @@ def test_cudf_counts_as_imported_only_once_its_import_has_finished(monkeypatch, 
 def test_results_name_the_checkout_commit():
     import subprocess
 
-    import common
+    from benchmarks import common
 
     want = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import scale_out
 
-import scale_out  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_section_runs_on_its_configurations_alternating():
@@ -61,3 +60,16 @@ def test_the_etl_command_on_the_cpus_is_timed_beside_its_etl_line(tmp_path):
     assert 0 < run["etl"]["seconds"] < run["wall"]
     text = (tmp_path / "scale-out-cpu-test.md").read_text()
     assert "| CPUs |" in text and "wall at most the work" in text
+
+
+def test_what_a_command_reports_is_read_from_its_figures():
+    etl = {"rows": 10, "bytes": 100, "partitions": 2, "seconds": 1.5}
+    assert scale_out.reported({"figures": "examples.mortgage etl", "etl": etl}) == {
+        "stages": {}, "etl": etl}
+    job = {"stages": {"ETL": 1.5, "training": 3.0}, "etl": etl, "auc": 0.9, "total": 9.0}
+    assert scale_out.reported(job) == {"stages": job["stages"], "etl": etl, "auc": 0.9}
+    ecg = {"figures": "examples.ecg", "stages": {"read": 0.5, "score": 0.25}, "pipeline": 0.75}
+    found = scale_out.reported(ecg)
+    assert found["stages"] == {"read": 0.5, "score": 0.25, "pipeline": 0.75}
+    assert scale_out.work_seconds(found, "ecg") == 0.75
+    assert scale_out.reported(None) == {"stages": {}}  # a command that failed wrote none

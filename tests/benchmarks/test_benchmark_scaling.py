@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import peer, transfer
 
-import peer  # noqa: E402
-import transfer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_peer_pairs_and_ceilings():

@@ -6,18 +6,12 @@ arguments."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import dask.dataframe as dd
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import join  # noqa: E402
-import shuffle  # noqa: E402
+from benchmarks import join, shuffle
 
 MiB = 1 << 20
 
@@ -96,7 +90,8 @@ def test_steps_are_read_from_the_task_stream():
 def test_the_table_holds_each_method_against_tasks_and_the_peer_copies():
     gib = 1 << 30
     results = {
-        "command": "python benchmarks/shuffle.py", "machine_info": {}, "commit": "abc",
+        "command": "python -m benchmarks.shuffle", "machine": {}, "machine_name": "2xH100",
+        "commit": "abc",
         "date": "today", "workers": 2, "device": "gpu", "sizes": [gib], "partitions": 16,
         "repeats": 3, "env": {}, "errors": {},
         "peer": {"pairs": {"0->1": {"runs": {str(gib): [0.01]}}},
@@ -110,7 +105,8 @@ def test_the_table_holds_each_method_against_tasks_and_the_peer_copies():
         },
         "profiles": {},
     }  # fmt: skip
-    text = shuffle.report(results, "2xH100")
+    text = shuffle.markdown(results)
+    assert text.startswith("# All-to-all shuffle, 2xH100")
     rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines()
             if line.startswith("| 1.00 GiB")}  # fmt: skip
     library, tasks = rows["library"], rows["tasks"]

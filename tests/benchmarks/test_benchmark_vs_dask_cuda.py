@@ -3,13 +3,7 @@ the plugin's best against dask-cuda's best."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import vs_dask_cuda as bench  # noqa: E402
+from benchmarks import vs_dask_cuda as bench
 
 
 def test_rows_summarize_to_median_and_range_per_configuration():
@@ -34,8 +28,11 @@ def test_verdict_compares_best_with_best_and_reads_the_spread():
 def test_the_table_has_every_row_and_the_train_step_against_pytorchs_allocator():
     runs = {name: [{key: 2.0 if name == "plugin pool" else 1.0 for key, *_ in bench.ROWS}]
             for name in ("no pool", "dask-cuda pool", "plugin pool")}
-    info = {"gpus": ["GPU"], "cpu": "CPU", "versions": {}}
-    text = bench.markdown(bench.summarize(runs), ["--repeats", "1"], 1, info, ["round 1: boom"])
+    text = bench.markdown({"command": "python -m benchmarks.vs_dask_cuda --repeats 1",
+                           "commit": "abc", "date": "today",
+                           "machine": {"gpus": ["GPU"], "cpu": "CPU", "versions": {}},
+                           "repeats": 1, "summary": bench.summarize(runs),
+                           "errors": ["round 1: boom"]})
     for _, label, *_ in bench.ROWS:
         assert f"| {label} |" in text
     assert "2.00 (slower)" in text

@@ -4,15 +4,10 @@ reported against the fewest workers."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import xgboost_growth  # noqa: E402
+from benchmarks import xgboost_growth
 
 
 def test_each_policy_runs_on_each_worker_count(tmp_path):

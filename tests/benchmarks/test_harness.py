@@ -1,24 +1,21 @@
-"""The benchmarks' harness (benchmarks/common.py) on CPUs, and every script on it: each imports
-the harness, and parses its arguments without running anything (``--help`` works without a
-GPU library)."""
+"""The benchmarks' harness (benchmarks/common.py) on CPUs, and every script on it: each fills in
+the one contract (``common.Script``), imports the harness as a package module, and parses its
+arguments without running anything (``--help`` works without a GPU library)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import common
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import common  # noqa: E402
-
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common")
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in ("common", "__init__"))
 
 H100 = {"gpus": ["NVIDIA H100 80GB HBM3 (81559 MiB, driver 580.159.04)"],
         "gpu_names": ["NVIDIA H100 80GB HBM3"], "cores": 16, "cpu_model": "Intel(R) Xeon(R)",
@@ -36,22 +33,23 @@ def test_one_spelling_of_a_machine_in_text_and_in_file_names():
     assert common.machine_name(TWO_H200, used=1) == "1xH200"
     assert common.machine_name({"gpu_names": ["Tesla V100-SXM2-16GB"]}) == "1xV100"
     assert common.machine_name({"cores": 8}) == "cpu8"
+    assert common.machine_name(H100, used=0) == "cpu16"  # a run on the CPUs of a GPU machine
 
 
 def test_the_results_header_names_command_machine_and_commit():
-    lines = common.header("Title", "python benchmarks/x.py --a 1", H100, "abc1234", "today")
+    lines = common.header("Title", "python -m benchmarks.x --a 1", H100, "abc1234", "today")
     assert lines[0] == "# Title"
-    assert "- command: `python benchmarks/x.py --a 1`" in lines
+    assert "- command: `python -m benchmarks.x --a 1`" in lines
     assert lines[3].startswith("- machine: 1x NVIDIA H100 80GB HBM3, 16 cores (CPU: Intel")
     assert "- commit: abc1234, date: today" in lines
     assert "- versions: dask 2026.7.1" in lines
 
 
-def test_the_command_line_is_relative_to_the_checkout(monkeypatch, tmp_path):
+def test_the_command_line_is_the_module_whatever_the_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     script = str(BENCHMARKS / "mortgage.py")
     assert (common.command_line(script, ["--data", "/tmp/a b"])
-            == "python benchmarks/mortgage.py --data '/tmp/a b'")
+            == "python -m benchmarks.mortgage --data '/tmp/a b'")
 
 
 def test_repeats_and_spread():
@@ -88,13 +86,18 @@ def test_the_checkout_commit():
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_every_script_uses_the_harness_and_parses_without_running(name):
-    tree = ast.parse((BENCHMARKS / f"{name}.py").read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported & {"common", "benchmarks.common"}, f"{name}.py does not import the harness"
-    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    assert {"parser", "parse", "main"} <= functions, f"{name}.py: parser(), parse(), main()"
-    module = importlib.import_module(name)  # no GPU library at import time
+def test_every_script_fills_in_the_contract_and_parses_without_running(name):
+    text = (BENCHMARKS / f"{name}.py").read_text()
+    tree = ast.parse(text)
+    imported = {(node.module, node.level) for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)}
+    assert ("common", 1) in imported, f"{name}.py does not import the harness (.common)"
+    assert "sys.path" not in text, f"{name}.py changes sys.path: it is a package module"
+    module = importlib.import_module(f"benchmarks.{name}")  # no GPU library at import time
+    if name != "peer":  # the helper the others run in a child process
+        assert isinstance(module.SCRIPT, common.Script), f"{name}.py: SCRIPT = Script(...)"
+        assert (module.parse, module.main) == (module.SCRIPT.parse, module.SCRIPT.main)
+        assert module.SCRIPT.module == f"benchmarks.{name}"
     with pytest.raises(SystemExit) as done:
         module.parse(["--help"])
     assert done.value.code == 0
@@ -103,16 +106,120 @@ def test_every_script_uses_the_harness_and_parses_without_running(name):
     assert done.value.code == 2
 
 
-def test_scripts_that_write_results_write_them_through_the_harness():
+def test_results_files_are_written_by_the_harness_alone():
     for name in SCRIPTS:
         text = (BENCHMARKS / f"{name}.py").read_text()
-        assert ".write_text(" not in text and 'open(os.path.join(args.out' not in text, name
-        if name != "peer":  # peer.py prints JSON for the others' results files
-            assert "write_results(" in text, name
+        assert ".write_text(" not in text and "write_results(" not in text, name
+        assert "open(os.path.join(args.out" not in text, name
+
+
+def _toy(measured: list, fail: bool = False, **fields) -> common.Script:
+    """A script that records its scratch folder and its figure, and fails when asked."""
+
+    def options(parser):
+        parser.add_argument("--size", type=int, default=3)
+        parser.add_argument("--tag", default="")
+        parser.add_argument("--dry-run", action="store_true")
+
+    def check(parser, args):
+        if args.size < 1:
+            parser.error(f"--size {args.size}: at least 1")
+
+    def measure(args, run):
+        folder = run.scratch()
+        measured.append(folder)
+        assert run.payload["machine_name"] == "cpu4" or args.machine  # read before
+        run.payload["figure"] = args.size * 2
+        run.save()
+        if fail:
+            raise RuntimeError("the measurement failed")
+
+    def markdown(payload):
+        return f"# toy on {payload['machine_name']}\n\n| figure | {payload['figure']} |\n"
+
+    return common.Script(str(BENCHMARKS / "toy.py"), "A toy.\n\nMore.", options=options,
+                         check=check, measure=measure, markdown=markdown, name="toy",
+                         gpus=lambda args: 0, **fields)
+
+
+def test_a_script_measures_once_writes_its_results_and_tidies(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(common, "machine_in_child", lambda: {"cores": 4, "gpus": []})
+    measured = []
+    payload = _toy(measured).main(["--size", "5", "--tag", "t", "--out", str(tmp_path),
+                                   "--commit", "abc"])
+    assert len(measured) == 1 and not any(map(Path.exists, map(Path, measured)))
+    assert payload["command"] == "python -m benchmarks.toy --size 5 --tag t --out " + str(
+        tmp_path) + " --commit abc"
+    assert payload["commit"] == "abc" and payload["machine_name"] == "cpu4"
+    assert payload["figure"] == 10
+    saved = json.loads((tmp_path / "toy-cpu4-t.json").read_text())
+    assert saved["figure"] == 10 and saved["command"] == payload["command"]
+    out = capsys.readouterr().out
+    assert "| figure | 10 |" in out and f"written: {tmp_path / 'toy-cpu4-t.md'}" in out
+
+
+def test_a_failed_measurement_keeps_what_it_saved_and_tidies(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "machine_in_child", lambda: {"cores": 4, "gpus": []})
+    measured = []
+    with pytest.raises(RuntimeError, match="the measurement failed"):
+        _toy(measured, fail=True).main(["--out", str(tmp_path), "--machine", "here"])
+    assert not Path(measured[0]).exists()
+    assert json.loads((tmp_path / "toy-here.json").read_text())["figure"] == 6
+
+
+def test_the_machine_is_read_in_a_process_of_its_own():
+    import os
+    import sys
+
+    before = set(sys.modules)
+    info = common.machine_in_child()
+    assert info["cores"] == os.cpu_count() and info["python"] and "versions" in info
+    assert "dask" in info["versions"] and "pandas" in info["versions"]
+    assert not {"xgboost", "pyarrow"} & (set(sys.modules) - before)  # imported over there
+
+
+def test_bad_arguments_and_dry_runs_measure_nothing(tmp_path, capsys):
+    measured = []
+    with pytest.raises(SystemExit) as done:
+        _toy(measured).main(["--size", "0", "--out", str(tmp_path)])
+    assert done.value.code == 2 and "--size 0: at least 1" in capsys.readouterr().err
+    toy = _toy(measured, dry_run=lambda args: f"would measure {args.size}")
+    assert toy.main(["--dry-run", "--out", str(tmp_path)]) is None
+    assert capsys.readouterr().out == "would measure 3\n"
+    assert measured == [] and list(tmp_path.iterdir()) == []
+    args = toy.parse(["--size", "2"])
+    assert args.argv == ["--size", "2"] and args.out == common.RESULTS and args.machine is None
+
+
+def test_the_words_after_a_double_dash_are_kept_for_a_command(tmp_path):
+    toy = _toy([], rest=True)
+    args = toy.parse(["--size", "2", "--", "--device", "cpu", "--size", "9"])
+    assert args.size == 2 and args.rest == ["--device", "cpu", "--size", "9"]
+    assert toy.parse(["--size", "2"]).rest == []
+    assert "python -m benchmarks.toy" in toy.parser().format_usage()
+    assert toy.parser().description == "A toy."
+
+
+def test_without_out_a_script_writes_no_results_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(common, "machine_in_child", lambda: {"cores": 4, "gpus": []})
+    monkeypatch.chdir(tmp_path)
+    payload = _toy([], out=None).main([])
+    assert payload["figure"] == 6 and list(tmp_path.iterdir()) == []
+    assert "written:" not in capsys.readouterr().out
+
+
+def test_a_child_process_gives_its_result_or_its_last_error_line():
+    assert common.in_child("m.ordered_pairs(3)[:2]",
+                           setup="from benchmarks import peer as m") == [[0, 1], [0, 2]]
+    assert common.in_child("os.environ['PROBE_V']", setup="import os",
+                           env={"PROBE_V": "seen"}) == "seen"
+    with pytest.raises(RuntimeError) as failed:
+        common.in_child("1 / 0")
+    assert str(failed.value).splitlines()[0] == "ZeroDivisionError: division by zero"
 
 
 def test_transfer_alternates_the_kinds_after_a_warm_up_round(monkeypatch):
-    import transfer
+    from benchmarks import transfer
 
     calls = []
 
@@ -123,7 +230,7 @@ def test_transfer_alternates_the_kinds_after_a_warm_up_round(monkeypatch):
         return 0.5, {"duration": 0.25}, {"type": kind, "on_gpu": True}
 
     monkeypatch.setattr(transfer, "transfer_once", fake)
-    rows = transfer.measure(None, ["cupy", "torch", "cudf"], 1 << 20, 2, "w0", "w1")
+    rows = transfer.measure_pair(None, ["cupy", "torch", "cudf"], 1 << 20, 2, "w0", "w1")
     assert calls == [(0, "cupy"), (0, "torch"), (0, "cudf"), (1, "cupy"), (1, "torch"),
                      (1, "cudf"), (2, "cupy"), (2, "torch")]  # cudf failed: not retried
     assert rows["cupy"]["times"] == [0.5, 0.5] and rows["torch"]["worker_times"] == [0.25] * 2
@@ -131,7 +238,7 @@ def test_transfer_alternates_the_kinds_after_a_warm_up_round(monkeypatch):
 
 
 def test_memory_combines_a_variants_processes():
-    import memory
+    from benchmarks import memory
 
     one = {"us_per_alloc_free": 8.0, "spread_us": 1.0}
     assert memory.combine([one], "us_per_alloc_free", "spread_us") == one
@@ -141,18 +248,19 @@ def test_memory_combines_a_variants_processes():
     assert got["us_per_alloc_free"] == 9.0 and got["spread_us"] == 4.0 and len(got["runs"]) == 3
     assert memory.combine([{"error": "x"}], "us_per_alloc_free", "spread_us") == {"error": "x"}
     text = memory.markdown({"alloc": {"cudaMalloc": {"us_per_alloc_free": 80.0, "spread_us": 2},
-                                      "plugin-pool": got}}, "python benchmarks/memory.py", H100,
-                           "abc")
+                                      "plugin-pool": got},
+                            "command": "python -m benchmarks.memory", "machine": H100,
+                            "commit": "abc", "date": "today"})
     assert "- machine: 1x NVIDIA H100 80GB HBM3, 16 cores" in text
     assert "| plugin-pool | 9.00 ± 4.00 | 8.9x |" in text
 
 
 def test_first_run_table_shows_each_run_and_the_later_ones_spread():
-    import mortgage_first_run
+    from benchmarks import mortgage_first_run
 
     run = {"etl_s": 2.0, "gb_per_s": 4.5, "first_compute_after_s": 0.1, "idle_s": 0.2,
            "tasks": {"process_part": {"count": 13, "sum_s": 3.5}}}
-    payload = {"command": "python benchmarks/mortgage_first_run.py --data d", "commit": "abc",
+    payload = {"command": "python -m benchmarks.mortgage_first_run --data d", "commit": "abc",
                "date": "today", "machine": H100, "partitions": 13, "bytes": 9 * 2**30,
                "cluster_ready_s": 6.0,
                "runs": [{**run, "run": 1, "etl_s": 8.0}, {**run, "run": 2},
@@ -163,37 +271,37 @@ def test_first_run_table_shows_each_run_and_the_later_ones_spread():
 
 
 def test_xgboost_growth_gives_medians_over_alternating_repeats():
-    import types
-
-    import xgboost_growth
+    from benchmarks import xgboost_growth
 
     results = [{"policy": "lossguide", "workers": w, "seconds": s, "train_auc": 0.9}
                for w, s in ((1, 3.0), (2, 12.0), (1, 5.0), (2, 14.0))]
-    args = types.SimpleNamespace(rows=100, partitions=4, rounds=2)
-    text = xgboost_growth.markdown(H100, results, "python benchmarks/xgboost_growth.py", args, "c")
+    payload = {"command": "python -m benchmarks.xgboost_growth", "machine": H100,
+               "machine_name": "2xH100", "commit": "c", "date": "today", "rows": 100,
+               "partitions": 4, "rounds": 2, "results": results}
+    text = xgboost_growth.markdown(payload)
     assert "| lossguide | 1 | 4.00 (3.00-5.00) | 1.00x | 0.9000 |" in text
     assert "| lossguide | 2 | 13.00 (12.00-14.00) | 0.31x | 0.9000 |" in text
 
 
-def test_ecg_report_takes_the_median_of_alternating_runs(tmp_path):
-    import types
-
-    import ecg
+def test_ecg_report_takes_the_median_of_alternating_runs():
+    from benchmarks import ecg
 
     def run(scale):
         times = {stage: scale for stage in ecg.STAGES}
         return {"times": times, "where": "1 process", "chunks": 4, "beats": 10, "f1": 1.0,
                 "auc": 0.99, "steps": 5}
 
-    columns = {"CPU in-process": ecg.combine([run(1.0), run(3.0), run(2.0)])}
-    assert columns["CPU in-process"]["times"]["read"] == 2.0
-    assert columns["CPU in-process"]["segmentation"] == [4.0, 12.0, 8.0]
-    csv = tmp_path / "ecg.csv"
-    csv.write_text("x\n")
-    truth = types.SimpleNamespace(seconds=3600, rate=250, signal=[0] * 10, peaks=[0] * 2)
-    text = ecg.report(columns, None, truth, csv, ["--devices", "cpu"], {"cores": 2})
+    runs = [run(1.0), run(3.0), run(2.0)]
+    column = ecg.combine(runs)
+    assert column["times"]["read"] == 2.0 and column["segmentation"] == [4.0, 12.0, 8.0]
+    payload = {"command": "python -m benchmarks.ecg --devices cpu", "commit": "abc",
+               "date": "today", "machine": {"cores": 2}, "used": None, "versions": "dask 1",
+               "recording": {"hours": 1, "rate": 250, "samples": 10, "beats": 2,
+                             "csv": "ecg.csv", "csv_bytes": 2},
+               "runs": {"CPU in-process": runs}}
+    text = ecg.markdown(payload)
     assert text.startswith("# ECG pipeline, 1 h at 250 Hz")
-    assert "- command: `python benchmarks/ecg.py --devices cpu`" in text
+    assert "- command: `python -m benchmarks.ecg --devices cpu`" in text
     assert "- machine: no GPU, 2 cores" in text
     assert "| read | 2.000 |" in text and "the median of 3 runs" in text
     assert "CPU in-process 8.000 (4.000-12.000) s" in text

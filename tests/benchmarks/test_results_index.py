@@ -4,7 +4,9 @@
 - Every command recorded in the index, in the results files and in scripts/gpu-check.sh (and
   the arguments scripts/scaling.sh hands it) parses with the script's current options: the
   script's own ``parse(argv)``, which checks the arguments and runs nothing. A flag a script
-  no longer has (``benchmarks/mortgage.py ... --configs``) fails here.
+  no longer has (``python -m benchmarks.mortgage ... --configs``) fails here. Commands are
+  recorded as ``python -m benchmarks.NAME ...``; results files written before the benchmarks
+  were a package hold ``python benchmarks/NAME.py ...``, which parses the same way.
 - The READMEs, the docs and the code cite only results files that exist (a removed one is
   cited as ``git show COMMIT:benchmarks/results/NAME``).
 """
@@ -19,7 +21,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 RESULTS = BENCHMARKS / "results"
 INDEX = BENCHMARKS / "README.md"
-sys.path.insert(0, str(BENCHMARKS))
 
-# ``python benchmarks/<name>.py <arguments>`` (any interpreter path)
-COMMAND = re.compile(r"(?:^|[\s`(\"'])(?:\S*/)?python3?\s+(benchmarks/\w+\.py)\b(.*)", re.S)
+# ``python -m benchmarks.<name> <arguments>``, or the historical ``python benchmarks/<name>.py
+# <arguments>`` (any interpreter path)
+COMMAND = re.compile(r"(?:^|[\s`(\"'])(?:\S*/)?python3?\s+(-m\s+benchmarks\.\w+|benchmarks/\w+\.py)"
+                     r"(?![\w.])(.*)", re.S)
 STOP = {";", "&&", "||", "|", ">", ">>", "2>&1", "&", "#", "do", "done"}
 RESULT_NAME = re.compile(
     r"(?<![\w/:.-])((?:vs-dask-cuda|memory|cupy-allocators|cluster-start|transfer|shuffle|ecg|"
@@ -53,7 +55,8 @@ def test_every_result_file_is_indexed_and_every_indexed_file_exists():
 
 
 def commands_in(text: str) -> list[str]:
-    """Every ``python benchmarks/<name>.py ...`` in markdown ``text``: in inline code spans
+    """Every ``python -m benchmarks.<name> ...`` (or ``python benchmarks/<name>.py ...``) in
+    markdown ``text``: in inline code spans
     (which may wrap) and in fenced blocks (a line each, with ``\\`` continuations)."""
     spans = []
     fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
@@ -68,24 +71,28 @@ def commands_in(text: str) -> list[str]:
 
 
 def split(command: str) -> tuple[str, list[str]]:
-    """(script name, its arguments) of ``python benchmarks/<name>.py <arguments>``, to the
-    first shell operator or comment."""
+    """(script name, its arguments) of ``python -m benchmarks.<name> <arguments>`` or of
+    ``python benchmarks/<name>.py <arguments>``, to the first shell operator or comment."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     words = list(lexer)
+    if words[1] == "-m":
+        name, rest = words[2].removeprefix("benchmarks."), words[3:]
+    else:
+        name, rest = Path(words[1]).stem, words[2:]
     args = []
-    for word in words[2:]:
+    for word in rest:
         if word in STOP or word.startswith("#"):
             break
         args.append(word)
-    return Path(words[1]).stem, args
+    return name, args
 
 
 def check(command: str) -> None:
     """``command`` parses with its script's current options (nothing runs)."""
     name, args = split(command)
     assert (BENCHMARKS / f"{name}.py").exists(), f"{command}: no benchmarks/{name}.py"
-    module = importlib.import_module(name)
+    module = importlib.import_module(f"benchmarks.{name}")
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -134,7 +141,7 @@ def usages(name: str) -> list[str]:
     doc = ast.get_docstring(ast.parse((BENCHMARKS / f"{name}.py").read_text())) or ""
     commands: list[str] = []
     for line in doc.replace("\\\n", " ").splitlines():
-        if "python benchmarks/" in line:
+        if "python -m benchmarks." in line:
             commands.append(line.strip())
         elif commands and line.startswith("    ") and line.strip()[:1] in "[-":
             commands[-1] += " " + line.strip()  # the usage goes on
@@ -147,7 +154,7 @@ def usages(name: str) -> list[str]:
     return out
 
 
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem != "common")
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in ("common", "__init__"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -166,15 +173,29 @@ def test_recorded_commands_in_the_transfer_notes_parse():
 
 def test_the_index_records_a_command_for_every_script_but_the_helper():
     scripts = {split(c)[0] for w, c in RECORDED if w == "benchmarks/README.md"}
-    helpers = {"peer"}  # run by transfer.py and shuffle.py, never on its own for a claim
-    assert scripts | helpers == {p.stem for p in BENCHMARKS.glob("*.py")} - {"common"}
+    helpers = {"peer"}  # run by transfer and shuffle, never on its own for a claim
+    assert scripts | helpers == set(SCRIPTS)
+
+
+def test_the_index_and_the_scripts_record_the_module_form():
+    """The index, the notes and the GPU check give ``python -m benchmarks.NAME``; the
+    historical form stays only inside the results files written with it."""
+    for path in (INDEX, BENCHMARKS / "transfer_notes.md", ROOT / "scripts" / "gpu-check.sh",
+                 ROOT / "README.md", *sorted((ROOT / "examples").glob("*/README.md"))):
+        old = re.findall(r"python3? benchmarks/\w+\.py", path.read_text())
+        assert not old, f"{path.relative_to(ROOT)}: {old}"
+    for name in SCRIPTS:
+        assert all(command.startswith(f"python -m benchmarks.{name}")
+                   for command in usages(name)), name
 
 
 @pytest.mark.parametrize("command", [
-    "python benchmarks/mortgage.py --data /tmp/m --configs gpu1-pool,gpu2-pool --rounds 0",
-    "python benchmarks/mortgage.py --data /tmp/m --gb 10",
-    "python benchmarks/mortgage_stages.py --device cpu --data /tmp/ms --all-chunks --name x",
-    "python benchmarks/memory.py --sections alloc,nothing",
+    "python -m benchmarks.mortgage --data /tmp/m --configs gpu1-pool,gpu2-pool --rounds 0",
+    "python -m benchmarks.mortgage --data /tmp/m --gb 10",
+    "python -m benchmarks.mortgage_stages --device cpu --data /tmp/ms --all-chunks --name x",
+    "python -m benchmarks.memory --sections alloc,nothing",
+    "python -m benchmarks.nothing --help",
+    "python benchmarks/mortgage.py --data /tmp/m --gb 10",  # the historical form
     "python benchmarks/nothing.py --help",
 ])
 def test_a_stale_command_fails(command):
@@ -183,12 +204,15 @@ def test_a_stale_command_fails(command):
 
 
 def test_commands_are_found_in_code_spans_and_blocks():
-    text = ("Run `python\nbenchmarks/mortgage.py --data d\n--runs 1`, then:\n\n```\nfor x in 1; "
-            "do python benchmarks/ecg.py --max-steps 3; done\n/opt/v/bin/python3 "
-            "benchmarks/shuffle.py \\\n  --protocols tcp --device cpu\n```\n")
-    assert commands_in(text) == ["python benchmarks/ecg.py --max-steps 3; done",
-                                 "python benchmarks/shuffle.py --protocols tcp --device cpu",
-                                 "python benchmarks/mortgage.py --data d --runs 1"]
+    text = ("Run `python -m\nbenchmarks.mortgage --data d\n--runs 1`, then:\n\n```\nfor x in 1; "
+            "do python -m benchmarks.ecg --max-steps 3; done\n/opt/v/bin/python3 -m "
+            "benchmarks.shuffle \\\n  --protocols tcp --device cpu\n```\nand once "
+            "`python benchmarks/join.py --repeats 1`; not `python -m benchmarks.common_x.y`.\n")
+    assert commands_in(text) == ["python -m benchmarks.ecg --max-steps 3; done",
+                                 "python -m benchmarks.shuffle --protocols tcp --device cpu",
+                                 "python -m benchmarks.mortgage --data d --runs 1",
+                                 "python benchmarks/join.py --repeats 1"]
+    assert split("python -m benchmarks.ecg --max-steps 3; done") == ("ecg", ["--max-steps", "3"])
     assert split("python benchmarks/ecg.py --max-steps 3; done") == ("ecg", ["--max-steps", "3"])
 
 
@@ -202,7 +226,7 @@ def gpu_check_commands() -> list[str]:
     scaling = dict(line.split("=", 1) for line in dry.splitlines() if "=" in line)
     out = []
     for line in text.splitlines():
-        match = re.search(r"python3 (benchmarks/\w+\.py.*?)(?:\|\||$)", line)
+        match = re.search(r"python3 (-m benchmarks\.\w+.*?)(?:\|\||$)", line)
         if not match:
             continue
         command = match[1].strip()
@@ -232,6 +256,8 @@ def test_gpu_check_is_valid_shell_and_its_commands_parse():
     text = (ROOT / "scripts" / "gpu-check.sh").read_text()
     for path in re.findall(r"\b(benchmarks/\w+\.py|tests/[\w/]+\.py)\b", text):
         assert (ROOT / path).exists(), f"gpu-check.sh names {path}, which does not exist"
+    for name in re.findall(r"-m benchmarks\.(\w+)", text):
+        assert (BENCHMARKS / f"{name}.py").exists(), f"gpu-check.sh runs benchmarks.{name}"
 
 
 def citing_files() -> list[Path]:
@@ -261,5 +287,9 @@ def test_readmes_docs_and_code_cite_only_results_that_exist():
 
 def test_the_scripts_named_by_the_readmes_exist():
     for path in citing_files():
-        for script in re.findall(r"(?<![\w/])benchmarks/(\w+)\.py\b", path.read_text()):
+        text = path.read_text()
+        for script in re.findall(r"(?<![\w/])benchmarks/(\w+)\.py\b", text):
             assert (BENCHMARKS / f"{script}.py").exists(), f"{path}: benchmarks/{script}.py"
+        for script in re.findall(r"-m benchmarks\.(\w+)", text):
+            if not script.isupper():  # benchmarks.NAME stands for any of them
+                assert (BENCHMARKS / f"{script}.py").exists(), f"{path}: benchmarks.{script}"

@@ -153,3 +153,37 @@ def test_cli_usage_errors(args, message, csv_file):
     args = [a.replace("{csv}", str(csv_file)) for a in args]
     res = CliRunner().invoke(main, ["--device", "cpu", *args])
     assert res.exit_code == 2 and message in res.output
+
+
+def test_cli_writes_the_figures_it_prints(tmp_path, cluster):
+    import json
+    import re
+
+    path = tmp_path / "figures.json"
+    args = ["--device", "cpu", "--scheduler", cluster.scheduler_address, "--hours", "0.05",
+            "--out", str(tmp_path / "out"), "--json", str(path)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    found = json.loads(path.read_text())
+    printed = {m[1]: m[2] for m in re.finditer(r"^  (\w+) +(\d+\.\d{3}) s", res.output, re.M)}
+    assert list(found["stages"]) == [name for name in printed if name != "pipeline"]
+    assert list(found["stages"])[1:-1] == list(STAGES)  # after "data", before "plots"
+    assert all(f"{found['stages'][k]:.3f}" == v for k, v in printed.items() if k != "pipeline")
+    assert f"{found['pipeline']:.3f}" == printed["pipeline"]
+    assert f"beats found: {found['beats']:,} " in res.output and found["workers"] == 2
+    f1 = found["scores"]["detection"]["f1"]
+    assert f"detection: F1 {f1:.4f}" in res.output
+    assert f"ROC AUC {found['scores']['outliers']['auc']:.4f}" in res.output
+    assert isinstance(found["graphed"], bool) and found["samples"] == 0.05 * 3600 * RATE
+    again = CliRunner().invoke(main, args)  # an earlier figures file is replaced
+    assert again.exit_code == 0, again.output
+
+
+@pytest.mark.parametrize("content", ["my notes\n", '{"figures": "examples.mortgage etl"}'])
+def test_cli_refuses_a_figures_path_that_holds_something_else(tmp_path, content):
+    path = tmp_path / "figures.json"
+    path.write_text(content)
+    res = CliRunner().invoke(main, ["--device", "cpu", "--out", str(tmp_path / "out"),
+                                    "--json", str(path)])
+    assert res.exit_code == 2 and "is not an earlier figures file" in res.output, res.output
+    assert path.read_text() == content and not (tmp_path / "out").exists()
