@@ -120,7 +120,8 @@ def test_files_with_windows_line_ends_give_the_same_table(tmp_path):
     crlf = files.plan(str(tmp_path))
     want = etl.run(files.plan(perf=SAMPLE_PERF, acq=SAMPLE_ACQ), device="cpu")
     _same_table(want, etl.run(crlf, device="gpu"))
-    _same_table(want, etl.run(crlf, device="cpu"))
+    pd.testing.assert_frame_equal(etl.run(crlf, device="cpu").frame.compute(),
+                                  want.frame.compute(), check_exact=True)
 
 
 def test_byte_ranges_at_loan_boundaries_read_every_row_once(dataset):
