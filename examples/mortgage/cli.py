@@ -390,7 +390,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _usage(output.check_file, model_out, what="model", overwrite=overwrite,
                accept=train.is_model)
     if json_path:
-        _usage(figures.check, json_path)
+        _usage(figures.check, json_path, overwrite)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -452,7 +452,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     click.echo(job.stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_job(result, stopped - stopping, total))
+        figures.write(json_path, figures.of_job(result, stopped - stopping, total), overwrite)
 
 
 @mortgage.command()
@@ -528,7 +528,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
     if json_path:
-        _usage(figures.check, json_path)
+        _usage(figures.check, json_path, overwrite)
     with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device):
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
@@ -543,4 +543,4 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     click.echo(f"ETL: {result.summary()}")
     click.echo(f"feature table written to {os.path.abspath(out)}")
     if json_path:
-        figures.write(json_path, figures.of_etl(result, device))
+        figures.write(json_path, figures.of_etl(result, device), overwrite)

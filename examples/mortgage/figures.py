@@ -10,8 +10,8 @@ The ``etl`` command's file::
 The whole job's adds its workers, its stages (seconds by name, in the order the stage lines
 print them, "other" last: the rest of the total), the training's figures, the test AUC (NaN
 where the held-out rows have one class, as Python's ``json`` writes it), where the training
-data lived and why, and the seconds since the command started. A figures file replaces only an earlier one (``is_figures``),
-never a file the commands did not write.
+data lived and why, and the seconds since the command started. A figures file replaces only an
+earlier one (``is_figures``), with ``--overwrite``, never a file the commands did not write.
 """
 
 from __future__ import annotations
@@ -63,17 +63,18 @@ def is_figures(path: str) -> bool:
     return isinstance(found, dict) and str(found.get("figures", "")).startswith(KIND)
 
 
-def check(path: str) -> str:
-    """The absolute path of ``path`` once figures may be written there (before any work):
-    ValueError or FileExistsError, saying what to do."""
-    return output.check_file(path, what=WHAT, accept=is_figures)
+def check(path: str, overwrite: bool = False) -> str:
+    """The absolute path of ``path`` once figures may be written there (before any work; an
+    earlier figures file only with ``overwrite``): ValueError or FileExistsError, saying what
+    to do."""
+    return output.check_file(path, what=WHAT, overwrite=overwrite, accept=is_figures)
 
 
-def write(path: str, figures: dict) -> str:
+def write(path: str, figures: dict, overwrite: bool = False) -> str:
     """``figures`` as JSON at ``path``, written beside it and renamed into place."""
 
     def dump(partial: str) -> None:
         with open(partial, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=1)
 
-    return output.replace_file(path, dump, what=WHAT, accept=is_figures)
+    return output.replace_file(path, dump, what=WHAT, overwrite=overwrite, accept=is_figures)
