@@ -35,9 +35,11 @@ INDEX = BENCHMARKS / "README.md"
 COMMAND = re.compile(r"(?:^|[\s`(\"'])(?:\S*/)?python3?\s+(-m\s+benchmarks\.\w+|benchmarks/\w+\.py)"
                      r"(?![\w.])(.*)", re.S)
 STOP = {";", "&&", "||", "|", ">", ">>", "2>&1", "&", "#", "do", "done"}
+# a results file's name, alone or after ``results/`` (every script's prefix)
 RESULT_NAME = re.compile(
-    r"(?<![\w/:.-])((?:vs-dask-cuda|memory|cupy-allocators|cluster-start|transfer|shuffle|ecg|"
-    r"mortgage|xgboost-growth)-[A-Za-z0-9._-]*?\.(?:md|json))\b")
+    r"(?:(?<=results/)|(?<![\w/:.-]))((?:vs-dask-cuda|memory|cupy-allocators|cluster-start|"
+    r"transfer|shuffle|join|ecg|mortgage|xgboost-growth|wall-clock|etl-memory|scale-out)-"
+    r"[A-Za-z0-9._-]*?\.(?:md|json))\b")
 REMOVED = re.compile(r"git show \w+:benchmarks/results/[\w.-]+")
 
 
@@ -268,6 +270,16 @@ def citing_files() -> list[Path]:
     for package in ("dask_gpu_interop", "examples", "benchmarks"):
         files += sorted((ROOT / package).glob("**/*.py"))
     return [f for f in files if f.exists()]
+
+
+def test_the_citation_check_knows_every_results_files_name():
+    """Each file in results/ is found by name, alone and in a path, so that citing it after
+    it has left the tree fails the check below."""
+    for path in RESULTS.iterdir():
+        for text in (f"see {path.name}.", f"`benchmarks/results/{path.name}`"):
+            assert RESULT_NAME.findall(text) == [path.name], text
+    cited = "`git show 86cb2bf:benchmarks/results/mortgage-1xH100-user-path.md`, in-memory-x.md"
+    assert not RESULT_NAME.findall(REMOVED.sub("", cited))
 
 
 def test_readmes_docs_and_code_cite_only_results_that_exist():
