@@ -44,14 +44,16 @@ def visible(gpus: int | None) -> dict:
 
 def configurations(gpus: list[int], ucx: bool, cpu: bool) -> dict:
     """name -> (environment, flags): "1 GPU tcp", "2 GPUs ucx", ..., "CPUs"; UCX only where
-    workers can talk to each other (2 GPUs or more)."""
+    workers can talk to each other (2 GPUs or more); a worker on each of the N GPUs."""
     out = {}
     for n in gpus:
         for protocol in ("tcp", "ucx") if ucx else ("tcp",):
             if protocol == "ucx" and n < 2:
                 continue
             name = f"{n} GPU{'s' if n > 1 else ''} {protocol}"
-            out[name] = (visible(n), ["--device", "gpu", "--protocol", protocol])
+            # --workers: the commands take one GPU for small data unless told
+            out[name] = (visible(n), ["--device", "gpu", "--protocol", protocol,
+                                      "--workers", str(n)])
     if cpu:
         out["CPUs"] = (visible(None), ["--device", "cpu"])
     return out
@@ -378,7 +380,8 @@ def measure(args, run) -> None:
                                               "error": str(exc)})
                         say(f"  the started cluster failed: {exc}")
                 entry["local"].append(measure_one(
-                    "local", command_of("etl", data, out, ["--device", "gpu"]),
+                    "local", command_of("etl", data, out, ["--device", "gpu", "--workers",
+                                                           str(args.real_cluster)]),
                     visible(args.real_cluster), args.timeout, first=False))
                 run.save()
 

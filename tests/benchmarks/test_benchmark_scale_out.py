@@ -29,7 +29,7 @@ def test_each_section_runs_on_its_configurations_alternating():
 def test_a_configuration_sees_only_its_gpus():
     configs = scale_out.configurations([1, 4], True, True)
     assert configs["4 GPUs ucx"] == ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
-                                     ["--device", "gpu", "--protocol", "ucx"])
+                                     ["--device", "gpu", "--protocol", "ucx", "--workers", "4"])
     assert configs["CPUs"] == ({"CUDA_VISIBLE_DEVICES": ""}, ["--device", "cpu"])
     assert "1 GPU ucx" not in configs
 
