@@ -38,7 +38,7 @@ import time
 from dask.utils import format_bytes, parse_bytes
 
 from .common import Script, alternate, choices, header, say
-from .shuffle import CLUSTERS, checksum, cluster, rate, register_serializers, workers_of
+from .shuffle import CLUSTERS, checksum, on_each_cluster, rate, workers_of
 from .transfer import PROTOCOLS
 
 PERFORMANCE_ROW_BYTES = 24  # loan_id int64, period int32, current_upb float64, loan_age int32
@@ -183,19 +183,7 @@ def measure(args, run) -> None:
         "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "NCCL_"))},
         "tables": {}, "runs": {}, "errors": {},
     })  # fmt: skip
-    names = itertools.count()
-    for (kind, protocol), group in itertools.groupby(runs_planned(args), key=lambda p: p[:2]):
-        try:
-            with cluster(kind, args.device, workers, protocol, args.pool_size) as client:
-                client.run(register_serializers)
-                register_serializers()
-                for _, _, size, methods in group:
-                    measure_size(client, args, kind, protocol, size, methods, names, results)
-                    run.save()  # a run cut short keeps the sizes it measured
-        except Exception as err:  # one cluster failing must not lose the other rows
-            results["errors"][f"{kind}|{protocol}"] = f"{type(err).__name__}: {err}"
-            say(f"{kind} {protocol} failed: {results['errors'][f'{kind}|{protocol}']}")
-            run.save()
+    on_each_cluster(args, runs_planned(args), workers, run, measure_size)
 
 
 def measure_size(client, args, kind, protocol, size, methods, names, results) -> None:

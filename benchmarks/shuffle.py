@@ -283,8 +283,16 @@ def measure(args, run) -> None:
     })
     if args.device == "gpu":
         results["peer"] = peer.measure([args.peer_size], 5, "all", with_concurrent=True)
-    planned = runs_planned(args)
-    names = itertools.count()  # every shuffle gets inputs of its own name
+    on_each_cluster(args, runs_planned(args), workers, run, measure_size)
+
+
+def on_each_cluster(args, planned, workers: int, run, measure_size) -> None:
+    """Each (cluster kind, protocol) of ``planned`` on a cluster of its own: ``measure_size``
+    for each of its sizes there, the results saved after each (a run cut short keeps what it
+    measured); a cluster that fails is recorded in the payload's "errors" and the next runs.
+    Every measurement gets inputs of its own name (``names``)."""
+    results = run.payload
+    names = itertools.count()
     for (kind, protocol), group in itertools.groupby(planned, key=lambda p: p[:2]):
         try:
             with cluster(kind, args.device, workers, protocol, args.pool_size) as client:
@@ -292,7 +300,7 @@ def measure(args, run) -> None:
                 register_serializers()
                 for _, _, size, methods in group:
                     measure_size(client, args, kind, protocol, size, methods, names, results)
-                    run.save()  # a run cut short keeps the sizes it measured
+                    run.save()
         except Exception as err:  # one cluster failing must not lose the other rows
             results["errors"][f"{kind}|{protocol}"] = f"{type(err).__name__}: {err}"
             say(f"{kind} {protocol} failed: {results['errors'][f'{kind}|{protocol}']}")
