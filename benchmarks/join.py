@@ -38,7 +38,7 @@ import time
 from dask.utils import format_bytes, parse_bytes
 
 from .common import Script, alternate, choices, header, say
-from .shuffle import CLUSTERS, checksum, on_each_cluster, rate, workers_of
+from .shuffle import CLUSTERS, checksum, cluster_options, on_each_cluster, rate, workers_of
 from .transfer import PROTOCOLS
 
 PERFORMANCE_ROW_BYTES = 24  # loan_id int64, period int32, current_upb float64, loan_age int32
@@ -290,15 +290,7 @@ def options(parser) -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help=f"of: {', '.join(METHODS)}")
     parser.add_argument("--p2p-up-to", default="256MiB",
                         help="p2p runs only at sizes up to this (it goes through host memory)")
-    parser.add_argument("--protocols", default=None,
-                        help="default: ucx,tcp (--device cpu: tcp)")  # fmt: skip
-    parser.add_argument("--clusters", default="library",
-                        help=f"of: {', '.join(CLUSTERS)} (dask-cuda: GPUs only)")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="default: one per GPU (--device cpu: 2)")  # fmt: skip
-    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--pool-size", default="0.6", help="the RMM pool per worker")
+    cluster_options(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="print the runs it would make; start nothing")  # fmt: skip
 

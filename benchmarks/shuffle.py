@@ -444,15 +444,8 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
 # ------------------------------------------------------------------ the command line
 
 
-def options(parser) -> None:
-    parser.add_argument("--sizes", default="64MiB,1GiB,4GiB",
-                        help="frame bytes made on each worker, comma-separated")  # fmt: skip
-    parser.add_argument("--per-worker", default=None,
-                        help="one size: the same as --sizes SIZE")  # fmt: skip
-    parser.add_argument("--partitions-per-worker", type=int, default=8)
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"of: {', '.join(METHODS)}")
-    parser.add_argument("--p2p-up-to", default="64MiB",
-                        help="p2p runs only at sizes up to this (it goes through host memory)")
+def cluster_options(parser) -> None:
+    """The options of the clusters an all-to-all runs on (the shuffle's and the join's)."""
     parser.add_argument("--protocols", default=None,
                         help="default: ucx,tcp (--device cpu: tcp)")  # fmt: skip
     parser.add_argument("--clusters", default="library",
@@ -462,6 +455,18 @@ def options(parser) -> None:
                         help="default: one per GPU (--device cpu: 2)")  # fmt: skip
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--pool-size", default="0.6", help="the RMM pool per worker")
+
+
+def options(parser) -> None:
+    parser.add_argument("--sizes", default="64MiB,1GiB,4GiB",
+                        help="frame bytes made on each worker, comma-separated")  # fmt: skip
+    parser.add_argument("--per-worker", default=None,
+                        help="one size: the same as --sizes SIZE")  # fmt: skip
+    parser.add_argument("--partitions-per-worker", type=int, default=8)
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"of: {', '.join(METHODS)}")
+    parser.add_argument("--p2p-up-to", default="64MiB",
+                        help="p2p runs only at sizes up to this (it goes through host memory)")
+    cluster_options(parser)
     parser.add_argument("--peer-size", default="1GiB", help="bytes per raw peer copy")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the runs it would make; start nothing")  # fmt: skip
