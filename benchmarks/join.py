@@ -37,15 +37,21 @@ import time
 
 from dask.utils import format_bytes, parse_bytes
 
-from .common import Script, alternate, choices, header, say
-from .shuffle import CLUSTERS, checksum, cluster_options, on_each_cluster, rate, workers_of
-from .transfer import PROTOCOLS
+from .common import Script, alternate, header, say
+from .shuffle import (
+    METHODS,
+    check_clusters,
+    checksum,
+    cluster_options,
+    on_each_cluster,
+    rate,
+    workers_of,
+)
 
 PERFORMANCE_ROW_BYTES = 24  # loan_id int64, period int32, current_upb float64, loan_age int32
 ACQUISITION_ROW_BYTES = 28  # loan_id int64, orig_rate float64, orig_upb float64, score int32
 LOAN_BASE = 100_000_000_000  # twelve digits
 LOAN_STRIDE = 7919  # ids not consecutive
-METHODS = ("library", "tasks", "p2p")
 
 
 # ------------------------------------------------------------------ tasks, run on the workers
@@ -303,15 +309,7 @@ def check_arguments(parser_, args) -> None:
         parser_.error(f"--sizes / --p2p-up-to: {err}")
     if not args.sizes or min(args.sizes) < 1:
         parser_.error("--sizes: at least one size, each above zero")
-    if args.protocols is None:
-        args.protocols = "ucx,tcp" if args.device == "gpu" else "tcp"
-    args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
-    args.methods = choices(parser_, "--methods", args.methods, METHODS)
-    args.clusters = choices(parser_, "--clusters", args.clusters, CLUSTERS)
-    if "ucx" in args.protocols and args.device == "cpu":
-        parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
-    if "dask-cuda" in args.clusters and args.device == "cpu":
-        parser_.error("--clusters dask-cuda needs --device gpu; use library on CPUs")
+    check_clusters(parser_, args)
     for flag in ("rows_per_loan", "partitions_per_worker", "acquisition_partitions_per_worker",
                  "repeats"):
         if getattr(args, flag) < 1:

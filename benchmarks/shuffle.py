@@ -472,6 +472,19 @@ def options(parser) -> None:
                         help="print the runs it would make; start nothing")  # fmt: skip
 
 
+def check_clusters(parser_, args) -> None:
+    """``cluster_options``' arguments and --methods, checked (the shuffle's and the join's)."""
+    if args.protocols is None:
+        args.protocols = "ucx,tcp" if args.device == "gpu" else "tcp"
+    args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
+    args.methods = choices(parser_, "--methods", args.methods, METHODS)
+    args.clusters = choices(parser_, "--clusters", args.clusters, CLUSTERS)
+    if "ucx" in args.protocols and args.device == "cpu":
+        parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
+    if "dask-cuda" in args.clusters and args.device == "cpu":
+        parser_.error("--clusters dask-cuda needs --device gpu; use library on CPUs")
+
+
 def check_arguments(parser_, args) -> None:
     try:
         sizes = args.per_worker if args.per_worker is not None else args.sizes
@@ -482,15 +495,7 @@ def check_arguments(parser_, args) -> None:
         parser_.error(f"--sizes / --per-worker / --peer-size / --p2p-up-to: {err}")
     if not args.sizes or min(args.sizes) < 1:
         parser_.error("--sizes: at least one size, each above zero")
-    if args.protocols is None:
-        args.protocols = "ucx,tcp" if args.device == "gpu" else "tcp"
-    args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
-    args.methods = choices(parser_, "--methods", args.methods, METHODS)
-    args.clusters = choices(parser_, "--clusters", args.clusters, CLUSTERS)
-    if "ucx" in args.protocols and args.device == "cpu":
-        parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
-    if "dask-cuda" in args.clusters and args.device == "cpu":
-        parser_.error("--clusters dask-cuda needs --device gpu; use library on CPUs")
+    check_clusters(parser_, args)
     if args.partitions_per_worker < 1:
         parser_.error("--partitions-per-worker must be at least 1")
     if args.repeats < 1:
