@@ -23,14 +23,6 @@ from .mortgage_sample import SAMPLE
 CPU = ["--device", "cpu", "--workers", "2"]
 
 
-@pytest.fixture(scope="module")
-def running():
-    """A running cluster for the commands' --scheduler (one start for the whole file)."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as cluster:
-        yield ["--device", "cpu", "--scheduler", cluster.scheduler_address]
-
-
 def _run(args):
     result = CliRunner().invoke(main, [*args], catch_exceptions=False)
     return result

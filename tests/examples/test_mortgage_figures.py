@@ -9,19 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from distributed import LocalCluster
 
 from examples.mortgage import figures
 from examples.mortgage.cli import mortgage as main
 
 from .mortgage_sample import SAMPLE
-
-
-@pytest.fixture(scope="module")
-def running():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as cluster:
-        yield ["--device", "cpu", "--scheduler", cluster.scheduler_address]
 
 
 def _run(args):
