@@ -339,7 +339,7 @@ def test_small_data_takes_one_of_the_gpus_unless_told(monkeypatch, command, gpus
 def test_data_of_several_gpus_takes_them_all(monkeypatch):
     import examples.mortgage.cli as cli
 
-    assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT) == {}  # all of them: n_workers unset
     monkeypatch.setattr(cli, "gpu_count", lambda: 4)
+    assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT) == {}  # all of them: n_workers unset
     assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT - 1) == {"n_workers": 1}
     assert cli._gpus_for({}, "cpu", 1) == {}
