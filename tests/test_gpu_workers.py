@@ -71,14 +71,21 @@ def test_the_environ_context_takes_back_what_it_set(clean_environ):
     assert not any(name in os.environ for name in gpu_workers.ENVIRON)
 
 
-def test_a_worker_without_per_thread_streams_keeps_its_executor(clean_environ):
+def test_a_worker_waits_for_its_streams_only_where_they_are_per_thread(clean_environ,
+                                                                      monkeypatch):
+    from distributed.threadpoolexecutor import ThreadPoolExecutor
+
     class Stand:
-        executors = {"default": object()}
+        executors = {"default": ThreadPoolExecutor(2)}
 
     stand = Stand()
     before = stand.executors["default"]
-    assert not gpu_workers.wait_for_streams(stand)
+    assert not gpu_workers.wait_for_streams(stand)  # no per-thread streams here
     assert stand.executors["default"] is before
+    monkeypatch.setenv("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "1")
+    assert gpu_workers.wait_for_streams(stand)
+    assert stand.executors["default"] is not before
+    assert stand.executors["default"]._max_workers == 2
 
 
 def test_the_waiting_call_waits_after_the_function(monkeypatch):
