@@ -78,11 +78,16 @@ def _spec(years, loans_per_quarter, size, seed, end_year, loans_per_part, layout
                   end_year=end_year, loans_per_part=loans_per_part)
 
 
-def _text_of(spec, layout: str) -> int:
-    """About the bytes of text generating ``spec`` makes (at most the disk it needs)."""
+def _text_of(spec, layout: str) -> tuple[int, bool]:
+    """``(bytes, exact)``: about the bytes of text generating ``spec`` makes (at most the disk
+    it needs), estimated on a sample; or, where a bound without the sample is enough to know
+    that one GPU runs it, that bound (``exact`` False)."""
     from .testdata import generate as gen
 
-    return gen.space_needed(spec, layout)
+    bound = gen.space_bound(spec, layout)
+    if bound < ONE_GPU_TEXT:
+        return bound, False
+    return gen.space_needed(spec, layout), True
 
 
 def _check_space(directory: str, spec, layout: str) -> None:
@@ -95,10 +100,18 @@ def _check_space(directory: str, spec, layout: str) -> None:
 
 
 def _since_process_start() -> float:
-    """Seconds since this process started (Python's start, the imports)."""
-    import psutil
+    """Seconds since this process started (Python's start, the imports). On Linux from the
+    kernel's clock since boot (to a hundredth of a second): a process's creation time as a
+    date is the boot's date, whole seconds, plus that clock, and can be off by a second."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+            since_boot = float(uptime.read().split()[0])
+        return max(0.0, since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        import psutil
 
-    return max(0.0, time.time() - psutil.Process().create_time())
+        return max(0.0, time.time() - psutil.Process().create_time())
 
 
 def _check_workdir(workdir: str, overwrite: bool) -> None:
@@ -239,16 +252,20 @@ def _gpu_threads(cluster: dict, device: str) -> dict:
 ONE_GPU_TEXT = 20 * 2**30
 
 
-def _gpus_for(cluster: dict, device: str, text_bytes: int) -> dict:
+def _gpus_for(cluster: dict, device: str, text_bytes) -> dict:
     """``cluster`` with one GPU worker where the data is below ``ONE_GPU_TEXT`` and several
-    GPUs are visible (a local cluster, --workers not given), saying so; as it is otherwise."""
+    GPUs are visible (a local cluster, --workers not given), saying so; as it is otherwise.
+    ``text_bytes``: the data's size, or a function giving ``(size, exact)``, called only
+    where the choice depends on it (an estimate can take a sample)."""
     gpus = gpu_count() if device == "gpu" else 0
-    if (cluster.get("scheduler") or cluster.get("n_workers") or gpus < 2
-            or text_bytes >= ONE_GPU_TEXT):
+    if cluster.get("scheduler") or cluster.get("n_workers") or gpus < 2:
         return cluster
-    click.echo(f"note: 1 of the {gpus} GPUs for {format_bytes(text_bytes)} of text: more "
-               f"GPUs make the commands faster from about {format_bytes(ONE_GPU_TEXT)} "
-               "(--workers N to choose)")
+    size, exact = text_bytes() if callable(text_bytes) else (text_bytes, True)
+    if size >= ONE_GPU_TEXT:
+        return cluster
+    click.echo(f"note: 1 of the {gpus} GPUs for {'' if exact else 'under '}"
+               f"{format_bytes(size)} of text: more GPUs make the commands faster from about "
+               f"{format_bytes(ONE_GPU_TEXT)} (--workers N to choose)")
     return {**cluster, "n_workers": 1}
 
 
@@ -380,8 +397,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_workdir(workdir, overwrite)
     if spec is not None:
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
-    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else _text_of(spec,
-                                                                                        layout))
+    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
+        lambda: _text_of(spec, layout)))
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,

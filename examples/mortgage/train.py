@@ -83,13 +83,13 @@ def is_model(path: str) -> bool:
 def check_params(params: dict) -> None:
     """ValueError, naming the parameter and XGBoost's reason, unless XGBoost accepts ``params``
     over the notebook's: one round on a tiny matrix here, before any work on the workers."""
+    if not params:  # nothing to check: XGBoost is imported while the cluster starts
+        return
     import warnings
 
     import numpy as np
     import xgboost
 
-    if not params:
-        return
     rng = np.random.default_rng(0)
     tiny = xgboost.DMatrix(rng.random((8, len(schema.FEATURES)), dtype=np.float32),
                            label=np.arange(8) % 2, feature_names=list(schema.FEATURES))

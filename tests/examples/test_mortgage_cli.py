@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -343,3 +344,48 @@ def test_data_of_several_gpus_takes_them_all(monkeypatch):
     assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT) == {}  # all of them: n_workers unset
     assert cli._gpus_for({}, "gpu", cli.ONE_GPU_TEXT - 1) == {"n_workers": 1}
     assert cli._gpus_for({}, "cpu", 1) == {}
+
+
+def test_the_gpu_count_for_generated_data_asks_for_its_size_only_where_it_decides(monkeypatch):
+    import examples.mortgage.cli as cli
+
+    asked = []
+
+    def size():
+        asked.append(1)
+        return cli.ONE_GPU_TEXT - 1, True
+
+    monkeypatch.setattr(cli, "gpu_count", lambda: 1)
+    assert cli._gpus_for({}, "gpu", size) == {} and not asked  # one GPU: nothing to choose
+    monkeypatch.setattr(cli, "gpu_count", lambda: 4)
+    assert cli._gpus_for({"n_workers": 2}, "gpu", size) == {"n_workers": 2} and not asked
+    assert cli._gpus_for({}, "gpu", size) == {"n_workers": 1} and asked == [1]
+
+
+def test_the_size_of_small_generated_data_is_bounded_without_a_sample(monkeypatch):
+    import examples.mortgage.cli as cli
+    from examples.mortgage.testdata import generate as gen
+
+    def sampled(spec, layout="classic"):
+        raise AssertionError("sampled")
+
+    monkeypatch.setattr(gen, "space_needed", sampled)
+    size, exact = cli._text_of(gen.Spec(2006, 2007, loans_per_quarter=500, seed=0), "classic")
+    assert not exact and size == gen.space_bound(gen.Spec(2006, 2007, loans_per_quarter=500,
+                                                          seed=0), "classic")
+    assert size < cli.ONE_GPU_TEXT
+    monkeypatch.setattr(gen, "space_needed", lambda spec, layout="classic": 123)
+    big = gen.Spec(2000, 2007, loans_per_quarter=2_000_000, seed=0)
+    assert gen.space_bound(big, "classic") >= cli.ONE_GPU_TEXT
+    assert cli._text_of(big, "classic") == (123, True)
+
+
+def test_the_start_line_counts_from_this_process_start():
+    code = ("import time; time.sleep(0.5); from examples.mortgage.cli import "
+            "_since_process_start as s; print(s())")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__)))))
+    whole = time.perf_counter() - started
+    assert 0.5 <= float(out.stdout) <= whole

@@ -698,7 +698,7 @@ def space_needed(spec: Spec, layout: str = "classic") -> int:
     return int(total * len(spec.quarters) * 1.05 + total)
 
 
-def _space_bound(spec: Spec, layout: str) -> int:
+def space_bound(spec: Spec, layout: str) -> int:
     """More bytes than generating ``spec`` can take: every loan reported every month from its
     vintage's first month to the end, at a kibibyte a line in each layout (the lines are a few
     hundred bytes), twice over for the joins."""
@@ -713,7 +713,7 @@ def check_space(directory: str, spec: Spec, layout: str = "classic") -> None:
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     free = shutil.disk_usage(existing).free
-    if free > _space_bound(spec, layout):  # room for certain: no sample needed
+    if free > space_bound(spec, layout):  # room for certain: no sample needed
         return
     needed = space_needed(spec, layout)
     if needed > free:
