@@ -12,17 +12,19 @@ any other tasks:
 1. the input is persisted, and :meth:`distributed.Client.who_has` says where each partition
    is;
 2. ``gpu-shuffle-split``: on the worker holding it, each input partition's rows are ordered by
-   output partition (dask's own hash of the key columns, :mod:`.all_to_all_tasks`);
+   output partition (a hash of the key columns: libcudf's partitioner on cuDF, dask's own on
+   pandas, :mod:`.all_to_all_tasks`);
 3. ``gpu-shuffle-batch``: on each source worker, one task per destination worker takes the
-   slices of its splits bound for that worker's output partitions (views, no copy);
+   slices of its splits bound for that worker's output partitions (views on pandas; on cuDF
+   one contiguous frame, ordered by output partition);
 4. ``gpu-shuffle-concat``: on each destination worker, one task per output partition
    concatenates its rows from every batch; dask fetches each batch once.
 
 Every task is restricted to its worker loosely (``allow_other_workers``): when a worker dies,
 the scheduler recomputes what it held elsewhere from the tasks' lineage, and since every task
 is a pure function of its inputs the result is the same, every row once. A split's key is
-released once its batches are made, but its memory lives on in them (they are slices of it)
-until every destination has concatenated its partitions; what is received is freed then too.
+released once its batches are made (on pandas its memory lives on in them, slices of it,
+until every destination has concatenated its partitions); what is received is freed then.
 On GPU workers dask-cuda's spilling moves to host memory what does not fit.
 """
 
@@ -197,7 +199,7 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
         splits = [(split_name, i) for i in held]
         batches = f"{batch_name}-from-{s}"
         layers[batches] = MaterializedLayer(
-            {(batch_name, s, d): (tasks.batch, splits, *plan.outputs_of(d))
+            {(batch_name, s, d): (tasks.batch, splits, *plan.outputs_of(d), ignore_index)
              for d in plan.destinations},
             annotations=_restricted(worker))  # fmt: skip
         dependencies[batches] = {name}
@@ -369,10 +371,11 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     """Hash-partition a dask DataFrame on its key columns, the partitions moving between
     workers device to device in one batch per pair of workers.
 
-    Each row goes to the output partition that dask's own task shuffle would give it (the
-    same hash of the key columns, numbers hashed as float64), so every key is in exactly one
-    output partition, with every row once. The hash is the backend's: cuDF and pandas frames
-    place the same key in different partitions, each consistently. The shuffle runs when
+    Every key is in exactly one output partition, with every row once; numbers are hashed as
+    float64, so that an int key meets an equal float key. The hash is the backend's: on
+    pandas dask's own (a row lands where dask's task shuffle puts it), on cuDF libcudf's hash
+    partitioner (murmur3), so the two place a key in different partitions, each
+    consistently. The shuffle runs when
     called, as ``persist`` does, and returns once every output partition is in the workers'
     memory; the input is persisted first (a persisted frame is used where it is).
 
@@ -413,8 +416,9 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
 
     Notes
     -----
-    Memory: each worker holds its input partitions ordered by destination until every
-    destination has its batch, what it receives, and its output partitions: about three times
+    Memory: each worker holds its input partitions ordered by destination until its batches
+    are made, the batches until every destination has its own, what it receives, and its
+    output partitions: about three times
     its share of the frame at the peak, above an input that you keep. GPU workers of dask-cuda
     (and the library's clusters) spill to host memory what does not fit. The tasks' prefixes,
     ``gpu-shuffle-split``, ``gpu-shuffle-batch`` and ``gpu-shuffle-concat``, show each

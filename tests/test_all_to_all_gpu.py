@@ -1,6 +1,6 @@
 """The all-to-all (dask_gpu_interop.shuffle) on cuDF partitions and GPU workers: every row
-once, every key in one partition, rows where dask's own task shuffle (dask-cuDF's hash) puts
-them, partitions that stay cuDF frames, the per-task memory report of each step; with two GPUs,
+once, every key in one partition, libcudf's split and concatenation against cuDF's own
+(indexes, an int key meeting an equal float key), partitions that stay cuDF frames, the per-task memory report of each step; with two GPUs,
 over TCP and UCX, what crossed between the workers, a join, and a worker killed in the middle.
 Skipped without a GPU (two for the multi_gpu tests)."""
 
@@ -99,15 +99,98 @@ def test_all_keys_equal_and_empty_partitions_on_a_gpu(one_gpu):
     assert sorted(pd.concat(parts)["n"]) == list(range(500, 1000))
 
 
-def test_cudf_rows_land_where_dasks_task_shuffle_puts_them(one_gpu):
+def runs(ordered, offsets) -> list[pd.DataFrame]:
+    """The output partitions' runs of one split, as pandas frames."""
+    host = ordered.to_pandas()
+    return [host.iloc[offsets[j]:offsets[j + 1]] for j in range(len(offsets) - 1)]
+
+
+@pytest.mark.parametrize("index", ["range", "named", "multi", "ignored"])
+def test_a_cudf_split_in_libcudf_keeps_every_row_its_index_and_each_key_in_one_run(index):
+    import cudf
+
+    from dask_gpu_interop import all_to_all_tasks as tasks
+
+    pdf = pandas_frame(rows=20_000)
+    if index == "named":
+        pdf = pdf.rename_axis("row")
+    elif index == "multi":
+        pdf = pdf.set_index(["name", pdf.index])
+    frame = cudf.from_pandas(pdf)
+    ignore = index == "ignored"
+    assert tasks._in_libcudf(frame, ignore)
+    ordered, offsets = tasks.split(frame, ["key"], {"key": "float64"}, 7, ignore)
+    assert offsets[0] == 0 and offsets[-1] == len(pdf) and (np.diff(offsets) >= 0).all()
+    assert list(ordered.columns) == list(pdf.columns)
+    assert dict(ordered.dtypes) == dict(frame.dtypes)
+    parts = runs(ordered, offsets)
+    assert_each_key_in_one_partition(parts, "key")
+    got = pd.concat(parts).sort_values("n")
+    want = pdf.sort_values("n")
+    if ignore:
+        got, want = got.reset_index(drop=True), want.reset_index(drop=True)
+    assert got.index.names == want.index.names
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, check_index_type=False)
+
+
+def test_an_int_key_meets_an_equal_float_key_in_a_cudf_split():
+    import cudf
+
+    from dask_gpu_interop import all_to_all_tasks as tasks
+
+    ints = cudf.DataFrame({"key": np.arange(1_000, dtype=np.int64)})
+    floats = cudf.DataFrame({"key": np.arange(1_000, dtype=np.float64)})
+    where = []
+    for frame in (ints, floats):
+        ordered, offsets = tasks.split(frame, ["key"], {"key": "float64"}, 9, True)
+        where.append({int(k): j for j, part in enumerate(runs(ordered, offsets))
+                      for k in part["key"]})
+    assert where[0] == where[1] and len(set(where[0].values())) == 9
+
+
+@pytest.mark.parametrize("ignore_index", [False, True])
+def test_cudf_batches_and_concat_in_libcudf_equal_cudfs_slices_concatenated(ignore_index):
+    import cudf
+
+    from dask_gpu_interop import all_to_all_tasks as tasks
+
+    pdf = pandas_frame(rows=10_000).rename_axis("row")
+    frame = cudf.from_pandas(pdf)
+    splits = [tasks.split(frame.iloc[i::3], ["key"], {"key": "float64"}, 4, ignore_index)
+              for i in range(3)]
+    sources = [splits[:2], splits[2:]]  # two source workers' splits
+    batches = [tasks.batch(held, 1, 4, ignore_index) for held in sources]
+    assert [len(frames) for frames, _ in batches] == [1, 1]  # one frame per batch
+    for position in range(3):
+        j = 1 + position
+        got = tasks.concat(batches, position, ignore_index)
+        pieces = [ordered.iloc[int(offsets[j]):int(offsets[j + 1])]
+                  for held in sources for ordered, offsets in held]
+        want = cudf.concat(pieces, ignore_index=ignore_index)
+        assert len(want) > 0
+        pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())
+
+
+def test_a_cudf_frame_of_categories_is_split_by_the_same_hash(one_gpu):
+    import cudf
+
+    from dask_gpu_interop import all_to_all_tasks as tasks
     from dask_gpu_interop import shuffle
 
-    source = gpu_frame(pandas_frame())
-    ours = gathered(one_gpu, shuffle(source, ["key", "name"], npartitions=6, client=one_gpu))
-    theirs = gathered(one_gpu, source.shuffle(["key", "name"], npartitions=6,
-                                              shuffle_method="tasks"))  # fmt: skip
-    for mine, dasks in zip(ours, theirs, strict=True):
-        pd.testing.assert_frame_equal(sorted_rows(mine), sorted_rows(dasks), check_dtype=False)
+    pdf = pandas_frame()
+    categories = pdf.astype({"name": "category"})
+    plain, other = cudf.from_pandas(pdf), cudf.from_pandas(categories)
+    assert tasks._in_libcudf(plain, False) and not tasks._in_libcudf(other, False)
+    where = []
+    for frame in (plain, other):  # a join's two sides: the same key, the same partition
+        ordered, offsets = tasks.split(frame, ["key", "name"], {"key": "float64"}, 6, False)
+        where.append({key: j for j, part in enumerate(runs(ordered, offsets))
+                      for key in part[["key", "name"]].astype({"name": str}).itertuples(
+                          index=False, name=None)})
+    assert where[0] == where[1]
+    parts = gathered(one_gpu, shuffle(gpu_frame(categories), "key", 5, client=one_gpu))
+    assert_rows([p.astype({"name": str}) for p in parts], pdf)
+    assert_each_key_in_one_partition(parts, "key")
 
 
 def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu):
