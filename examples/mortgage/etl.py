@@ -2,7 +2,9 @@
 
 A partition's task reads its pieces, adds the per-loan features and the label and joins each
 row to its loan's acquisition fields: in the classic layout from a task per quarter that reads
-its acquisition file once, in the current layout from the loan's first row.
+its acquisition file once, in the current layout from the loan's first row; in the classic
+layout ``join="loan"`` or ``"dask"`` instead shuffles both sides on loan_id between the workers
+and joins each pair of output partitions (``loan_join``).
 
 Two ways to use the tables:
 
