@@ -3,6 +3,7 @@
     python -m benchmarks.scale_out --etl 9GiB=/tmp/m9 --etl 36GiB=/tmp/m36 --job 9GiB=/tmp/m9 \\
         --default-job --ecg-hours 20 --gpus 1,2,4 --ucx etl --cpu etl,default,ecg \\
         --real-cluster 2 --runs 1 --machine 4xH100
+    python -m benchmarks.scale_out --etl 9GiB=/tmp/m9 --gpus 1,2,4 --joins quarter,loan,dask
 
 Every figure is a command a user types, timed from its start to its exit (the wall clock),
 beside the work it reports (in the figures file its ``--json`` writes: the ETL's seconds, the
@@ -13,8 +14,12 @@ first run of each command on the machine is marked: on a fresh machine it pays w
 find cached (kernels, files). ``--real-cluster N`` also runs the ``etl`` command on a cluster
 started as a user starts one (``python -m dask scheduler`` and ``python -m dask cuda worker
 --nthreads 2 --preload dask_gpu_interop.preload`` on N GPUs), to hold its ETL against the
-local cluster's on the same files. The datasets are made beforehand by the README's
-``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
+local cluster's on the same files. ``--joins`` runs the ``etl`` and whole-job sections once
+with each ``--join`` of the example (its per-quarter join, the join by loan across the GPUs
+with the library's all-to-all, and with dask's own shuffle; classic layout), alternating with
+the configurations: a run's name then carries its join ("2 GPUs tcp, join loan"; the
+per-quarter join keeps the plain name) and its line the join's shuffle seconds. The datasets
+are made beforehand by the README's ``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from .common import ROOT, Script, alternate, choices, header, say, spread, summa
 PYTHON = sys.executable
 EXAMPLE = [PYTHON, "-m", "examples.mortgage"]
 SECTIONS = ("etl", "job", "default", "ecg")
+JOINS = ("quarter", "loan", "dask")  # the example's --join (examples/mortgage/loan_join.py)
+JOINED = ("etl", "job")  # the sections --joins applies to
+JOIN_MARK = ", join "  # between a configuration's name and its join
 GOALS = {"etl_share": 0.85, "etl_rest": 4.0, "etl_four": 3.0, "job_two": 1.5, "job_four": 2.5,
          "real": 0.10}
 
@@ -56,6 +64,19 @@ def configurations(gpus: list[int], ucx: bool, cpu: bool) -> dict:
                                       "--workers", str(n)])
     if cpu:
         out["CPUs"] = (visible(None), ["--device", "cpu"])
+    return out
+
+
+def with_joins(configs: dict, joins: list[str]) -> dict:
+    """``configs`` once per join: "2 GPUs tcp, join loan" with ``--join loan`` added; the
+    per-quarter join (the commands' default) keeps the plain name and flags."""
+    out = {}
+    for name, (env, flags) in configs.items():
+        for join in joins:
+            if join == "quarter":
+                out[name] = (env, flags)
+            else:
+                out[f"{name}{JOIN_MARK}{join}"] = (env, [*flags, "--join", join])
     return out
 
 
@@ -107,7 +128,9 @@ def measure_one(name: str, command: list[str], env: dict, timeout: float, first:
         say(f"  {name}: FAILED ({run['rc']}) after {run['wall']:.1f} s\n{run['output'][-1500:]}")
     else:
         work = entry.get("etl", {}).get("seconds")
+        join = entry.get("etl", {}).get("join_seconds")
         say(f"  {name}: wall {run['wall']:.2f} s" + (f", ETL {work:.2f} s" if work else "")
+            + (f" (join's shuffles {join:.2f} s)" if join else "")
             + (f", AUC {entry['auc']:.4f}" if "auc" in entry else ""))
     return entry
 
@@ -205,6 +228,8 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         one = runs.get("1 GPU tcp")
         one_work = one and med(one, lambda r: work_seconds(r, "etl"))
         for name, entries in runs.items():
+            if JOIN_MARK in name:  # the goals are the per-quarter join's
+                continue
             work = med(entries, lambda r: work_seconds(r, "etl"))
             wall = med(entries)
             if work is None or wall is None:
@@ -227,7 +252,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         for name, entries in runs.items():
             n = int(name.split()[0]) if name[0].isdigit() else None
             wall = med(entries)
-            if not n or n == 1 or wall is None:
+            if not n or n == 1 or wall is None or JOIN_MARK in name:
                 continue
             ratio = med(one) / wall
             goal = GOALS["job_two"] if n == 2 else GOALS["job_four"] if n == 4 else 1.0
@@ -286,6 +311,9 @@ def options(p) -> None:
                    help="Sections also run on the CPUs (no GPU visible): etl, job, default, ecg.")
     p.add_argument("--real-cluster", type=int, default=0, metavar="N",
                    help="Also time etl on a started cluster of N GPUs against the local one.")
+    p.add_argument("--joins", default="", metavar="JOINS",
+                   help="Run the etl and job sections with each of these --join: "
+                        f"{', '.join(JOINS)} (classic data; default: the commands' own).")
     p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
     p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
     p.add_argument("--scratch", default=None,
@@ -308,6 +336,9 @@ def check_arguments(p, args) -> None:
         p.error("--real-cluster needs GPUs (--gpus)")
     args.ucx = choices(p, "--ucx", args.ucx, SECTIONS) if args.ucx else []
     args.cpu = choices(p, "--cpu", args.cpu, SECTIONS) if args.cpu else []
+    args.joins = choices(p, "--joins", args.joins, JOINS) if args.joins else []
+    if args.joins and not (args.etl or args.job):
+        p.error("--joins applies to --etl and --job: give one of them")
     if args.runs < 1:
         p.error("--runs: at least 1")
     if not (args.etl or args.job or args.default_job or args.ecg_hours):
@@ -324,6 +355,8 @@ def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
     for kind, label, data in sections:
         section = "default" if label == "default" else kind
         configs = configurations(args.gpus, section in args.ucx, section in args.cpu)
+        if args.joins and section in JOINED:
+            configs = with_joins(configs, args.joins)
         for _, name in alternate(configs, args.runs):
             flags = configs[name][1]
             if kind == "ecg":
@@ -360,7 +393,8 @@ def measure(args, run) -> None:
                 for f in files)
         say(f"{kind} {label} [{name}]")
         target.setdefault(name, []).append(measure_one(
-            name, command_of(kind, data, out, flags), configs[name][0], args.timeout,
+            name, command_of(kind, data, out, flags), configs[name.split(JOIN_MARK)[0]][0],
+            args.timeout,
             first=(kind, label) not in seen))
         seen.add((kind, label))
         run.save()

@@ -31,7 +31,18 @@ from dask_gpu_interop import (
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
-from . import cpu_workers, figures, files, output, placement, read, schema, train, worker_logs
+from . import (
+    cpu_workers,
+    figures,
+    files,
+    loan_join,
+    output,
+    placement,
+    read,
+    schema,
+    train,
+    worker_logs,
+)
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -197,6 +208,15 @@ etl_options = [
                  help="Rows that cannot be read: stop (error), drop with a warning, or drop "
                       "and count (skip)."),
 ]
+join_option = click.option(
+    "--join", type=click.Choice(loan_join.JOINS), default=loan_join.DEFAULT, show_default=True,
+    help="Classic layout: how performance rows meet their acquisition rows. quarter: each "
+         "partition with its quarter's acquisition file (no data moves; a loan whose "
+         "acquisition row is in another quarter's file gets -1). loan: both sides shuffled on "
+         "loan_id between the workers with the library's all-to-all, whatever file holds a "
+         "loan's row; dask: the same with dask's own shuffle. loan and dask hold the "
+         "performance rows in the workers' memory until the shuffle ends (spilled to host "
+         "memory by GPU workers where they must).")
 json_option = click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None,
     help="Also write the run's figures to this file as JSON (stage seconds, the ETL's rows, "
@@ -279,12 +299,14 @@ def _shared_pool(cluster: dict) -> dict:
     return {**cluster, "memory": {**memory, "async_alloc": True}}
 
 
-def _plan(data, perf, acq, names, device, partition_size) -> files.Plan:
+def _plan(data, perf, acq, names, device, partition_size, join=loan_join.DEFAULT) -> files.Plan:
     size = files.partition_size_for("gpu" if device == "gpu" else "cpu", partition_size)
     try:
-        return files.plan(data, perf=perf, acq=acq, names=names, partition_size=size)
+        plan = files.plan(data, perf=perf, acq=acq, names=names, partition_size=size)
+        loan_join.check(join, plan.layout)
     except (FileNotFoundError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    return plan
 
 
 def _check_start(plan: files.Plan, bad_rows: str) -> None:
@@ -364,11 +386,12 @@ def _workers_ready(client, cluster: dict, imports) -> None:
 @click.option("--overwrite", is_flag=True,
               help="Replace what an earlier run wrote at --workdir, --features-out and "
                    "--model-out (nothing else).")
+@join_option
 @json_option
 @click.pass_context
 def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans_per_part,
              layout, partition_size, bad_rows, data, workdir, rounds, xgb_params, holdout,
-             features_out, model_out, training_data, overwrite, json_path):
+             features_out, model_out, training_data, overwrite, join, json_path):
     """The Fannie Mae mortgage ETL and XGBoost training on Dask (cuDF on GPUs, pandas on CPUs).
 
     With no sub-command: generate a small dataset (or use --data), start a local cluster (or
@@ -385,7 +408,9 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     _bad("--xgb-param", train.check_params, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
-    the_plan = _plan(data, None, None, None, expected, partition_size) if data else None
+    if join != loan_join.DEFAULT and not data and layout == schema.CURRENT.name:
+        _usage(loan_join.check, join, schema.CURRENT)
+    the_plan = _plan(data, None, None, None, expected, partition_size, join) if data else None
     if the_plan is not None:
         _check_start(the_plan, bad_rows)
     quarters = the_plan.quarters if data else [f"{y}Q{q}" for y, q in spec.quarters]
@@ -432,16 +457,16 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             first["generate"] = time.perf_counter() - waiting  # beyond the cluster's start
             click.echo(f"{_generated(made)}; waited {first['generate']:.2f} s for it after the "
                        "cluster started")
-            the_plan = _plan(directory, None, None, None, device, partition_size)
+            the_plan = _plan(directory, None, None, None, device, partition_size, join)
         elif device != expected and partition_size is None:
-            the_plan = _plan(data, None, None, None, device, None)  # the cluster's default
+            the_plan = _plan(data, None, None, None, device, None, join)  # the cluster's default
         the_plan = _balanced(the_plan, client, device, partition_size)
         from . import job  # imported while the cluster started
 
         try:
             result = job.run(client, device, the_plan, bad_rows=bad_rows, rounds=rounds,
                              holdout=holdout, params=params, progress=True,
-                             echo=click.echo, training_data=training_data)
+                             echo=click.echo, training_data=training_data, join=join)
         except (read.BadRowsError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}
@@ -520,10 +545,11 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
 @with_options(etl_options)
 @click.option("--overwrite", is_flag=True,
               help="Replace the feature table an earlier run wrote at --out (nothing else).")
+@join_option
 @json_option
 @click.argument("more_data", nargs=-1, type=click.Path(), metavar="[MORE DATA]...")
-def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, json_path,
-        more_data):
+def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, join,
+        json_path, more_data):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32).
 
     Paths after the options are more data, as an unquoted --data 'DIR/*' gives them."""
@@ -538,7 +564,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
     cluster = _gpu_threads(cluster, expected)
-    the_plan = _plan(data, perf, acq, names, expected, partition_size)
+    the_plan = _plan(data, perf, acq, names, expected, partition_size, join)
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
@@ -548,15 +574,17 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         _usage(figures.check, json_path, overwrite)
     with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device):
         if device != expected and partition_size is None:
-            the_plan = _plan(data, perf, acq, names, device, None)  # the cluster's default
+            the_plan = _plan(data, perf, acq, names, device, None, join)  # the cluster's default
         the_plan = _balanced(the_plan, client, device, partition_size)
         try:
             from . import etl as etl_mod
 
             result = etl_mod.write(out, the_plan, device=device, bad_rows=bad_rows,
-                                   overwrite=overwrite, progress=True, data=given)
+                                   overwrite=overwrite, progress=True, data=given, join=join)
         except (read.BadRowsError, ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
+    for line in result.shuffles:
+        click.echo(f"shuffle: {line}")
     click.echo(f"ETL: {result.summary()}")
     click.echo(f"feature table written to {os.path.abspath(out)}")
     if json_path:

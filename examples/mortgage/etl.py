@@ -2,7 +2,9 @@
 
 A partition's task reads its pieces, adds the per-loan features and the label and joins each
 row to its loan's acquisition fields: in the classic layout from a task per quarter that reads
-its acquisition file once, in the current layout from the loan's first row.
+its acquisition file once, in the current layout from the loan's first row; in the classic
+layout ``join="loan"`` or ``"dask"`` instead shuffles both sides on loan_id between the workers
+and joins each pair of output partitions (``loan_join``).
 
 Two ways to use the tables:
 
@@ -29,7 +31,7 @@ import dask
 import dask.dataframe as dd
 from dask.utils import format_bytes
 
-from . import features, files, output, read, schema
+from . import features, files, loan_join, output, read, schema
 from .progress import current_client, wait
 from .read import BadRow
 
@@ -53,13 +55,18 @@ class Report:
         return cls(result.rows, len(result.bad), result.bad[:KEPT_BAD_ROWS])
 
 
-def load_acquisitions(paths, device: str, names):
-    """(acquisitions ready to join, report) of one quarter's classic acquisition files."""
+def read_acquisitions(paths, device: str, names):
+    """(acquisition rows as read, report) of one quarter's classic acquisition files."""
     pieces = [files.Piece(p, 0, files.text_size(p)) for p in paths]
     result = read.read(pieces, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, device,
                        "skip", names, unique_ids=True)
-    acquisitions = features.acquisitions(result.frame)
-    return acquisitions, Report.of(result)
+    return result.frame, Report.of(result)
+
+
+def load_acquisitions(paths, device: str, names):
+    """(acquisitions ready to join, report) of one quarter's classic acquisition files."""
+    frame, report = read_acquisitions(paths, device, names)
+    return features.acquisitions(frame), report
 
 
 def acquisition_view(frame) -> features.Acquisitions:
@@ -68,6 +75,20 @@ def acquisition_view(frame) -> features.Acquisitions:
         frame = frame.sort_values(["loan_id", features.PERIOD])
     first = features.filled(frame["loan_id"].diff(), 1) != 0
     return features.acquisitions(frame.loc[first, list(schema.ACQUISITION_READ)])
+
+
+def performance_part(part: files.Part, layout: schema.Layout, device: str, names):
+    """(one partition's performance rows with their per-loan features and label, report):
+    classic layout only, no acquisition field joined yet."""
+    result = read.read(part.pieces, layout, schema.PERFORMANCE_READ, device, "skip", names)
+    perf, result.frame = result.frame, None  # freed as it is used
+    report = Report(len(perf), len(result.bad), result.bad[:KEPT_BAD_ROWS])
+    return features.performance_features(perf), report
+
+
+def placed(table, device: str, into: str = "device"):
+    """``table`` where ``run`` keeps it: ``into="host"``, a GPU's table as pandas."""
+    return table.to_pandas() if device == "gpu" and into == "host" else table
 
 
 def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: str, names,
@@ -80,15 +101,12 @@ def process_part(part: files.Part, layout: schema.Layout, acquisitions, device: 
         perf, result.frame = result.frame, None  # freed as it is used
         acq = acquisition_view(perf)
         perf = perf.drop(columns=list(schema.ACQUISITION_READ[1:]))
+        report = Report(len(perf), len(result.bad), result.bad[:KEPT_BAD_ROWS])
+        perf = features.performance_features(perf)
     else:
-        result = read.read(part.pieces, layout, schema.PERFORMANCE_READ, device, "skip", names)
-        (perf, result.frame), acq = (result.frame, None), acquisitions
-    report = Report(len(perf), len(result.bad), result.bad[:KEPT_BAD_ROWS])
-    perf = features.performance_features(perf)
-    table = features.feature_table(perf, acq)
-    if device == "gpu" and into == "host":
-        table = table.to_pandas()
-    return table, report
+        perf, report = performance_part(part, layout, device, names)
+        acq = acquisitions
+    return placed(features.feature_table(perf, acq), device, into), report
 
 
 def write_part(path: str, part: files.Part, layout: schema.Layout, acquisitions, device: str,
@@ -97,9 +115,14 @@ def write_part(path: str, part: files.Part, layout: schema.Layout, acquisitions,
     pandas and pyarrow on CPUs), and the report of its task: the table is freed when the task
     ends, so that a worker holds only the partitions it is working on."""
     table, report = process_part(part, layout, acquisitions, device, names)
-    table.to_parquet(path, index=False)
-    report.written_bytes = os.path.getsize(path)
+    report.written_bytes = write_table(path, table)
     return report
+
+
+def write_table(path: str, table) -> int:
+    """``table`` written to the Parquet file ``path``; the file's bytes."""
+    table.to_parquet(path, index=False)
+    return os.path.getsize(path)
 
 
 def meta(device: str = "cpu"):
@@ -158,6 +181,10 @@ class EtlResult:
     seconds: float
     partitions: int
     written_bytes: int | None = None  # the Parquet files, when the tables were written
+    join: str = "quarter"  # how rows met their acquisition fields (loan_join.JOINS)
+    join_seconds: float = 0.0  # a shuffled join's shuffles, within ``seconds``
+    shuffles: list[str] = field(default_factory=list)  # the library shuffle's statistics
+
 
     def summary(self) -> str:
         seconds = self.seconds or float("nan")
@@ -167,20 +194,29 @@ class EtlResult:
         if self.written_bytes is not None:
             text += (f", read and written in one stage: {format_bytes(self.written_bytes)} of "
                      "Parquet")
+        if self.join != "quarter":
+            text += (f"; joined by loan_id ({self.join} shuffle): {self.join_seconds:.2f} s of "
+                     "shuffles")
         if self.bad_count:
             text += f"; {self.bad_count:,} bad rows dropped"
         return text
 
 
 def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
-        progress: bool = False, into: str = "device", workers: list[str] | None = None
-        ) -> EtlResult:
+        progress: bool = False, into: str = "device", workers: list[str] | None = None,
+        join: str = "quarter") -> EtlResult:
     """The ETL of ``plan``, its table kept in the workers' memory (or local threads'): on GPU
     workers in device memory, or with ``into="host"`` as pandas in their host memory.
     ``workers``: where each partition is made (the worker it will train on, so that it need
-    not move), where that worker runs."""
+    not move), where that worker runs. ``join``: how rows meet their loan's acquisition
+    fields (``loan_join``); a shuffled one ("loan", "dask") keeps each output partition of one
+    quarter, for training's held-out quarter, and gives up ``workers``: the shuffle places
+    its output partitions itself, and moving them after would cost another all-to-all."""
     read.check_policy(bad_rows)
+    _check_join(join, plan)
     started = time.perf_counter()
+    if join != "quarter":
+        return _run_shuffled(plan, device, bad_rows, progress, into, join, started)
     frame, reports = graph(plan, device, into)
     frame, reports = _persist(frame, reports, len(plan.parts), progress, device, workers)
     rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
@@ -189,25 +225,97 @@ def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
 
 
 def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
-          overwrite: bool = False, progress: bool = False, data=None) -> EtlResult:
+          overwrite: bool = False, progress: bool = False, data=None,
+          join: str = "quarter") -> EtlResult:
     """Run the ETL and write the feature table to ``out``: a Parquet file per partition
     (``part.00000.parquet``, ... in partition order), each written by the task that made it
     into a staging folder beside ``out`` (which the workers must see), and renamed into place
     once every task has ended and the bad rows are judged (see ``output``). ``data``, the
-    paths given for the input, and the plan's files may not be or hold ``out``."""
+    paths given for the input, and the plan's files may not be or hold ``out``. ``join``: a
+    shuffled join ("loan", "dask"; ``loan_join``) holds the performance rows of the whole
+    dataset in the workers' memory until the shuffles end; each output partition's task then
+    writes its file."""
     read.check_policy(bad_rows)
+    _check_join(join, plan)
     given = [data] if isinstance(data, (str, os.PathLike)) else list(data or ())
     with output.Staged(out, what="feature table", overwrite=overwrite,
                        inputs=[*given, *plan.inputs()]) as staging:
         started = time.perf_counter()
-        reports = _compute(streamed(plan, device, staging), len(plan.parts), progress)
+        joined = None
+        if join == "quarter":
+            reports = _compute(streamed(plan, device, staging), len(plan.parts), progress)
+        else:
+            joined = _shuffled(plan, device, join, False, progress)
+            writes = [dask.delayed(write_joined, pure=False)(
+                os.path.join(staging, PART_FILE.format(i)), perf, acq, device)
+                for i, (perf, acq) in enumerate(joined.pairs)]
+            reports = joined.reports + _compute(writes, len(writes), progress,
+                                                "joined partitions")
         rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
         seconds = time.perf_counter() - started
     return EtlResult(None, plan.quarters, rows, plan.input_bytes, count, bad, seconds,
-                     len(plan.parts), sum(r.written_bytes for r in reports))
+                     len(plan.parts), sum(r.written_bytes for r in reports), join,
+                     *((joined.seconds, joined.stats) if joined else ()))
 
 
-def _compute(reports: list, parts: int, progress: bool) -> list[Report]:
+def _shuffled(plan: files.Plan, device: str, join: str, by_quarter: bool, progress: bool):
+    """Both sides of a shuffled join in the workers' memory (``loan_join.shuffled``)."""
+    perf = [dask.delayed(performance_part, pure=False, nout=2)(
+        part, plan.layout, device, plan.names) for part in plan.parts]
+    acq = [dask.delayed(read_acquisitions, pure=False, nout=2)(paths, device, plan.names)
+           for paths in plan.acquisitions.values()]
+    return loan_join.shuffled(_needs_client(join), perf, acq, plan.quarters, join,
+                              by_quarter=by_quarter, progress=progress)
+
+
+def joined_part(perf, acq, device: str, into: str = "device"):
+    """One output partition of a shuffled join as its feature table (``loan_join``)."""
+    return placed(loan_join.feature_part(perf, acq), device, into)
+
+
+def write_joined(path: str, perf, acq, device: str) -> Report:
+    """One output partition of a shuffled join written as its feature table to the Parquet
+    file ``path``; a report of the bytes written (its rows were counted where they were
+    read)."""
+    return Report(written_bytes=write_table(path, joined_part(perf, acq, device)))
+
+
+def _check_join(join: str, plan: files.Plan) -> None:
+    loan_join.check(join, plan.layout)
+
+
+def _needs_client(join: str):
+    """The current client: a shuffled join runs on a distributed cluster (ValueError if none)."""
+    client = current_client()
+    if client is None:
+        raise ValueError(f"join={join!r} shuffles between workers: start a distributed client "
+                         "(the commands do)")
+    return client
+
+
+def _run_shuffled(plan, device, bad_rows, progress, into, join, started) -> EtlResult:
+    """``run`` with a shuffled join: the table kept in the workers' memory, each output
+    partition of one quarter."""
+    client = _needs_client(join)
+    joined = _shuffled(plan, device, join, True, progress)
+    tables = client.compute([dask.delayed(joined_part, pure=False)(
+        perf, acq, device, into) for perf, acq in joined.pairs])
+    if progress:
+        wait(tables, "joined partitions")
+    else:
+        from distributed import wait as settle
+
+        settle(tables)
+    frame = dd.from_delayed(tables, meta=meta("cpu" if into == "host" else device),
+                            verify_meta=False)
+    rows, count, bad = _judge(joined.reports, len(plan.parts), bad_rows)
+    return EtlResult(frame, joined.quarters, rows, plan.input_bytes, count, bad,
+                     time.perf_counter() - started, len(plan.parts), None, join,
+                     joined.seconds, joined.stats)
+
+
+def _compute(reports: list, parts: int, progress: bool, what: str = "ETL partitions"
+             ) -> list[Report]:
     """The reports, computed on the current client (or local threads). Where a task fails or
     the wait is interrupted, the tasks not started are cancelled and those running awaited,
     so that none writes into a folder being removed."""
@@ -217,7 +325,7 @@ def _compute(reports: list, parts: int, progress: bool) -> list[Report]:
     futures = client.compute(reports)
     try:
         if progress:
-            wait(futures[:parts], "ETL partitions")
+            wait(futures[:parts], what)
         return client.gather(futures)
     except BaseException:
         client.cancel(futures)

@@ -5,9 +5,11 @@ The ``etl`` command's file::
 
     {"figures": "examples.mortgage etl", "device": "gpu",
      "etl": {"rows": 74000000, "bytes": 10737418240, "partitions": 40, "seconds": 2.13,
-             "written_bytes": 1610612736, "bad_rows": 0}}
+             "written_bytes": 1610612736, "bad_rows": 0, "join": "quarter",
+             "join_seconds": 0.0}}
 
-The whole job's adds its workers, its stages (seconds by name, in the order the stage lines
+``join`` is the ``--join`` of the run and ``join_seconds`` its shuffles' seconds, within
+``seconds`` (0 for the per-quarter join). The whole job's adds its workers, its stages (seconds by name, in the order the stage lines
 print them, "other" last: the rest of the total), the training's figures, the test AUC (NaN
 where the held-out rows have one class, as Python's ``json`` writes it), where the training
 data lived and why, and the seconds since the command started. A figures file replaces only an
@@ -27,7 +29,8 @@ WHAT = "figures file"
 def _etl(result) -> dict:
     return {"rows": result.rows, "bytes": result.input_bytes, "partitions": result.partitions,
             "seconds": result.seconds, "written_bytes": result.written_bytes,
-            "bad_rows": result.bad_count}
+            "bad_rows": result.bad_count, "join": result.join,
+            "join_seconds": result.join_seconds}
 
 
 def of_etl(result, device: str) -> dict:

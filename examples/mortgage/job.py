@@ -65,11 +65,13 @@ class JobResult:
 
 def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = train.ROUNDS,
         holdout: str | None = None, params: dict | None = None, progress: bool = False,
-        echo=None, training_data: str = "auto") -> JobResult:
+        echo=None, training_data: str = "auto", join: str = "quarter") -> JobResult:
     """ETL then training on ``client``'s cluster; ``echo(text)`` reports each stage as it ends.
 
     ``training_data``: where the table lives for training ("auto", "device", "host"; see
-    ``placement``), decided before any work; a ValueError says why it cannot fit."""
+    ``placement``), decided before any work; a ValueError says why it cannot fit. ``join``:
+    how rows meet their acquisition fields (``loan_join``; a shuffled join makes the
+    partitions where its shuffle puts them, not on the workers that train them)."""
     say = echo or (lambda text: None)
     planning = time.perf_counter()
     memory = placement.measure(client, device)
@@ -85,7 +87,9 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     on_host = device == "gpu" and placed.where == "host"
     say(f"ETL: {len(plan.parts)} partitions of {plan.layout.name} files ...")
     result = etl.run(plan, device=device, bad_rows=bad_rows, progress=progress,
-                     into="host" if on_host else "device", workers=where)
+                     into="host" if on_host else "device", workers=where, join=join)
+    for line in result.shuffles:
+        say(f"shuffle: {line}")
     say(f"ETL done: {result.summary()}")
     say(f"training ({rounds} rounds) ...")
     merged = {**train.PARAMS, **(params or {})}
@@ -108,7 +112,9 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
         training=trained,
         memory=report,
         host=host,
-        stages={"placement": planned, "ETL": result.seconds, "DMatrix": trained.dmatrix_seconds,
+        stages={"placement": planned, "ETL": result.seconds - result.join_seconds,
+                **({"join": result.join_seconds} if result.join != "quarter" else {}),
+                "DMatrix": trained.dmatrix_seconds,
                 "training": trained.train_seconds, "report": time.perf_counter() - reporting},
         placement=placed,
     )

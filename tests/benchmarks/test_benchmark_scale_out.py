@@ -73,3 +73,53 @@ def test_what_a_command_reports_is_read_from_its_figures():
     assert found["stages"] == {"read": 0.5, "score": 0.25, "pipeline": 0.75}
     assert scale_out.work_seconds(found, "ecg") == 0.75
     assert scale_out.reported(None) == {"stages": {}}  # a command that failed wrote none
+
+
+def test_joins_run_the_etl_and_job_sections_once_with_each_join_alternating():
+    args = scale_out.parse(["--etl", "9GiB=/d9", "--default-job", "--gpus", "1,2",
+                            "--joins", "quarter,loan,dask", "--runs", "2"])
+    runs = scale_out.plan(args)
+    etl = [(name, flags) for kind, label, name, _, flags in runs if kind == "etl"]
+    assert [name for name, _ in etl[:6]] == [
+        "1 GPU tcp", "1 GPU tcp, join loan", "1 GPU tcp, join dask",
+        "2 GPUs tcp", "2 GPUs tcp, join loan", "2 GPUs tcp, join dask"]
+    assert len(etl) == 12 and [name for name, _ in etl[6:]] == [name for name, _ in etl[:6]]
+    flags = dict(etl)
+    assert "--join" not in flags["1 GPU tcp"]  # the per-quarter join: the commands' default
+    assert flags["2 GPUs tcp, join loan"] == ["--device", "gpu", "--protocol", "tcp",
+                                              "--workers", "2", "--join", "loan"]
+    assert flags["1 GPU tcp, join dask"][-2:] == ["--join", "dask"]
+    # the default job's section keeps its own runs
+    assert [name for kind, label, name, _, _ in runs if label == "default"] == [
+        "1 GPU tcp", "2 GPUs tcp"] * 2
+    dry = scale_out.dry_run(args)
+    assert "etl 9GiB [2 GPUs tcp, join loan]: -m examples.mortgage etl --data /d9" in dry
+    assert dry.count("--join loan") == 4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--etl", "a=/d", "--joins", "quarter,hash"], "--joins: 'hash' is not one of"),
+    (["--default-job", "--joins", "loan"], "--joins applies to --etl and --job"),
+])
+def test_bad_joins_are_refused_before_anything_runs(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        scale_out.parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_join_by_loan_is_timed_on_the_cpus(tmp_path):
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "examples.mortgage", "generate", "--out", str(data),
+                    "--years", "2006", "--loans-per-quarter", "200"], cwd=ROOT, check=True,
+                   capture_output=True)
+    scale_out.main(["--etl", f"tiny={data}", "--gpus", "none", "--cpu", "etl",
+                    "--joins", "quarter,loan", "--scratch", str(tmp_path), "--out",
+                    str(tmp_path), "--machine", "cpu-test"])
+    results = json.loads((tmp_path / "scale-out-cpu-test.json").read_text())
+    runs = results["etl"]["tiny"]
+    (plain,), (loan,) = runs["CPUs"], runs["CPUs, join loan"]
+    assert plain["rc"] == 0 and loan["rc"] == 0
+    assert plain["etl"]["join"] == "quarter" and loan["etl"]["join"] == "loan"
+    assert 0 < loan["etl"]["join_seconds"] < loan["etl"]["seconds"] < loan["wall"]
+    assert plain["etl"]["rows"] == loan["etl"]["rows"]
+    assert "| CPUs, join loan |" in (tmp_path / "scale-out-cpu-test.md").read_text()
