@@ -19,7 +19,10 @@ HEAVY = ["dask.dataframe", "pandas", "pyarrow", "xgboost", "torch", "jax", "cudf
 
 # `python -m MODULE [SUBCOMMAND] --help`, then the heavy modules loaded, as the last line.
 PROBE = """
-import json, runpy, sys
+import json, os, runpy, sys
+def _exit(code):  # examples.command ends a command's process at once: here, report first
+    raise SystemExit(code)
+os._exit = _exit
 heavy = json.loads(sys.argv[1])
 module, *args = sys.argv[2:]
 sys.argv = [module, *args, "--help"]

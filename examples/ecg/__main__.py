@@ -9,6 +9,7 @@ if not __package__:  # run as a file (python examples/ecg): its package cannot b
              "python -m examples.ecg")
 
 
+from ..command import run
 from .cli import ecg
 
-ecg(prog_name="python -m examples.ecg")
+run(ecg, "python -m examples.ecg")

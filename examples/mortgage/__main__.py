@@ -9,6 +9,7 @@ if not __package__:  # run as a file (python examples/mortgage): its package can
              "python -m examples.mortgage")
 
 
+from ..command import run
 from .cli import mortgage
 
-mortgage(prog_name="python -m examples.mortgage")
+run(mortgage, "python -m examples.mortgage")

@@ -1,0 +1,34 @@
+"""Run an example's click command as a program, and end the process as soon as it is done.
+
+When a command returns, its cluster is closed and its files are written; what Python does
+after that (finalizers of every module loaded, the GPU stack's CUDA contexts torn down one
+object at a time) is time the user waits at the prompt for nothing. :func:`run` flushes the
+output and ends the process there, with the command's exit status. Used only under
+``python -m``: imported, a command returns as usual (the tests call it that way).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+
+def run(command, prog_name: str) -> None:
+    """Run the click ``command`` (standalone, as click does for a program), then end the
+    process at once with its exit status."""
+    try:
+        command(prog_name=prog_name)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is not None and not isinstance(code, int):  # sys.exit("message")
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(code or 0)
