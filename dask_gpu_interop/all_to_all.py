@@ -279,11 +279,36 @@ def _client(client):
 # --------------------------------------------------------------------------- running it
 
 
+def _persisted_partitions(frame) -> list | None:
+    """A persisted frame's partitions: the futures its graph holds, in order, when every one
+    is in memory; else None. Taken from the graph, they cost no round trip to the scheduler
+    (computing the frame's keys again would run a task per partition to alias each)."""
+    if type(getattr(frame, "expr", None)).__name__ != "FromGraph":  # not persisted
+        return None
+    from distributed import Future
+
+    graph = dict(frame.__dask_graph__())
+    futures = []
+    for key in frame.__dask_keys__():
+        value = graph.get(key)
+        for _ in range(len(graph)):  # follow aliases (each depends on one key) to a future
+            if isinstance(value, Future) or len(getattr(value, "dependencies", ())) != 1:
+                break
+            value = graph.get(next(iter(value.dependencies)))
+        if not isinstance(value, Future) or value.status != "finished":
+            return None
+        futures.append(value)
+    return futures
+
+
 def _input_partitions(client, frame) -> list:
     """The frame's partitions as futures, in order, once they are in memory; an input that
     failed raises its own error."""
     from distributed import wait
 
+    persisted = _persisted_partitions(frame)
+    if persisted is not None and all(f.client is client for f in persisted):
+        return persisted
     futures = client.compute(frame.to_delayed())
     wait(futures)
     for future in futures:

@@ -294,6 +294,30 @@ def test_a_persisted_input_is_used_and_left_as_it_was(client):
     assert_same_rows(partitions_of(client, source), blocks)
 
 
+def test_a_persisted_inputs_partitions_are_taken_from_its_graph_in_order(client, monkeypatch):
+    from distributed import wait
+
+    from dask_gpu_interop import all_to_all
+
+    blocks = frame(5)
+    source = dask_frame(blocks).persist()
+    wait(source)
+    futures = all_to_all._persisted_partitions(source)
+    assert [len(f.result()) for f in futures] == [len(b) for b in blocks]
+    for got, block in zip(client.gather(futures), blocks, strict=True):
+        pd.testing.assert_frame_equal(got, block)
+    assert all_to_all._persisted_partitions(dask_frame(blocks)) is None  # not persisted
+    assert all_to_all._persisted_partitions(source[source["x"] > 0.5]) is None
+
+    def no_compute(*args, **kwargs):
+        raise AssertionError("the persisted input was computed again")
+
+    monkeypatch.setattr(client, "compute", no_compute)
+    shuffled = shuffle(source, "key", 3)
+    monkeypatch.undo()
+    assert_same_rows(partitions_of(client, shuffled), blocks)
+
+
 def test_one_worker_moves_nothing_between_workers():
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
