@@ -10,8 +10,9 @@
 For each cluster (``library``: the library's ``cluster_client``, one worker per GPU with the
 GPUMemoryPlugin's pool; ``dask-cuda``: a plain ``LocalCUDACluster(rmm_pool_size=...)``),
 protocol and size (bytes per worker), each worker makes its share of a frame of an int64 key
-and three float64 columns (random keys, ``--partitions-per-worker`` partitions each), which is
-then shuffled on the key into as many partitions and kept in memory, by each method in turn:
+and three float64 columns (random keys, ``--partitions-per-worker`` partitions each), persisted
+as a frame in memory (as a user's is after ``persist``), which is then shuffled on the key into
+as many partitions and kept in memory, by each method in turn:
 
 - ``library``: ``dask_gpu_interop.shuffle`` (one batch per pair of workers);
 - ``tasks``, ``p2p``: dask's own ``frame.shuffle("key", shuffle_method=...)``, persisted.
@@ -150,8 +151,13 @@ def build_frame(client, device: str, per_worker: int, parts_per_worker: int):
         meta = cudf.from_pandas(meta)
 
     def frame(run: int):
-        """The same partitions under a new name for each run: a new shuffle, not old keys."""
-        return dd.from_delayed(futures, meta=meta, verify_meta=False, prefix=f"shuffle-in-{run}")
+        """The same partitions under a new name for each run (a new shuffle, not old keys),
+        persisted, as a user's frame in memory is (aliases of the partitions: nothing is
+        copied)."""
+        out = dd.from_delayed(futures, meta=meta, verify_meta=False,
+                              prefix=f"shuffle-in-{run}").persist()
+        wait(out)
+        return out
 
     return frame, futures, rows * len(futures)
 

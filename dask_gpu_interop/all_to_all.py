@@ -20,9 +20,12 @@ any other tasks:
 4. ``gpu-shuffle-concat``: on each destination worker, one task per output partition
    concatenates its rows from every batch; dask fetches each batch once.
 
-Every task is restricted to its worker loosely (``allow_other_workers``): when a worker dies,
-the scheduler recomputes what it held elsewhere from the tasks' lineage, and since every task
-is a pure function of its inputs the result is the same, every row once. A split's key is
+Every task is pinned to its worker (a restriction that work stealing cannot lift, so that
+nothing crosses between workers beyond the batches). When a worker of the plan leaves the
+cluster mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks are
+cancelled and it starts again on the workers present, from the input (what was lost with the
+worker is computed again from its lineage), up to ``ATTEMPTS`` times; every task is a pure
+function of its inputs, so the result is the same, every row once. A split's key is
 released once its batches are made (on pandas its memory lives on in them, slices of it,
 until every destination has concatenated its partitions); what is received is freed then.
 On GPU workers dask-cuda's spilling moves to host memory what does not fit.
@@ -45,13 +48,17 @@ logger = logging.getLogger(__name__)
 #: drop an eight-letter word starting with a-f, such as "assemble", as if it were hex).
 PREFIX = "gpu-shuffle"
 MERGE_HOWS = ("inner", "left", "right", "outer")
+#: Times a shuffle starts again when workers of its plan leave the cluster before it ends.
+ATTEMPTS = 3
+#: Seconds between two looks at the cluster's workers while a shuffle runs.
+POLL_SECONDS = 0.5
 
 
 class ShuffleError(RuntimeError):
     """The all-to-all could not finish: one of its tasks failed, or data it needed was lost
     with a worker and could not be computed again. The message names the task and the cause,
     which is chained (``err.__cause__``). A worker lost during a shuffle is not an error by
-    itself: what it held is computed again elsewhere.
+    itself: the shuffle starts again on the workers present.
 
     Examples
     --------
@@ -169,8 +176,8 @@ class Plan:
 
 
 def _restricted(worker: str) -> dict:
-    """Annotations that run a task on ``worker``, or elsewhere if it is gone."""
-    return {"workers": [worker], "allow_other_workers": True}
+    """Annotations that run a task on ``worker`` and nowhere else."""
+    return {"workers": [worker], "allow_other_workers": False}
 
 
 def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
@@ -330,14 +337,27 @@ def _owners(client, futures, workers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(owners)
 
 
-def _wait(futures) -> None:
-    """Until every output partition is in memory; ShuffleError for the first that is not."""
+class _WorkersLeft(Exception):
+    """Workers of the plan left the cluster before the shuffle ended: its tasks pinned to
+    them cannot run."""
+
+
+def _wait(futures, client=None, workers=()) -> None:
+    """Until every output partition is in memory; ShuffleError for the first that is not, and
+    _WorkersLeft as soon as one of ``workers`` is no longer in ``client``'s cluster."""
     from concurrent.futures import CancelledError
 
     from distributed import wait
 
     try:
-        wait(futures)
+        while True:
+            try:
+                wait(futures, timeout=POLL_SECONDS if workers else None)
+                break
+            except TimeoutError:
+                gone = set(workers) - set(client.nthreads())
+                if gone:
+                    raise _WorkersLeft(", ".join(sorted(gone))) from None
     except CancelledError:  # distributed says it in many lines: ours follows, in one
         pass
     for future in futures:
@@ -435,9 +455,10 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         ``on`` names no column of the frame, ``npartitions`` is not a positive whole number,
         or no client runs, or its cluster has no worker.
     ShuffleError
-        A task of the shuffle failed, or data it needed was lost and could not be computed
-        again. A worker lost during the shuffle is no error: what it held is computed again
-        elsewhere, and the result is the same.
+        A task of the shuffle failed, data it needed was lost and could not be computed
+        again, or workers left the cluster during each of ``ATTEMPTS`` attempts. A worker
+        lost during the shuffle is no error by itself: the shuffle starts again on the
+        workers present, and the result is the same.
 
     Notes
     -----
@@ -467,16 +488,28 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     casts = hash_casts(frame._meta, on)
     if not client.nthreads():
         raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
-    inputs = _input_partitions(client, frame)
-    started = time.perf_counter()
-    workers = tuple(sorted(client.nthreads()))
-    plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
-                npartitions=npartitions)  # fmt: skip
-    token = uuid.uuid4().hex
-    graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
-    outputs = client.get(graph, keys, sync=False)
-    del inputs  # the scheduler releases them once split, unless the caller holds them
-    _wait(outputs)
+    for attempt in range(1, ATTEMPTS + 1):
+        inputs = _input_partitions(client, frame)
+        started = time.perf_counter()
+        workers = tuple(sorted(client.nthreads()))
+        plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
+                    npartitions=npartitions)  # fmt: skip
+        token = uuid.uuid4().hex
+        graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
+        outputs = client.get(graph, keys, sync=False)
+        del inputs  # the scheduler releases them once split, unless the caller holds them
+        try:
+            _wait(outputs, client, plan.workers)
+            break
+        except _WorkersLeft as left:
+            client.cancel(outputs)
+            if attempt == ATTEMPTS:
+                raise ShuffleError(
+                    f"workers left the cluster during each of {ATTEMPTS} attempts at the "
+                    f"shuffle (last: {left}): keep the cluster's workers running until it "
+                    "ends") from None
+            logger.warning("worker %s left the cluster mid-shuffle: shuffling again on the "
+                           "%d workers present", left, len(client.nthreads()))
     seconds = time.perf_counter() - started
     stats = None
     if return_stats or logger.isEnabledFor(logging.INFO):

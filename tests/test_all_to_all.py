@@ -116,7 +116,7 @@ def test_the_graph_has_one_split_per_input_one_batch_per_worker_pair_one_concat_
         (0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
     assert keys == [(k[0], j) for j, k in enumerate(sorted(tasks_by_prefix["gpu-shuffle-concat"]))]
     for key, annotated in restrictions.items():
-        assert annotated["allow_other_workers"] is True
+        assert annotated["allow_other_workers"] is False  # pinned: never stolen
         name = key_split(key)
         if name == "gpu-shuffle-split":
             assert annotated["workers"] == [plan.owners[key[1]]]
@@ -307,6 +307,7 @@ def test_a_persisted_inputs_partitions_are_taken_from_its_graph_in_order(client,
     for got, block in zip(client.gather(futures), blocks, strict=True):
         pd.testing.assert_frame_equal(got, block)
     assert all_to_all._persisted_partitions(dask_frame(blocks)) is None  # not persisted
+
     assert all_to_all._persisted_partitions(source[source["x"] > 0.5]) is None
 
     def no_compute(*args, **kwargs):
@@ -316,6 +317,22 @@ def test_a_persisted_inputs_partitions_are_taken_from_its_graph_in_order(client,
     shuffled = shuffle(source, "key", 3)
     monkeypatch.undo()
     assert_same_rows(partitions_of(client, shuffled), blocks)
+
+
+def test_workers_leaving_every_attempt_end_in_one_shuffle_error(client, monkeypatch):
+    from dask_gpu_interop import ShuffleError, all_to_all
+
+    attempts = []
+
+    def workers_left(futures, client=None, workers=()):
+        attempts.append(len(futures))
+        raise all_to_all._WorkersLeft("tcp://10.0.0.9:1234")
+
+    monkeypatch.setattr(all_to_all, "_wait", workers_left)
+    with pytest.raises(ShuffleError, match=r"workers left the cluster during each of 3 "
+                                           r"attempts .*tcp://10\.0\.0\.9:1234"):
+        shuffle(dask_frame(frame(4)), "key", 3)
+    assert attempts == [3] * all_to_all.ATTEMPTS
 
 
 def test_one_worker_moves_nothing_between_workers():
