@@ -90,6 +90,12 @@ def check_params(params: dict) -> None:
     import numpy as np
     import xgboost
 
+    # XGBoost hands its log to Python (a warning per unused parameter) through a callback it
+    # registers for the thread that imported it: where that was another thread (imports in
+    # the background), register it for this one too, or the warning goes to the terminal.
+    register = getattr(xgboost.core, "_register_log_callback", None)
+    if register is not None:
+        register(xgboost.core._LIB)
     rng = np.random.default_rng(0)
     tiny = xgboost.DMatrix(rng.random((8, len(schema.FEATURES)), dtype=np.float32),
                            label=np.arange(8) % 2, feature_names=list(schema.FEATURES))

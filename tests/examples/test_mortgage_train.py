@@ -216,3 +216,19 @@ def test_each_partition_is_made_on_the_worker_it_trains_on(client, data):
     moved = sum(client.run(_incoming_bytes).values()) - before
     table = int(training.memory_usage(deep=True).sum().compute())
     assert moved < 0.05 * table, (moved, table)
+
+
+def test_an_unknown_parameter_is_refused_after_xgboost_was_imported_in_another_thread():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import threading; t = threading.Thread(target=lambda: __import__('xgboost')); "
+            "t.start(); t.join()\n"
+            "from examples.mortgage import train\n"
+            "try:\n    train.check_params({'nosuchparam': '1'}); print('accepted')\n"
+            "except ValueError as exc:\n    print('refused:', exc)")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=root, timeout=120)
+    assert out.stdout.startswith("refused: nosuchparam=1: XGBoost has no parameter"), out
