@@ -337,7 +337,7 @@ def _imported(*modules: str) -> None:
 @contextlib.contextmanager
 def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
-    on GPUs), the library's GPU worker settings in this process's environment first (a local
+    on GPUs; on the workers, once they are up, the ETL's module and cuDF), the library's GPU worker settings in this process's environment first (a local
     GPU worker may run in it, and reads them as it imports cuDF); for training, the workers'
     standard error without XGBoost's rank lines (a worker in this process writes them to
     this one's)."""
@@ -351,8 +351,10 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
             stack.enter_context(without_xgboost_rank_lines())
         client, device = stack.enter_context(cluster_client(**cluster))
         _workers_ready(client, cluster, imports)
-        if device == "gpu":
-            import_in_background("cudf", client=client)
+        # what the workers' first tasks import (to unpickle their function, then to run it),
+        # imported while the client plans the work
+        import_in_background(f"{__package__}.etl", *(["cudf"] if device == "gpu" else []),
+                             client=client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
         yield client, device
 

@@ -26,14 +26,20 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import dask
-import dask.dataframe as dd
 from dask.utils import format_bytes
 
 from . import features, files, loan_join, output, read, schema
 from .progress import current_client, wait
 from .read import BadRow
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+
+# dask.dataframe is imported where a graph is made, on the client: a worker's first task
+# imports this module to run its function, and need not wait for dask.dataframe.
 
 KEPT_BAD_ROWS = 1000  # bad rows a report keeps in full (all are counted)
 PART_FILE = "part.{:05d}.parquet"  # partition i's file: in partition order, by name too
@@ -147,6 +153,8 @@ def _acquisition_tasks(plan: files.Plan, device: str) -> dict:
 
 def graph(plan: files.Plan, device: str, into: str = "device"):
     """(feature table as a dask DataFrame, the reports of its tasks), not computed yet."""
+    import dask.dataframe as dd
+
     if into not in PLACES:
         raise ValueError(f"into={into!r}: choose one of {', '.join(PLACES)}")
     acquisitions = _acquisition_tasks(plan, device)
@@ -296,6 +304,8 @@ def _needs_client(join: str):
 def _run_shuffled(plan, device, bad_rows, progress, into, join, started) -> EtlResult:
     """``run`` with a shuffled join: the table kept in the workers' memory, each output
     partition of one quarter."""
+    import dask.dataframe as dd
+
     client = _needs_client(join)
     joined = _shuffled(plan, device, join, True, progress)
     tables = client.compute([dask.delayed(joined_part, pure=False)(
@@ -353,6 +363,8 @@ def _settle(client, keys: set, timeout: float = 60.0) -> None:
 def _persist(frame, reports, parts: int, progress: bool, device: str, workers=None):
     """Persist the table and compute the reports: on the current client (partition ``i`` on
     ``workers[i]`` where given), or local threads."""
+    import dask.dataframe as dd
+
     client = current_client()
     if client is None:  # local threads: the tables and the reports in one computation
         computed = dask.compute(*frame.to_delayed(), *reports)

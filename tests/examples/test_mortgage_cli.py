@@ -389,3 +389,28 @@ def test_the_start_line_counts_from_this_process_start():
                              os.path.abspath(__file__)))))
     whole = time.perf_counter() - started
     assert 0.5 <= float(out.stdout) <= whole
+
+
+def test_a_worker_imports_the_etls_module_without_dask_dataframe():
+    code = ("import sys, distributed; import examples.mortgage.etl; "
+            "print(sorted(m for m in ('dask.dataframe', 'pandas', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__)))))
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_workers_import_the_etls_module_once_they_are_up(monkeypatch, tmp_path):
+    import examples.mortgage.cli as cli
+
+    calls = []
+    real = cli.import_in_background
+
+    def recording(*modules, client=None):
+        calls.append((modules, client is not None))
+        return real(*modules, client=client)
+
+    monkeypatch.setattr(cli, "import_in_background", recording)
+    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (("examples.mortgage.etl",), True) in calls  # on the workers (CPUs: no cuDF)
