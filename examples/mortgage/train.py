@@ -228,8 +228,9 @@ def spread(client, part, count: int | None = None):
     workers, no worker's matrix is empty, and workers that hold nothing do not train."""
     import dask.dataframe as dd
 
-    workers = ranked_workers(client)[:count]
-    if len(ranked_workers(client)) < 2:
+    ranked = ranked_workers(client)  # once: the cluster's workers may change between calls
+    workers = ranked[:count]
+    if len(ranked) < 2:
         return part
     if part.npartitions < len(workers):
         part = part.repartition(npartitions=len(workers))

@@ -15,6 +15,7 @@ from examples.mortgage.testdata import generate as gen
 def client():
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                       env={"CUDA_VISIBLE_DEVICES": ""}) as cluster, Client(cluster) as c:
+        c.wait_for_workers(2)  # the tests place partitions on both
         yield c
 
 
