@@ -289,6 +289,18 @@ def _gpus_for(cluster: dict, device: str, text_bytes) -> dict:
     return {**cluster, "n_workers": 1}
 
 
+def _join_note(cluster: dict, device: str, join: str) -> None:
+    """A note where a join by loan will shuffle between local GPU workers over TCP: the batches
+    then go through host memory, where UCX moves them device to device."""
+    if (join == loan_join.DEFAULT or device != "gpu" or cluster.get("scheduler")
+            or cluster.get("protocol", "tcp") != "tcp"):
+        return
+    if (cluster.get("n_workers") or gpu_count()) < 2:
+        return
+    click.echo(f"note: --join {join} moves rows between the GPUs through host memory over TCP; "
+               "--protocol ucx moves them device to device")
+
+
 def _shared_pool(cluster: dict) -> dict:
     """The whole job on a local GPU cluster: CUDA's async pool, which cuDF, CuPy and XGBoost's
     PyPI wheels all draw from (the ``etl`` command keeps the RMM pool: its ETL is faster there),
@@ -435,6 +447,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
         lambda: _text_of(spec, layout)))
+    _join_note(cluster, expected, join)
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
@@ -582,6 +595,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     the_plan = _plan(data, perf, acq, names, expected, partition_size, join)
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
+    _join_note(cluster, expected, join)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())

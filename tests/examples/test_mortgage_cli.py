@@ -414,3 +414,22 @@ def test_the_workers_import_the_etls_module_once_they_are_up(monkeypatch, tmp_pa
     result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert (("examples.mortgage.etl",), True) in calls  # on the workers (CPUs: no cuDF)
+
+
+@pytest.mark.parametrize("cluster, device, join, gpus, noted", [
+    ({}, "gpu", "loan", 2, True),
+    ({"protocol": "ucx"}, "gpu", "loan", 2, False),
+    ({}, "gpu", "quarter", 2, False),
+    ({}, "gpu", "dask", 1, False),
+    ({"n_workers": 1}, "gpu", "loan", 4, False),
+    ({}, "cpu", "loan", 0, False),
+    ({"scheduler": "tcp://127.0.0.1:1"}, "gpu", "loan", 2, False),
+])
+def test_a_join_by_loan_over_tcp_between_local_gpus_says_ucx_moves_it_on_the_devices(
+        monkeypatch, capsys, cluster, device, join, gpus, noted):
+    import examples.mortgage.cli as cli
+
+    monkeypatch.setattr(cli, "gpu_count", lambda: gpus)
+    cli._join_note(cluster, device, join)
+    out = capsys.readouterr().out
+    assert ("--protocol ucx moves them device to device" in out) is noted
