@@ -15,6 +15,16 @@ from benchmarks import scale_out
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A small classic dataset, made once by the README's generate command."""
+    out = tmp_path_factory.mktemp("scale-out") / "data"
+    subprocess.run([sys.executable, "-m", "examples.mortgage", "generate", "--out", str(out),
+                    "--years", "2006", "--loans-per-quarter", "200"], cwd=ROOT, check=True,
+                   capture_output=True)
+    return out
+
+
 def test_each_section_runs_on_its_configurations_alternating():
     args = scale_out.parse(["--etl", "9GiB=/d9", "--default-job", "--gpus", "1,2", "--ucx", "etl",
                             "--cpu", "default", "--runs", "2"])
@@ -40,6 +50,8 @@ def test_a_configuration_sees_only_its_gpus():
     (["--etl", "a=/d", "--gpus", "0"], "GPU counts"),
     (["--etl", "a=/d", "--cpu", "etl,train"], "--cpu"),
     (["--etl", "a=/d", "--gpus", "none", "--real-cluster", "2"], "needs GPUs"),
+    (["--etl", "a=/d", "--joins", "quarter,hash"], "--joins: 'hash' is not one of"),
+    (["--default-job", "--joins", "loan"], "--joins applies to --etl and --job"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -47,11 +59,7 @@ def test_bad_arguments_are_refused_before_anything_runs(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_the_etl_command_on_the_cpus_is_timed_beside_its_etl_line(tmp_path):
-    data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "examples.mortgage", "generate", "--out", str(data),
-                    "--years", "2006", "--loans-per-quarter", "200"], cwd=ROOT, check=True,
-                   capture_output=True)
+def test_the_etl_command_on_the_cpus_is_timed_beside_its_etl_line(tmp_path, data):
     scale_out.main(["--etl", f"tiny={data}", "--gpus", "none", "--cpu", "etl",
                     "--scratch", str(tmp_path), "--out", str(tmp_path), "--machine", "cpu-test"])
     results = json.loads((tmp_path / "scale-out-cpu-test.json").read_text())
@@ -97,21 +105,7 @@ def test_joins_run_the_etl_and_job_sections_once_with_each_join_alternating():
     assert dry.count("--join loan") == 4
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--etl", "a=/d", "--joins", "quarter,hash"], "--joins: 'hash' is not one of"),
-    (["--default-job", "--joins", "loan"], "--joins applies to --etl and --job"),
-])
-def test_bad_joins_are_refused_before_anything_runs(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        scale_out.parse(argv)
-    assert message in capsys.readouterr().err
-
-
-def test_the_join_by_loan_is_timed_on_the_cpus(tmp_path):
-    data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "examples.mortgage", "generate", "--out", str(data),
-                    "--years", "2006", "--loans-per-quarter", "200"], cwd=ROOT, check=True,
-                   capture_output=True)
+def test_the_join_by_loan_is_timed_on_the_cpus(tmp_path, data):
     scale_out.main(["--etl", f"tiny={data}", "--gpus", "none", "--cpu", "etl",
                     "--joins", "quarter,loan", "--scratch", str(tmp_path), "--out",
                     str(tmp_path), "--machine", "cpu-test"])
