@@ -20,6 +20,9 @@ WORKER_DEFAULTS = {
     "environ": {},
     # Threads of each GPU worker of a local cluster (dask_gpu_interop.gpu_workers).
     "threads": 1,
+    # A nanny's worker process ends right after its worker closed, without Python's teardown
+    # (dask_gpu_interop.worker_exit).
+    "quick-exit": True,
 }
 
 

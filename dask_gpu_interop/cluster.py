@@ -22,7 +22,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, gpu_workers
+from . import _interrupts, gpu_workers, worker_exit
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
@@ -292,7 +292,8 @@ def local_cluster(
         dashboard_address=dashboard_address,
         security=security,
         processes=processes is not False,
-        preload=[_interrupts.PRELOAD],  # a terminal's Ctrl-C is for the client only
+        # a terminal's Ctrl-C is for the client only; a closed worker's process ends at once
+        preload=[_interrupts.PRELOAD, worker_exit.PRELOAD],
     )
 
 

@@ -22,7 +22,7 @@ import logging
 
 import click
 
-from . import gpu_workers
+from . import gpu_workers, worker_exit
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -99,6 +99,11 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     # After every preload (dask-cuda's creates the CUDA context on the worker's device),
     # before the worker takes any task; a refusal stops the worker.
     add_pending_worker_plugin(worker, plugin)
+
+
+def dask_teardown(worker) -> None:
+    """As the worker closes: its process ends right after (:mod:`dask_gpu_interop.worker_exit`)."""
+    worker_exit.end_process_at_exit(worker)
 
 
 def _stop(message: str):
