@@ -53,7 +53,7 @@ ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
 METHODS = ("library", "tasks", "p2p")
 CLUSTERS = ("library", "dask-cuda")
-STEPS = ("split", "batch", "concat")
+STEPS = ("split", "batch", "concat", "output")
 
 
 # ------------------------------------------------------------------ tasks, run on the workers
@@ -430,8 +430,8 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
         return []
     lines = ["", "The library's steps in one more run (task stream; seconds from the call: "
              "first start-last stop, and the tasks' summed busy time):", "",
-             "| per worker | whole s | split | batch | transfers | concat | crossing GB/s over "
-             "the transfers |", "| ---: | ---: | --- | --- | --- | --- | ---: |"]
+             "| per worker | whole s | split | batch | transfers | concat | output | crossing GB/s "
+             "over the transfers |", "| ---: | ---: | --- | --- | --- | --- | --- | ---: |"]
     for size, profile in sorted(profiles.items()):
         steps = profile["steps"]
 
@@ -443,7 +443,8 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
         speed = (rate(profile["crossing_bytes"] / (moving["last"] - moving["first"]) / 1e9)
                  if moving and moving["last"] > moving["first"] else "-")
         lines.append(f"| {format_bytes(size)} | {profile['seconds']:.3f} | {cell('split')} | "
-                     f"{cell('batch')} | {cell('transfer')} | {cell('concat')} | {speed} |")
+                     f"{cell('batch')} | {cell('transfer')} | {cell('concat')} | "
+                     f"{cell('output')} | {speed} |")
     return lines
 
 

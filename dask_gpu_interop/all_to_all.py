@@ -11,24 +11,26 @@ any other tasks:
 
 1. the input is persisted, and :meth:`distributed.Client.who_has` says where each partition
    is;
-2. ``gpu-shuffle-split``: on the worker holding it, each input partition's rows are ordered by
-   output partition (a hash of the key columns: libcudf's partitioner on cuDF, dask's own on
-   pandas, :mod:`.all_to_all_tasks`);
+2. ``gpu-shuffle-split``: one task on each worker holding input partitions concatenates them
+   (in groups of a bounded size) and orders each group's rows by output partition (a hash
+   of the key columns: libcudf's partitioner on cuDF, dask's own on pandas,
+   :mod:`.all_to_all_tasks`);
 3. ``gpu-shuffle-batch``: on each source worker, one task per destination worker takes the
-   slices of its splits bound for that worker's output partitions (views on pandas; on cuDF
-   one contiguous frame, ordered by output partition);
-4. ``gpu-shuffle-concat``: on each destination worker, one task per output partition
-   concatenates its rows from every batch; dask fetches each batch once.
+   slice of each group bound for that worker's output partitions (a view, nothing copied);
+4. ``gpu-shuffle-concat``: one task on each destination worker concatenates every batch
+   bound for it, output partition by output partition; dask fetches each batch once;
+5. ``gpu-shuffle-output``: one task per output partition, its slice of that concatenation.
 
 Every task is pinned to its worker (a restriction that work stealing cannot lift, so that
 nothing crosses between workers beyond the batches). When a worker of the plan leaves the
 cluster mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks are
 cancelled and it starts again on the workers present, from the input (what was lost with the
 worker is computed again from its lineage), up to ``ATTEMPTS`` times; every task is a pure
-function of its inputs, so the result is the same, every row once. A split's key is
-released once its batches are made (on pandas its memory lives on in them, slices of it,
-until every destination has concatenated its partitions); what is received is freed then.
-On GPU workers dask-cuda's spilling moves to host memory what does not fit.
+function of its inputs, so the result is the same, every row once. A split's memory lives
+on in its batches (slices of it) until every destination has concatenated its own; what is
+received is freed then; the output partitions are slices of their worker's concatenation,
+which lives as long as one of them does. On GPU workers dask-cuda's spilling moves to host
+memory what does not fit.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from . import all_to_all_tasks as tasks
 logger = logging.getLogger(__name__)
 
 #: The task prefix of every task of the all-to-all: ``gpu-shuffle-split``, ``-batch``,
-#: ``-concat`` (the memory report's per-task view groups by these; dask's ``key_split`` would
+#: ``-concat``, ``-output`` (the memory report's per-task view groups by these; dask's ``key_split`` would
 #: drop an eight-letter word starting with a-f, such as "assemble", as if it were hex).
 PREFIX = "gpu-shuffle"
 MERGE_HOWS = ("inner", "left", "right", "outer")
@@ -189,24 +191,21 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
     """
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-    split_name = f"{PREFIX}-split-{token}"
-    batch_name = f"{PREFIX}-batch-{token}"
-    concat_name = f"{PREFIX}-concat-{token}"
+    split_name, batch_name, concat_name, output_name = (
+        f"{PREFIX}-{step}-{token}" for step in ("split", "batch", "concat", "output"))
     layers, dependencies = {}, {}
     batch_layers = set()
     for s in plan.sources:
         worker = plan.workers[s]
-        held = plan.inputs_on(s)
         name = f"{split_name}-on-{s}"
+        held = [inputs[i] for i in plan.inputs_on(s)]
         layers[name] = MaterializedLayer(
-            {(split_name, i): (tasks.split, inputs[i], on, casts, plan.npartitions,
-                               ignore_index) for i in held},
+            {(split_name, s): (tasks.split, held, on, casts, plan.npartitions, ignore_index)},
             annotations=_restricted(worker))  # fmt: skip
         dependencies[name] = set()
-        splits = [(split_name, i) for i in held]
         batches = f"{batch_name}-from-{s}"
         layers[batches] = MaterializedLayer(
-            {(batch_name, s, d): (tasks.batch, splits, *plan.outputs_of(d), ignore_index)
+            {(batch_name, s, d): (tasks.batch, (split_name, s), *plan.outputs_of(d))
              for d in plan.destinations},
             annotations=_restricted(worker))  # fmt: skip
         dependencies[batches] = {name}
@@ -215,12 +214,16 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
         first, stop = plan.outputs_of(d)
         name = f"{concat_name}-on-{d}"
         incoming = [(batch_name, s, d) for s in plan.sources]
-        layers[name] = MaterializedLayer(
-            {(concat_name, j): (tasks.concat, incoming, j - first, ignore_index)
+        layers[name] = MaterializedLayer({(concat_name, d): (tasks.concat, incoming, ignore_index)},
+                                         annotations=_restricted(plan.workers[d]))
+        dependencies[name] = set(batch_layers)
+        outputs = f"{output_name}-on-{d}"
+        layers[outputs] = MaterializedLayer(
+            {(output_name, j): (tasks.output, (concat_name, d), j - first, ignore_index)
              for j in range(first, stop)},
             annotations=_restricted(plan.workers[d]))  # fmt: skip
-        dependencies[name] = set(batch_layers)
-    keys = [(concat_name, j) for j in range(plan.npartitions)]
+        dependencies[outputs] = {name}
+    keys = [(output_name, j) for j in range(plan.npartitions)]
     return HighLevelGraph(layers, dependencies), keys
 
 
@@ -381,7 +384,7 @@ def _failed_step(traceback) -> str:
 
     for frame in tb.extract_tb(traceback) if traceback is not None else ():
         if (os.path.basename(frame.filename) == os.path.basename(tasks.__file__)
-                and frame.name in ("split", "batch", "concat")):
+                and frame.name in ("split", "batch", "concat", "output")):
             return f"{PREFIX}-{frame.name}"
     return PREFIX
 
@@ -462,12 +465,12 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
 
     Notes
     -----
-    Memory: each worker holds its input partitions ordered by destination until its batches
-    are made, the batches until every destination has its own, what it receives, and its
-    output partitions: about three times
-    its share of the frame at the peak, above an input that you keep. GPU workers of dask-cuda
-    (and the library's clusters) spill to host memory what does not fit. The tasks' prefixes,
-    ``gpu-shuffle-split``, ``gpu-shuffle-batch`` and ``gpu-shuffle-concat``, show each
+    Memory: each worker holds its input partitions ordered by output partition until every
+    destination has concatenated its batches, what it receives, and its output partitions:
+    about three times its share of the frame at the peak, above an input that you keep (the
+    split and the concatenation work in groups of a bounded size). GPU workers of dask-cuda
+    (and the library's clusters) spill to host memory what does not fit. The tasks'
+    prefixes, ``gpu-shuffle-split``, ``-batch``, ``-concat`` and ``-output``, show each
     step's device memory in :func:`memory_report`.
 
     Examples

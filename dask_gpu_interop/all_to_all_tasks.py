@@ -1,24 +1,29 @@
 """The tasks of the all-to-all (:mod:`.all_to_all`), run on the workers, for pandas and cuDF.
 
-- :func:`split`: one input partition, its rows ordered by output partition, and where each
-  output partition's rows start (offsets). Numeric keys are hashed as float64, so that an int
-  key meets an equal float key. On pandas the hash is dask's own (``hash_object_dispatch``),
-  so a row lands in the output partition that dask's task shuffle would give it, and the
-  order by partition is a stable sort. On cuDF it is libcudf's hash partitioner (murmur3 of
-  the key columns), which hashes and moves every row in one pass, where a sort by partition
-  and a gather take several. Either way a key goes to the same output partition from every
-  worker of one backend; cuDF and pandas place it differently.
-- :func:`batch`: on a source worker, what its splits hold for one destination worker's output
-  partitions, and their offsets: on pandas a slice of each split (views, nothing copied); on
-  cuDF one frame, every split's slices concatenated output partition by output partition.
-  The batch is the one object that crosses between the two workers (over UCX with the
-  "cuda" serializers, device to device).
-- :func:`concat`: one output partition, concatenated from its rows in every batch bound for
-  its worker (on cuDF, libcudf's slices and one concatenation, without a frame per slice).
+- :func:`split`: on a source worker, all its input partitions, concatenated in groups (of at
+  most :data:`GROUP_BYTES` and :data:`GROUP_ROWS`), each group's rows ordered by output
+  partition, and where each output partition's rows start (offsets). Numeric keys are hashed
+  as float64, so that an int key meets an equal float key. On pandas the hash is dask's own
+  (``hash_object_dispatch``), so a row lands in the output partition that dask's task shuffle
+  would give it, and the order by partition is a stable sort. On cuDF it is libcudf's hash
+  partitioner (murmur3 of the key columns), which hashes and moves every row in one pass.
+  Either way a key goes to the same output partition from every worker of one backend; cuDF
+  and pandas place it differently.
+- :func:`batch`: what a source worker's groups hold for one destination worker's output
+  partitions (a contiguous run of them): one slice of each group, a view, nothing copied. The
+  batch is what crosses between the two workers (over UCX with the "cuda" serializers, device
+  to device, the slices' bytes only).
+- :func:`concat`: on a destination worker, every batch bound for it, concatenated once output
+  partition by output partition (in groups, as the split does), with where each output
+  partition's rows are; on cuDF in libcudf, without a frame per piece.
+- :func:`output`: one output partition, a slice of the concatenation (a view).
 
-cuDF frames go through libcudf (pylibcudf) tables where every column's type round-trips
-(numbers, booleans, datetimes, strings); others take the frames' own methods. Nothing here
-imports a GPU library at module level: cuDF partitions bring CuPy and pylibcudf with them.
+One task per worker for the split and for the concatenation, instead of one per partition:
+the GPU's work is the same, the per-task costs (Python, scheduling) are paid once per
+worker. cuDF frames go through libcudf (pylibcudf) tables where every column's type
+round-trips (numbers, booleans, datetimes, strings); others take the frames' own methods.
+Nothing here imports a GPU library at module level: cuDF partitions bring CuPy and pylibcudf
+with them.
 """
 
 from __future__ import annotations
@@ -56,8 +61,36 @@ def partition_ids(frame, on: list, casts: dict, npartitions: int):
     return values.astype(np.int32, copy=False)
 
 
-def split(frame, on: list, casts: dict, npartitions: int, ignore_index: bool):
-    """``(ordered, offsets)``: the rows of ``frame`` ordered by output partition, and the
+#: Inputs are concatenated, and outputs gathered, in groups of at most this many bytes (a
+#: group of one partition may be larger): each group one libcudf call, and what a step holds
+#: beside its inputs bounded.
+GROUP_BYTES = 2 * 2**30
+#: ... and of at most this many rows, the most a libcudf column holds.
+GROUP_ROWS = 2**31 - 1
+
+
+def groups(sizes: list) -> list[range]:
+    """Consecutive runs of items, given each one's ``(rows, bytes)``: each run at most
+    :data:`GROUP_ROWS` and :data:`GROUP_BYTES` together, or one item alone."""
+    runs, start, rows, nbytes = [], 0, 0, 0
+    for i, (count, size) in enumerate(sizes):
+        if i > start and (rows + count > GROUP_ROWS or nbytes + size > GROUP_BYTES):
+            runs.append(range(start, i))
+            start, rows, nbytes = i, 0, 0
+        rows, nbytes = rows + count, nbytes + size
+    if sizes:
+        runs.append(range(start, len(sizes)))
+    return runs
+
+
+def _nbytes(frame) -> int:
+    from dask.sizeof import sizeof
+
+    return int(sizeof(frame))
+
+
+def order_by_partition(frame, on: list, casts: dict, npartitions: int, ignore_index: bool):
+    """``(ordered, offsets)``: the rows of one frame ordered by output partition, and the
     ``npartitions + 1`` row offsets (NumPy int64) where each output partition starts.
 
     On pandas the order within one output partition is the input's (a stable sort). With
@@ -70,79 +103,121 @@ def split(frame, on: list, casts: dict, npartitions: int, ignore_index: bool):
         offsets[1:] = len(frame)
         return frame, offsets
     if _library(frame).__name__ == "cudf":
-        return _split_cudf(frame, on, casts, npartitions, ignore_index)
+        return _split_cudf([frame], on, casts, npartitions, ignore_index)
     ids = partition_ids(frame, on, casts, npartitions)
     order = np.argsort(ids, kind="stable")  # NumPy's default sort is not stable
     offsets[1:] = np.cumsum(np.bincount(ids, minlength=npartitions))
     return frame.take(order), offsets
 
 
-def batch(splits: list, first: int, stop: int, ignore_index: bool = False
+def split(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bool
           ) -> tuple[list, list]:
-    """``(frames, offsets)``: the rows of output partitions ``first`` to ``stop - 1`` in each of
-    ``splits`` (as :func:`split` gave them), with the offsets of those output partitions
-    inside each frame. On pandas, one slice per split (a view). On cuDF, one frame for all
-    the splits, ordered by output partition (libcudf's slices of every split concatenated
-    once): one contiguous transfer, and a concatenation of one piece per source worker at
-    the destination, instead of one per input partition.
+    """``(frames, offsets)``: a worker's input partitions ``parts`` concatenated in groups
+    (:func:`groups`), each group's rows ordered by output partition, with its offsets (as
+    :func:`order_by_partition` gives them)."""
+    frames, offsets = [], []
+    for run in groups([(len(part), _nbytes(part)) for part in parts]):
+        group = [parts[i] for i in run]
+        if len(group) > 1 and npartitions > 1 and _in_libcudf_together(group, ignore_index):
+            ordered, bounds = _split_cudf(group, on, casts, npartitions, ignore_index)
+        else:
+            frame = group[0] if len(group) == 1 else _library(group[0]).concat(
+                group, ignore_index=ignore_index)
+            ordered, bounds = order_by_partition(frame, on, casts, npartitions, ignore_index)
+        frames.append(ordered)
+        offsets.append(bounds)
+    return frames, offsets
+
+
+def batch(split_groups: tuple, first: int, stop: int) -> tuple[list, list]:
+    """``(frames, offsets)``: the rows of output partitions ``first`` to ``stop - 1`` in a
+    worker's groups (as :func:`split` gave them): one slice of each group (a view), and the
+    offsets of those output partitions inside it.
 
     Empty slices are left out, but one is kept if all are empty, so that every batch carries
     the frame's columns and types.
     """
-    if stop > first and _in_libcudf(splits[0][0], ignore_index):
-        return _batch_in_libcudf(splits, first, stop, ignore_index)
     frames, offsets = [], []
-    for ordered, split_offsets in splits:
-        start, end = int(split_offsets[first]), int(split_offsets[stop])
+    for ordered, bounds in zip(*split_groups, strict=True):
+        start, end = int(bounds[first]), int(bounds[stop])
         if end > start:
             frames.append(ordered.iloc[start:end])
-            offsets.append(split_offsets[first:stop + 1] - start)
+            offsets.append(bounds[first:stop + 1] - start)
     if not frames:
-        ordered, split_offsets = splits[0]
-        start = int(split_offsets[first])
+        ordered, bounds = split_groups[0][0], split_groups[1][0]
+        start = int(bounds[first])
         frames.append(ordered.iloc[start:start])
-        offsets.append(split_offsets[first:stop + 1] - start)
+        offsets.append(bounds[first:stop + 1] - start)
     return frames, offsets
 
 
-def concat(batches: list, position: int, ignore_index: bool):
-    """Output partition ``position`` (counted from the first output partition of its worker):
-    its rows from every batch in ``batches``, concatenated in the batches' order."""
-    if _in_libcudf(batches[0][0][0], ignore_index):  # the batches' frames share their types
-        out = _concat_in_libcudf(batches, position, ignore_index)
-        if out is not None:
-            return out
-    pieces = []
+def concat(batches: list, ignore_index: bool) -> tuple[list, list]:
+    """``(frames, places)``: every output partition of a destination worker, its rows from
+    each of ``batches`` (in the batches' order) concatenated, output partition by output
+    partition, in groups (:func:`groups`); ``places[j]`` is ``(group, start, stop)``, where
+    output partition ``j`` (counted from the worker's first) is among ``frames``."""
+    parts = len(batches[0][1][0]) - 1
+    pieces = [[] for _ in range(parts)]  # per output partition: (frame, start, stop)
     for frames, offsets in batches:
         for frame, bounds in zip(frames, offsets, strict=True):
-            start, end = int(bounds[position]), int(bounds[position + 1])
-            if end > start:
-                pieces.append(frame.iloc[start:end])
-    if not pieces:  # no row anywhere: the columns and types of the first batch's frame
-        pieces = [batches[0][0][0].iloc[0:0]]
-    if len(pieces) == 1:
-        out = pieces[0]
+            for j in range(parts):
+                if bounds[j + 1] > bounds[j]:
+                    pieces[j].append((frame, int(bounds[j]), int(bounds[j + 1])))
+    per_row = {id(frame): _nbytes(frame) / max(len(frame), 1)
+               for frames, _ in batches for frame in frames}  # fmt: skip
+    sizes = [(sum(stop - start for _, start, stop in run),
+              int(sum((stop - start) * per_row[id(frame)] for frame, start, stop in run)))
+             for run in pieces]  # fmt: skip
+    frames, places = [], []
+    like = batches[0][0][0]
+    for run in groups(sizes):
+        group = [piece for j in run for piece in pieces[j]]
+        frames.append(_concatenated(group, like, ignore_index))
+        row = 0
+        for j in run:
+            places.append((len(frames) - 1, row, row + sizes[j][0]))
+            row += sizes[j][0]
+    return frames, places
+
+
+def output(concatenated: tuple, position: int, ignore_index: bool):
+    """Output partition ``position`` (counted from its worker's first): a slice (a view) of
+    :func:`concat`'s frames."""
+    frames, places = concatenated
+    group, start, stop = places[position]
+    out = frames[group].iloc[start:stop]
+    return out.reset_index(drop=True) if ignore_index else out
+
+
+def _concatenated(pieces: list, like, ignore_index: bool):
+    """``(frame, start, stop)`` pieces as one frame, in order (``like``'s columns and types
+    when there is none)."""
+    if not pieces:
+        out = like.iloc[0:0]
         return out.reset_index(drop=True) if ignore_index else out
-    return _library(pieces[0]).concat(pieces, ignore_index=ignore_index)
+    if len(pieces) > 1 and _in_libcudf_together([f for f, _, _ in pieces], ignore_index):
+        return _concat_in_libcudf(pieces, ignore_index)
+    slices = [frame.iloc[start:stop] for frame, start, stop in pieces]
+    if len(slices) == 1:
+        return slices[0].reset_index(drop=True) if ignore_index else slices[0]
+    return _library(like).concat(slices, ignore_index=ignore_index)
 
 
-def _concat_in_libcudf(batches: list, position: int, ignore_index: bool):
-    """:func:`concat` of cuDF batches: each piece a libcudf slice of its frame's table (a view),
-    and one concatenation of them all."""
+def _concat_in_libcudf(pieces: list, ignore_index: bool):
+    """:func:`_concatenated` of cuDF pieces: each a libcudf slice of its frame's table (a
+    view; one slicing call per frame), and one concatenation of them all."""
     import pylibcudf as plc
 
-    tables, first = [], None
-    for frames, offsets in batches:
-        for frame, bounds in zip(frames, offsets, strict=True):
-            start, end = int(bounds[position]), int(bounds[position + 1])
-            if end > start:
-                flat = _flat(frame, ignore_index)
-                first = flat if first is None else first
-                tables.append(plc.copying.slice(flat.to_pylibcudf()[0], [start, end])[0])
-    if len(tables) < 2:  # one piece or none: nothing to concatenate
-        return None
-    out = plc.concatenate.concatenate(tables)
-    return _from_table(out, first, batches[0][0][0], ignore_index)
+    flats, bounds = {}, {}
+    for frame, start, stop in pieces:
+        if id(frame) not in flats:
+            flats[id(frame)] = (frame, _flat(frame, ignore_index))
+        bounds.setdefault(id(frame), []).extend((start, stop))
+    views = {key: iter(plc.copying.slice(flat.to_pylibcudf()[0], bounds[key]))
+             for key, (_, flat) in flats.items()}  # fmt: skip
+    tables = [next(views[id(frame)]) for frame, _, _ in pieces]
+    like, flat = flats[id(pieces[0][0])]
+    return _from_table(plc.concatenate.concatenate(tables), flat, like, ignore_index)
 
 
 # --------------------------------------------------------------------------- cuDF in libcudf
@@ -170,6 +245,20 @@ def _in_libcudf(frame, ignore_index: bool) -> bool:
         dtypes += list(index.dtypes) if index.nlevels > 1 else [index.dtype]
     return all(getattr(dtype, "kind", "O") in _PLAIN_KINDS or is_string_dtype(dtype)
                for dtype in dtypes)
+
+
+def _in_libcudf_together(frames: list, ignore_index: bool) -> bool:
+    """Whether cuDF ``frames`` can be concatenated as libcudf tables: each goes through one
+    (:func:`_in_libcudf`), and all have the same columns and types (index included, unless
+    ``ignore_index``), where cuDF's own concatenation would reconcile them."""
+    def types(frame):
+        index = [] if ignore_index else (list(frame.index.dtypes) if frame.index.nlevels > 1
+                                         else [frame.index.dtype])
+        return list(frame.columns), list(frame.dtypes) + index
+
+    first = types(frames[0])
+    return (_in_libcudf(frames[0], ignore_index)
+            and all(types(frame) == first for frame in frames[1:]))  # fmt: skip
 
 
 def _flat(frame, ignore_index: bool):
@@ -201,45 +290,33 @@ def _hashed_keys(frame, on: list, casts: dict):
     return keys
 
 
-def _batch_in_libcudf(splits: list, first: int, stop: int, ignore_index: bool):
-    """:func:`batch` of cuDF splits: every split's slice of each output partition (libcudf
-    views), concatenated output partition by output partition into one frame."""
+def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_index: bool):
+    """``(ordered, offsets)`` of cuDF ``frames`` (one, or several whose columns all go through
+    a libcudf table unchanged) by libcudf's hash partitioner: the frames' tables concatenated,
+    the key columns hashed and every row moved to its partition's run in one call; for
+    columns that cannot go through a libcudf table unchanged, the partitioner orders the row
+    numbers and the frame takes them."""
     import pylibcudf as plc
 
-    flats = [_flat(ordered, ignore_index) for ordered, _ in splits]
-    views = [plc.copying.slice(flat.to_pylibcudf()[0],
-                               [int(offsets[j + k]) for j in range(first, stop) for k in (0, 1)])
-             for flat, (_, offsets) in zip(flats, splits, strict=True)]
-    sizes = np.zeros(stop - first + 1, dtype=np.int64)
-    pieces = []
-    for j in range(stop - first):
-        for view, (_, offsets) in zip(views, splits, strict=True):
-            pieces.append(view[j])
-            sizes[j + 1] += int(offsets[first + j + 1] - offsets[first + j])
-    table = plc.concatenate.concatenate(pieces)
-    return [_from_table(table, flats[0], splits[0][0], ignore_index)], [np.cumsum(sizes)]
+    def joined(tables):
+        return tables[0] if len(tables) == 1 else plc.concatenate.concatenate(tables)
 
-
-def _split_cudf(frame, on: list, casts: dict, npartitions: int, ignore_index: bool):
-    """:func:`split` of a cuDF frame by libcudf's hash partitioner: the key columns hashed and
-    every row moved to its partition's run in one call; for columns that cannot go through a
-    libcudf table unchanged, the partitioner orders the row numbers and the frame takes them."""
-    import pylibcudf as plc
-
-    keys = _hashed_keys(frame, on, casts).to_pylibcudf()[0]
+    keys = joined([_hashed_keys(frame, on, casts).to_pylibcudf()[0] for frame in frames])
+    frame = frames[0]
+    rows = sum(len(f) for f in frames)
     plain = _in_libcudf(frame, ignore_index)
     if plain:
-        flat = _flat(frame, ignore_index)
-        table, starts = plc.partitioning.hash_partition(flat.to_pylibcudf()[0], keys,
-                                                        npartitions)
-    else:
-        rows = _library(frame).Series(_array_module(frame).arange(len(frame), dtype="int64"))
-        table, starts = plc.partitioning.hash_partition(plc.Table([rows.to_pylibcudf()[0]]),
-                                                        keys, npartitions)
+        flats = [_flat(f, ignore_index) for f in frames]
+        table, starts = plc.partitioning.hash_partition(
+            joined([flat.to_pylibcudf()[0] for flat in flats]), keys, npartitions)
+    else:  # one frame
+        numbers = _library(frame).Series(_array_module(frame).arange(rows, dtype="int64"))
+        table, starts = plc.partitioning.hash_partition(
+            plc.Table([numbers.to_pylibcudf()[0]]), keys, npartitions)
     offsets = np.empty(npartitions + 1, dtype=np.int64)
     offsets[:len(starts)] = starts
-    offsets[len(starts):] = len(frame)
+    offsets[len(starts):] = rows
     if plain:
-        return _from_table(table, flat, frame, ignore_index), offsets
+        return _from_table(table, flats[0], frame, ignore_index), offsets
     order = _library(frame).Series.from_pylibcudf(table.columns()[0])
     return frame.take(order), offsets

@@ -98,7 +98,7 @@ def test_a_plan_with_an_input_on_no_known_worker_is_refused():
         Plan(workers=("a", "b"), owners=("a", "gone"), npartitions=2)
 
 
-def test_the_graph_has_one_split_per_input_one_batch_per_worker_pair_one_concat_per_output():
+def test_the_graph_has_a_split_and_a_concat_per_worker_a_batch_per_pair_an_output_per_part():
     plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
     graph, keys = build_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"], {},
                               False)  # fmt: skip
@@ -109,29 +109,31 @@ def test_the_graph_has_one_split_per_input_one_batch_per_worker_pair_one_concat_
             tasks_by_prefix.setdefault(key_split(key), []).append(key)
             restrictions[key] = layer.annotations
     assert sorted(tasks_by_prefix) == ["gpu-shuffle-batch", "gpu-shuffle-concat",
-                                       "gpu-shuffle-split"]
-    assert len(tasks_by_prefix["gpu-shuffle-split"]) == 5
-    # sources a and c, destinations a, b, c (outputs 0-1, 2, 3): one batch per pair
+                                       "gpu-shuffle-output", "gpu-shuffle-split"]
+    # sources a and c, each splitting its inputs in one task
+    assert sorted(k[1] for k in tasks_by_prefix["gpu-shuffle-split"]) == [0, 2]
+    split_a = graph.to_dict()[(tasks_by_prefix["gpu-shuffle-split"][0][0], 0)]
+    assert [i for i in range(5) if f"in-{i}" in str(split_a)] == [0, 1, 3]
+    # destinations a, b, c (outputs 0-1, 2, 3): one batch per pair, one concat each
     assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-batch"]) == [
         (0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
-    assert keys == [(k[0], j) for j, k in enumerate(sorted(tasks_by_prefix["gpu-shuffle-concat"]))]
+    assert sorted(k[1] for k in tasks_by_prefix["gpu-shuffle-concat"]) == [0, 1, 2]
+    assert keys == [(k[0], j) for j, k in enumerate(sorted(tasks_by_prefix["gpu-shuffle-output"]))]
     for key, annotated in restrictions.items():
         assert annotated["allow_other_workers"] is False  # pinned: never stolen
         name = key_split(key)
-        if name == "gpu-shuffle-split":
-            assert annotated["workers"] == [plan.owners[key[1]]]
-        elif name == "gpu-shuffle-batch":
-            assert annotated["workers"] == [plan.workers[key[1]]]
-        else:
+        if name == "gpu-shuffle-output":
             assert annotated["workers"] == [plan.workers[plan.destination(key[1])]]
+        else:  # split and batch on their source, concat on its destination
+            assert annotated["workers"] == [plan.workers[key[1]]]
 
 
 # --------------------------------------------------------------------------- the tasks
 
 
-def test_split_orders_rows_by_output_partition_and_says_where_each_starts():
+def test_rows_are_ordered_by_output_partition_with_where_each_starts():
     block = frame(1, rows=500)[0]
-    ordered, offsets = tasks.split(block, ["key"], {"key": "float64"}, 7, False)
+    ordered, offsets = tasks.order_by_partition(block, ["key"], {"key": "float64"}, 7, False)
     ids = tasks.partition_ids(block, ["key"], {"key": "float64"}, 7)
     assert offsets[0] == 0 and offsets[-1] == 500 and (np.diff(offsets) >= 0).all()
     assert list(np.diff(offsets)) == list(np.bincount(ids, minlength=7))
@@ -139,6 +141,30 @@ def test_split_orders_rows_by_output_partition_and_says_where_each_starts():
         rows = ordered.iloc[offsets[j]:offsets[j + 1]]
         assert set(rows.index) == set(block.index[ids == j])
         assert list(rows["n"]) == sorted(rows["n"])  # stable: the input's order kept
+
+
+def test_groups_hold_at_most_the_bytes_and_rows_allowed(monkeypatch):
+    monkeypatch.setattr(tasks, "GROUP_BYTES", 100)
+    monkeypatch.setattr(tasks, "GROUP_ROWS", 10)
+    assert tasks.groups([(1, 40), (1, 40), (1, 40), (1, 200), (1, 10)]) == [
+        range(0, 2), range(2, 3), range(3, 4), range(4, 5)]  # a large one alone
+    assert tasks.groups([(6, 1), (4, 1), (1, 1), (12, 1)]) == [range(0, 2), range(2, 3),
+                                                              range(3, 4)]
+    assert tasks.groups([]) == []
+
+
+@pytest.mark.parametrize("group_bytes", [1 << 40, 1])  # one group; a group per partition
+def test_a_workers_partitions_split_in_groups_keep_every_row_in_its_partition(
+        monkeypatch, group_bytes):
+    monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
+    blocks = frame(3, rows=200)
+    frames, offsets = tasks.split(blocks, ["key"], {"key": "float64"}, 5, False)
+    assert len(frames) == (1 if group_bytes > 1 else 3)
+    whole = pd.concat(blocks)
+    ids = tasks.partition_ids(whole, ["key"], {"key": "float64"}, 5)
+    for j in range(5):
+        got = pd.concat([f.iloc[o[j]:o[j + 1]] for f, o in zip(frames, offsets, strict=True)])
+        pd.testing.assert_frame_equal(got.sort_values("n"), whole[ids == j].sort_values("n"))
 
 
 def test_partition_ids_are_dasks_own_hash_partitioning():
@@ -152,23 +178,34 @@ def test_partition_ids_are_dasks_own_hash_partitioning():
     assert list(tasks.partition_ids(block, ["key"], {"key": "float64"}, 5)) == list(as_int)
 
 
-def test_batch_and_concat_put_every_row_of_a_partition_together():
-    blocks = frame(3, rows=200)
-    splits = [tasks.split(b, ["key"], {}, 5, False) for b in blocks]
-    # outputs 1-3 go to one destination: one slice per split, offsets inside it
-    frames, offsets = tasks.batch(splits, 1, 4)
-    assert len(frames) == 3 and all(len(o) == 4 for o in offsets)
+@pytest.mark.parametrize("group_bytes", [1 << 40, 1])
+def test_batch_concat_and_output_put_every_row_of_a_partition_together(monkeypatch,
+                                                                       group_bytes):
+    monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
+    blocks = frame(4, rows=200)
+    sources = [tasks.split(blocks[:3], ["key"], {}, 5, False),
+               tasks.split(blocks[3:], ["key"], {}, 5, False)]
+    # outputs 1-3 go to one destination: one slice of each group, offsets inside it
+    batches = [tasks.batch(groups, 1, 4) for groups in sources]
+    for (frames, offsets), groups in zip(batches, sources, strict=True):
+        assert len(frames) == len(groups[0]) and all(len(o) == 4 for o in offsets)
+    concatenated = tasks.concat(batches, False)
+    if group_bytes == 1:
+        assert len(concatenated[0]) == 3  # an output partition per group
     for j in range(1, 4):
-        got = tasks.concat([(frames, offsets)], j - 1, False)
-        want = pd.concat([o.iloc[s[j]:s[j + 1]] for o, s in splits])
+        got = tasks.output(concatenated, j - 1, False)
+        want = pd.concat([o.iloc[s[j]:s[j + 1]] for groups in sources
+                          for o, s in zip(*groups, strict=True)])
         pd.testing.assert_frame_equal(got, want)
+        assert list(tasks.output(concatenated, j - 1, True).index) == list(range(len(want)))
 
 
 def test_a_batch_of_empty_slices_keeps_one_so_the_types_travel():
     block = frame(1, rows=0)[0]
-    frames, offsets = tasks.batch([tasks.split(block, ["key"], {}, 3, False)] * 2, 0, 3)
+    groups = tasks.split([block, block], ["key"], {}, 3, False)
+    frames, offsets = tasks.batch(groups, 0, 3)
     assert len(frames) == 1 and len(frames[0]) == 0 and list(offsets[0]) == [0, 0, 0, 0]
-    out = tasks.concat([(frames, offsets)], 1, True)
+    out = tasks.output(tasks.concat([(frames, offsets)], True), 1, True)
     assert len(out) == 0 and list(out.dtypes) == list(block.dtypes)
 
 
@@ -213,6 +250,22 @@ def test_every_row_arrives_once_and_every_key_in_one_partition(client, case):
         assert sorted(len(p) for p in parts)[:-1] == [0] * (len(parts) - 1)
 
 
+def _set_group_bytes(value: int) -> int:
+    before, tasks.GROUP_BYTES = tasks.GROUP_BYTES, value
+    return before
+
+
+def test_partitions_split_and_concatenated_in_many_groups_give_every_row_once(client):
+    before = client.run(_set_group_bytes, 1)  # every partition and output a group of its own
+    try:
+        blocks = frame(8, rows=300)
+        parts = partitions_of(client, shuffle(dask_frame(blocks), "key", 5))
+    finally:
+        client.run(_set_group_bytes, next(iter(before.values())))
+    assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, "key")
+
+
 def test_rows_land_where_dasks_task_shuffle_puts_them(client):
     source = dask_frame(frame())
     ours = partitions_of(client, shuffle(source, ["key", "name"], npartitions=5))
@@ -255,7 +308,7 @@ def test_nothing_but_the_output_is_left_in_memory(client):
                        if ts.state == "memory"})  # fmt: skip
 
     assert [p for p in client.run_on_scheduler(held) if p.startswith("gpu-shuffle")] == [
-        "gpu-shuffle-concat"]
+        "gpu-shuffle-output"]
     del shuffled
 
 
@@ -273,16 +326,18 @@ def test_each_task_runs_on_the_worker_the_plan_gives_it():
         ran = {task["key"]: task["worker"] for task in stream.data}
         plan = Plan(workers=stats.workers, owners=stats.workers[:1], npartitions=7)
         seen = set()
+        holders = {worker for future in inputs for worker in held[future.key]}
         for key, worker in ran.items():
             step = key_split(key)
             seen.add(step)
-            if step == "gpu-shuffle-concat":
+            if step == "gpu-shuffle-output":
                 assert worker == stats.workers[plan.destination(key[1])], key
-            elif step == "gpu-shuffle-batch":
+            elif step in ("gpu-shuffle-batch", "gpu-shuffle-concat"):
                 assert worker == stats.workers[key[1]], key
             elif step == "gpu-shuffle-split":
-                assert worker in held[inputs[key[1]].key], key
-        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-concat"} <= seen
+                assert worker == stats.workers[key[1]] and worker in holders, key
+        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-concat",
+                "gpu-shuffle-output"} <= seen
         assert len(partitions_of(client, shuffled)) == 7
 
 

@@ -119,7 +119,7 @@ def test_a_cudf_split_in_libcudf_keeps_every_row_its_index_and_each_key_in_one_r
     frame = cudf.from_pandas(pdf)
     ignore = index == "ignored"
     assert tasks._in_libcudf(frame, ignore)
-    ordered, offsets = tasks.split(frame, ["key"], {"key": "float64"}, 7, ignore)
+    ordered, offsets = tasks.order_by_partition(frame, ["key"], {"key": "float64"}, 7, ignore)
     assert offsets[0] == 0 and offsets[-1] == len(pdf) and (np.diff(offsets) >= 0).all()
     assert list(ordered.columns) == list(pdf.columns)
     assert dict(ordered.dtypes) == dict(frame.dtypes)
@@ -142,33 +142,42 @@ def test_an_int_key_meets_an_equal_float_key_in_a_cudf_split():
     floats = cudf.DataFrame({"key": np.arange(1_000, dtype=np.float64)})
     where = []
     for frame in (ints, floats):
-        ordered, offsets = tasks.split(frame, ["key"], {"key": "float64"}, 9, True)
+        ordered, offsets = tasks.order_by_partition(frame, ["key"], {"key": "float64"}, 9, True)
         where.append({int(k): j for j, part in enumerate(runs(ordered, offsets))
                       for k in part["key"]})
     assert where[0] == where[1] and len(set(where[0].values())) == 9
 
 
+@pytest.mark.parametrize("group_bytes", [1 << 40, 1])  # one group per worker; one per part
 @pytest.mark.parametrize("ignore_index", [False, True])
-def test_cudf_batches_and_concat_in_libcudf_equal_cudfs_slices_concatenated(ignore_index):
+def test_cudf_splits_batches_and_concat_in_libcudf_equal_cudfs_own(monkeypatch, ignore_index,
+                                                                  group_bytes):
     import cudf
 
     from dask_gpu_interop import all_to_all_tasks as tasks
 
+    monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
     pdf = pandas_frame(rows=10_000).rename_axis("row")
     frame = cudf.from_pandas(pdf)
-    splits = [tasks.split(frame.iloc[i::3], ["key"], {"key": "float64"}, 4, ignore_index)
-              for i in range(3)]
-    sources = [splits[:2], splits[2:]]  # two source workers' splits
-    batches = [tasks.batch(held, 1, 4, ignore_index) for held in sources]
-    assert [len(frames) for frames, _ in batches] == [1, 1]  # one frame per batch
+    parts = [frame.iloc[i::3] for i in range(3)]
+    sources = [tasks.split(parts[:2], ["key"], {"key": "float64"}, 4, ignore_index),
+               tasks.split(parts[2:], ["key"], {"key": "float64"}, 4, ignore_index)]
+    assert [len(frames) for frames, _ in sources] == ([1, 1] if group_bytes > 1 else [2, 1])
+    batches = [tasks.batch(groups, 1, 4) for groups in sources]
+    concatenated = tasks.concat(batches, ignore_index)
     for position in range(3):
         j = 1 + position
-        got = tasks.concat(batches, position, ignore_index)
+        got = tasks.output(concatenated, position, ignore_index)
         pieces = [ordered.iloc[int(offsets[j]):int(offsets[j + 1])]
-                  for held in sources for ordered, offsets in held]
+                  for groups in sources for ordered, offsets in zip(*groups, strict=True)]
         want = cudf.concat(pieces, ignore_index=ignore_index)
         assert len(want) > 0
         pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())
+    # every row once, each key in one output partition
+    outputs = [tasks.output(concatenated, p, ignore_index).to_pandas() for p in range(3)]
+    _, whole = tasks.order_by_partition(frame, ["key"], {"key": "float64"}, 4, True)
+    assert sum(len(o) for o in outputs) == int(whole[4] - whole[1])  # outputs 1-3 of the frame
+    assert_each_key_in_one_partition(outputs, "key")
 
 
 def test_a_cudf_frame_of_categories_is_split_by_the_same_hash(one_gpu):
@@ -183,7 +192,8 @@ def test_a_cudf_frame_of_categories_is_split_by_the_same_hash(one_gpu):
     assert tasks._in_libcudf(plain, False) and not tasks._in_libcudf(other, False)
     where = []
     for frame in (plain, other):  # a join's two sides: the same key, the same partition
-        ordered, offsets = tasks.split(frame, ["key", "name"], {"key": "float64"}, 6, False)
+        ordered, offsets = tasks.order_by_partition(frame, ["key", "name"], {"key": "float64"}, 6,
+                                                    False)
         where.append({key: j for j, part in enumerate(runs(ordered, offsets))
                       for key in part[["key", "name"]].astype({"name": str}).itertuples(
                           index=False, name=None)})
@@ -198,9 +208,10 @@ def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu):
 
     shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4, client=one_gpu)
     frame = memory_report(one_gpu).tasks_frame().set_index("prefix")
-    assert frame.loc["gpu-shuffle-split", "tasks"] >= 8
+    assert frame.loc["gpu-shuffle-split", "tasks"] >= 1  # one per worker
     assert frame.loc["gpu-shuffle-batch", "tasks"] >= 1
-    assert frame.loc["gpu-shuffle-concat", "tasks"] >= 4
+    assert frame.loc["gpu-shuffle-concat", "tasks"] >= 1
+    assert frame.loc["gpu-shuffle-output", "tasks"] >= 4
     assert frame.loc["gpu-shuffle-split", "peak_bytes_max"] > 0  # the split's ordered copy
     del shuffled
 

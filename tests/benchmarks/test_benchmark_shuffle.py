@@ -39,12 +39,15 @@ def test_shuffle_on_cpus_checks_every_method_and_times_the_librarys_steps(tmp_pa
     assert min(library["received"]) >= 0.5 * shuffle.crossing_bytes(frame_bytes, 2)
     profile = results["profiles"][shuffle.entry_key("library", "tcp", MiB, "library")]
     steps = profile["steps"]
-    assert set(steps) == {"split", "batch", "concat", "transfer"}
-    assert steps["split"]["count"] == 4 and steps["concat"]["count"] == 4
+    assert set(steps) == {"split", "batch", "concat", "output", "transfer"}
+    # one split and one concatenation per worker, one output task per output partition
+    assert steps["split"]["count"] == 2 and steps["concat"]["count"] == 2
+    assert steps["output"]["count"] == 4
     assert steps["split"]["first"] <= steps["batch"]["first"] <= steps["concat"]["last"]
+    assert steps["concat"]["first"] <= steps["output"]["last"]
     # the task stream's times are the workers' (distributed shifts them by its estimate of the
     # clocks' offset): within the call, give or take that estimate
-    assert 0 < steps["concat"]["last"] <= profile["seconds"] + 0.05
+    assert 0 < steps["output"]["last"] <= profile["seconds"] + 0.05
     table = (tmp_path / "shuffle-cpu-test.md").read_text()
     assert "### library cluster, TCP" in table and "| 1.00 MiB | library |" in table
     assert table.count("| ok |") == 5 and "FAILED" not in table
