@@ -35,8 +35,10 @@ def applies(worker) -> bool:
     and dask config does not say otherwise."""
     import dask.config
 
-    return (bool(dask.config.get(CONFIG_KEY, default=True))
-            and getattr(worker, "nanny", None) is not None
+    wanted = dask.config.get(CONFIG_KEY, default=True)
+    if isinstance(wanted, str):  # from the environment: DASK_GPU_INTEROP__WORKER__QUICK_EXIT=false
+        wanted = wanted.strip().lower() not in ("false", "0", "no", "off", "")
+    return (bool(wanted) and getattr(worker, "nanny", None) is not None
             and multiprocessing.parent_process() is not None)  # fmt: skip
 
 

@@ -56,6 +56,15 @@ def test_only_a_nannys_worker_process_ends_quickly(monkeypatch, registered, nann
     assert registered == ([worker_exit._end_now] if ends else [])
 
 
+@pytest.mark.parametrize("setting, ends", [(True, True), (False, False), ("false", False),
+                                           ("False", False), ("0", False), ("true", True)])
+def test_the_setting_turns_it_off_in_config_or_the_environment(monkeypatch, registered,
+                                                               setting, ends):
+    monkeypatch.setattr(worker_exit.multiprocessing, "parent_process", lambda: object())
+    with dask.config.set({worker_exit.CONFIG_KEY: setting}):
+        assert worker_exit.applies(types.SimpleNamespace(nanny="tcp://127.0.0.1:1")) is ends
+
+
 def test_the_library_preload_ends_its_workers_process_once(monkeypatch, registered):
     monkeypatch.setattr(worker_exit.multiprocessing, "parent_process", lambda: object())
     worker = types.SimpleNamespace(nanny="tcp://127.0.0.1:1")
