@@ -11,15 +11,14 @@ any other tasks:
 
 1. the input is persisted, and :meth:`distributed.Client.who_has` says where each partition
    is;
-2. ``gpu-shuffle-split``: one task on each worker holding input partitions orders each one's
-   rows by output partition (a hash of the key columns: libcudf's partitioner on cuDF,
-   dask's own on pandas, :mod:`.all_to_all_tasks`);
+2. ``gpu-shuffle-split``: one task on each worker holding input partitions concatenates them
+   (in groups of a bounded size) and orders each group's rows by output partition (a hash
+   of the key columns: libcudf's partitioner on cuDF, dask's own on pandas,
+   :mod:`.all_to_all_tasks`);
 3. ``gpu-shuffle-batch``: on each source worker, one task per destination worker takes the
-   slice of each partition bound for that worker's output partitions (views, nothing
-   copied);
+   slice of each group bound for that worker's output partitions (a view, nothing copied);
 4. ``gpu-shuffle-concat``: one task on each destination worker concatenates every batch
-   bound for it, output partition by output partition (in groups of a bounded size); dask
-   fetches each batch once;
+   bound for it, output partition by output partition; dask fetches each batch once;
 5. ``gpu-shuffle-output``: one task per output partition, its slice of that concatenation.
 
 Every task is pinned to its worker (a restriction that work stealing cannot lift, so that
@@ -469,7 +468,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     Memory: each worker holds its input partitions ordered by output partition until every
     destination has concatenated its batches, what it receives, and its output partitions:
     about three times its share of the frame at the peak, above an input that you keep (the
-    concatenation works in groups of a bounded size). GPU workers of dask-cuda
+    split and the concatenation work in groups of a bounded size). GPU workers of dask-cuda
     (and the library's clusters) spill to host memory what does not fit. The tasks'
     prefixes, ``gpu-shuffle-split``, ``-batch``, ``-concat`` and ``-output``, show each
     step's device memory in :func:`memory_report`.

@@ -1,21 +1,21 @@
 """The tasks of the all-to-all (:mod:`.all_to_all`), run on the workers, for pandas and cuDF.
 
-- :func:`split`: on a source worker, each of its input partitions with its rows ordered by
-  output partition, and where each output partition's rows start (offsets). Numeric keys are
-  hashed as float64, so that an int key meets an equal float key. On pandas the hash is dask's
-  own (``hash_object_dispatch``), so a row lands in the output partition that dask's task
-  shuffle would give it, and the order by partition is a stable sort. On cuDF it is libcudf's
-  hash partitioner (murmur3 of the key columns), which hashes and moves every row in one pass.
-  Either way a key goes to the same output partition from every worker of one backend; cuDF and
-  pandas place it differently.
-- :func:`batch`: what a source worker's partitions hold for one destination worker's output
-  partitions (a contiguous run of them): one slice of each, a view, nothing copied. The batch is
-  what crosses between the two workers (over UCX with the "cuda" serializers, device to device,
-  the slices' bytes only).
+- :func:`split`: on a source worker, all its input partitions, concatenated in groups (of at
+  most :data:`GROUP_BYTES` and :data:`GROUP_ROWS`), each group's rows ordered by output
+  partition, and where each output partition's rows start (offsets). Numeric keys are hashed
+  as float64, so that an int key meets an equal float key. On pandas the hash is dask's own
+  (``hash_object_dispatch``), so a row lands in the output partition that dask's task shuffle
+  would give it, and the order by partition is a stable sort. On cuDF it is libcudf's hash
+  partitioner (murmur3 of the key columns), which hashes and moves every row in one pass.
+  Either way a key goes to the same output partition from every worker of one backend; cuDF
+  and pandas place it differently.
+- :func:`batch`: what a source worker's groups hold for one destination worker's output
+  partitions (a contiguous run of them): one slice of each group, a view, nothing copied. The
+  batch is what crosses between the two workers (over UCX with the "cuda" serializers, device
+  to device, the slices' bytes only).
 - :func:`concat`: on a destination worker, every batch bound for it, concatenated once output
-  partition by output partition (in groups of at most :data:`GROUP_BYTES` and
-  :data:`GROUP_ROWS`), with where each output partition's rows are; on cuDF in libcudf, without
-  a frame per piece.
+  partition by output partition (in groups, as the split does), with where each output
+  partition's rows are; on cuDF in libcudf, without a frame per piece.
 - :func:`output`: one output partition, a slice of the concatenation (a view).
 
 One task per worker for the split and for the concatenation, instead of one per partition:
@@ -61,9 +61,9 @@ def partition_ids(frame, on: list, casts: dict, npartitions: int):
     return values.astype(np.int32, copy=False)
 
 
-#: A destination concatenates its output partitions in groups of at most this many bytes (a
-#: group of one partition may be larger): each group one libcudf call, and what the step
-#: holds beside its inputs bounded.
+#: Inputs are concatenated, and outputs gathered, in groups of at most this many bytes (a
+#: group of one partition may be larger): each group one libcudf call, and what a step holds
+#: beside its inputs bounded.
 GROUP_BYTES = 2 * 2**30
 #: ... and of at most this many rows, the most a libcudf column holds.
 GROUP_ROWS = 2**31 - 1
@@ -103,7 +103,7 @@ def order_by_partition(frame, on: list, casts: dict, npartitions: int, ignore_in
         offsets[1:] = len(frame)
         return frame, offsets
     if _library(frame).__name__ == "cudf":
-        return _split_cudf(frame, on, casts, npartitions, ignore_index)
+        return _split_cudf([frame], on, casts, npartitions, ignore_index)
     ids = partition_ids(frame, on, casts, npartitions)
     order = np.argsort(ids, kind="stable")  # NumPy's default sort is not stable
     offsets[1:] = np.cumsum(np.bincount(ids, minlength=npartitions))
@@ -112,34 +112,39 @@ def order_by_partition(frame, on: list, casts: dict, npartitions: int, ignore_in
 
 def split(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bool
           ) -> tuple[list, list]:
-    """``(frames, offsets)``: each of a worker's input partitions ``parts`` with its rows
-    ordered by output partition, and its offsets (as :func:`order_by_partition` gives them).
-    The partitions are not concatenated first: that would copy every row once more, where
-    the destination's concatenation takes any number of pieces at the same cost."""
+    """``(frames, offsets)``: a worker's input partitions ``parts`` concatenated in groups
+    (:func:`groups`), each group's rows ordered by output partition, with its offsets (as
+    :func:`order_by_partition` gives them)."""
     frames, offsets = [], []
-    for part in parts:
-        ordered, bounds = order_by_partition(part, on, casts, npartitions, ignore_index)
+    for run in groups([(len(part), _nbytes(part)) for part in parts]):
+        group = [parts[i] for i in run]
+        if len(group) > 1 and npartitions > 1 and _in_libcudf_together(group, ignore_index):
+            ordered, bounds = _split_cudf(group, on, casts, npartitions, ignore_index)
+        else:
+            frame = group[0] if len(group) == 1 else _library(group[0]).concat(
+                group, ignore_index=ignore_index)
+            ordered, bounds = order_by_partition(frame, on, casts, npartitions, ignore_index)
         frames.append(ordered)
         offsets.append(bounds)
     return frames, offsets
 
 
-def batch(splits: tuple, first: int, stop: int) -> tuple[list, list]:
+def batch(split_groups: tuple, first: int, stop: int) -> tuple[list, list]:
     """``(frames, offsets)``: the rows of output partitions ``first`` to ``stop - 1`` in a
-    worker's partitions (as :func:`split` gave them): one slice of each (a view), and the
+    worker's groups (as :func:`split` gave them): one slice of each group (a view), and the
     offsets of those output partitions inside it.
 
     Empty slices are left out, but one is kept if all are empty, so that every batch carries
     the frame's columns and types.
     """
     frames, offsets = [], []
-    for ordered, bounds in zip(*splits, strict=True):
+    for ordered, bounds in zip(*split_groups, strict=True):
         start, end = int(bounds[first]), int(bounds[stop])
         if end > start:
             frames.append(ordered.iloc[start:end])
             offsets.append(bounds[first:stop + 1] - start)
     if not frames:
-        ordered, bounds = splits[0][0], splits[1][0]
+        ordered, bounds = split_groups[0][0], split_groups[1][0]
         start = int(bounds[first])
         frames.append(ordered.iloc[start:start])
         offsets.append(bounds[first:stop + 1] - start)
@@ -263,20 +268,11 @@ def _flat(frame, ignore_index: bool):
 
 def _from_table(table, flat, like, ignore_index: bool):
     """A cuDF frame of libcudf ``table``, whose columns are ``flat``'s; the index of ``like``
-    (its levels ``flat``'s first columns) set again, with its names. One level becomes the
-    index as it is (``set_index`` would cost more than the rest together)."""
-    if ignore_index:
-        return type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
-    levels = like.index.nlevels
-    if levels == 1:
-        import pylibcudf as plc
-
-        columns = table.columns()
-        out = type(like).from_pylibcudf(plc.Table(columns[1:]), {"columns": list(flat.columns[1:])})
-        library = _library(like)
-        out.index = library.Index(library.Series.from_pylibcudf(columns[0]), name=like.index.name)
-        return out
+    (its levels ``flat``'s first columns) set again, with its names."""
     out = type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
+    if ignore_index:
+        return out
+    levels = like.index.nlevels
     out = out.set_index(list(flat.columns[:levels]))
     out.index.names = like.index.names
     return out
@@ -294,27 +290,33 @@ def _hashed_keys(frame, on: list, casts: dict):
     return keys
 
 
-def _split_cudf(frame, on: list, casts: dict, npartitions: int, ignore_index: bool):
-    """``(ordered, offsets)`` of a cuDF frame by libcudf's hash partitioner: the key columns
-    hashed and every row moved to its partition's run in one call; for columns that cannot
-    go through a libcudf table unchanged, the partitioner orders the row numbers and the
-    frame takes them."""
+def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_index: bool):
+    """``(ordered, offsets)`` of cuDF ``frames`` (one, or several whose columns all go through
+    a libcudf table unchanged) by libcudf's hash partitioner: the frames' tables concatenated,
+    the key columns hashed and every row moved to its partition's run in one call; for
+    columns that cannot go through a libcudf table unchanged, the partitioner orders the row
+    numbers and the frame takes them."""
     import pylibcudf as plc
 
-    keys = _hashed_keys(frame, on, casts).to_pylibcudf()[0]
+    def joined(tables):
+        return tables[0] if len(tables) == 1 else plc.concatenate.concatenate(tables)
+
+    keys = joined([_hashed_keys(frame, on, casts).to_pylibcudf()[0] for frame in frames])
+    frame = frames[0]
+    rows = sum(len(f) for f in frames)
     plain = _in_libcudf(frame, ignore_index)
     if plain:
-        flat = _flat(frame, ignore_index)
-        table, starts = plc.partitioning.hash_partition(flat.to_pylibcudf()[0], keys,
-                                                        npartitions)
-    else:
-        rows = _library(frame).Series(_array_module(frame).arange(len(frame), dtype="int64"))
-        table, starts = plc.partitioning.hash_partition(plc.Table([rows.to_pylibcudf()[0]]),
-                                                        keys, npartitions)
+        flats = [_flat(f, ignore_index) for f in frames]
+        table, starts = plc.partitioning.hash_partition(
+            joined([flat.to_pylibcudf()[0] for flat in flats]), keys, npartitions)
+    else:  # one frame
+        numbers = _library(frame).Series(_array_module(frame).arange(rows, dtype="int64"))
+        table, starts = plc.partitioning.hash_partition(
+            plc.Table([numbers.to_pylibcudf()[0]]), keys, npartitions)
     offsets = np.empty(npartitions + 1, dtype=np.int64)
     offsets[:len(starts)] = starts
-    offsets[len(starts):] = len(frame)
+    offsets[len(starts):] = rows
     if plain:
-        return _from_table(table, flat, frame, ignore_index), offsets
+        return _from_table(table, flats[0], frame, ignore_index), offsets
     order = _library(frame).Series.from_pylibcudf(table.columns()[0])
     return frame.take(order), offsets

@@ -153,15 +153,29 @@ def test_groups_hold_at_most_the_bytes_and_rows_allowed(monkeypatch):
     assert tasks.groups([]) == []
 
 
-def test_a_workers_partitions_are_each_ordered_by_output_partition():
+@pytest.mark.parametrize("group_bytes", [1 << 40, 1])  # one group; a group per partition
+def test_a_workers_partitions_split_in_groups_keep_every_row_in_its_partition(
+        monkeypatch, group_bytes):
+    monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
     blocks = frame(3, rows=200)
     frames, offsets = tasks.split(blocks, ["key"], {"key": "float64"}, 5, False)
-    assert len(frames) == 3
+    assert len(frames) == (1 if group_bytes > 1 else 3)
     whole = pd.concat(blocks)
     ids = tasks.partition_ids(whole, ["key"], {"key": "float64"}, 5)
     for j in range(5):
         got = pd.concat([f.iloc[o[j]:o[j + 1]] for f, o in zip(frames, offsets, strict=True)])
         pd.testing.assert_frame_equal(got.sort_values("n"), whole[ids == j].sort_values("n"))
+
+
+def test_partition_ids_are_dasks_own_hash_partitioning():
+    from dask.dataframe.shuffle import partitioning_index
+
+    block = frame(1, rows=300)[0]
+    ours = tasks.partition_ids(block, ["key", "name"], {"key": "float64"}, 5)
+    theirs = partitioning_index(block[["key", "name"]].astype({"key": "float64"}), 5)
+    assert list(ours) == list(theirs)
+    as_int = tasks.partition_ids(block.astype({"key": "float64"}), ["key"], {"key": "float64"}, 5)
+    assert list(tasks.partition_ids(block, ["key"], {"key": "float64"}, 5)) == list(as_int)
 
 
 @pytest.mark.parametrize("group_bytes", [1 << 40, 1])
@@ -176,7 +190,8 @@ def test_batch_concat_and_output_put_every_row_of_a_partition_together(monkeypat
     for (frames, offsets), groups in zip(batches, sources, strict=True):
         assert len(frames) == len(groups[0]) and all(len(o) == 4 for o in offsets)
     concatenated = tasks.concat(batches, False)
-    assert len(concatenated[0]) == (3 if group_bytes == 1 else 1)  # groups of outputs
+    if group_bytes == 1:
+        assert len(concatenated[0]) == 3  # an output partition per group
     for j in range(1, 4):
         got = tasks.output(concatenated, j - 1, False)
         want = pd.concat([o.iloc[s[j]:s[j + 1]] for groups in sources
@@ -240,8 +255,8 @@ def _set_group_bytes(value: int) -> int:
     return before
 
 
-def test_outputs_concatenated_in_many_groups_give_every_row_once(client):
-    before = client.run(_set_group_bytes, 1)  # every output partition a group of its own
+def test_partitions_split_and_concatenated_in_many_groups_give_every_row_once(client):
+    before = client.run(_set_group_bytes, 1)  # every partition and output a group of its own
     try:
         blocks = frame(8, rows=300)
         parts = partitions_of(client, shuffle(dask_frame(blocks), "key", 5))
