@@ -268,11 +268,22 @@ def _flat(frame, ignore_index: bool):
 
 def _from_table(table, flat, like, ignore_index: bool):
     """A cuDF frame of libcudf ``table``, whose columns are ``flat``'s; the index of ``like``
-    (its levels ``flat``'s first columns) set again, with its names."""
-    out = type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
+    (its levels ``flat``'s first columns) set again, with its names. One level becomes the
+    index as it is (``set_index`` would cost more than the rest together)."""
     if ignore_index:
-        return out
+        return type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
     levels = like.index.nlevels
+    if levels == 1:
+        import pylibcudf as plc
+
+        columns = table.columns()
+        out = type(like).from_pylibcudf(plc.Table(columns[1:]),
+                                        {"columns": list(flat.columns[1:])})
+        library = _library(like)
+        out.index = library.Index(library.Series.from_pylibcudf(columns[0]),
+                                  name=like.index.name)
+        return out
+    out = type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
     out = out.set_index(list(flat.columns[:levels]))
     out.index.names = like.index.names
     return out
