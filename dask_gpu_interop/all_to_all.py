@@ -485,47 +485,27 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     on = key_columns(frame, on)
     npartitions = output_partitions(frame, npartitions)
     client = _client(client)
-    [(out, stats)] = _run(client, [_Job(frame, on, npartitions, ignore_index)],
-                          stats_wanted=return_stats)
-    return (out, stats) if return_stats else out
-
-
-@dataclass(frozen=True)
-class _Job:
-    """One frame to shuffle, its arguments checked."""
-
-    frame: object
-    on: list
-    npartitions: int
-    ignore_index: bool = False
-
-
-def _run(client, jobs: list, stats_wanted: bool = False) -> list:
-    """Shuffle every frame of ``jobs`` at once (their tasks side by side on the workers), and
-    ``(shuffled frame, ShuffleStats or None)`` for each, in order. Workers that leave the
-    cluster mid-shuffle start all of them again (:data:`ATTEMPTS`)."""
     import dask.dataframe as dd
 
+    meta = frame._meta.reset_index(drop=True) if ignore_index else frame._meta
+    casts = hash_casts(frame._meta, on)
     if not client.nthreads():
         raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
     for attempt in range(1, ATTEMPTS + 1):
-        inputs = [_input_partitions(client, job.frame) for job in jobs]
+        inputs = _input_partitions(client, frame)
         started = time.perf_counter()
         workers = tuple(sorted(client.nthreads()))
-        plans, tokens, outputs = [], [], []
-        for job, held in zip(jobs, inputs, strict=True):
-            plans.append(Plan(workers=workers, owners=_owners(client, held, workers),
-                              npartitions=job.npartitions))  # fmt: skip
-            tokens.append(uuid.uuid4().hex)
-            graph, keys = build_graph(plans[-1], held, tokens[-1], job.on,
-                                      hash_casts(job.frame._meta, job.on), job.ignore_index)
-            outputs.append(client.get(graph, keys, sync=False))
-        del inputs, held  # the scheduler releases them once split, unless the caller holds them
+        plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
+                    npartitions=npartitions)  # fmt: skip
+        token = uuid.uuid4().hex
+        graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
+        outputs = client.get(graph, keys, sync=False)
+        del inputs  # the scheduler releases them once split, unless the caller holds them
         try:
-            _wait([f for futures in outputs for f in futures], client, workers)
+            _wait(outputs, client, plan.workers)
             break
         except _WorkersLeft as left:
-            client.cancel([f for futures in outputs for f in futures])
+            client.cancel(outputs)
             if attempt == ATTEMPTS:
                 raise ShuffleError(
                     f"workers left the cluster during each of {ATTEMPTS} attempts at the "
@@ -534,16 +514,13 @@ def _run(client, jobs: list, stats_wanted: bool = False) -> list:
             logger.warning("worker %s left the cluster mid-shuffle: shuffling again on the "
                            "%d workers present", left, len(client.nthreads()))
     seconds = time.perf_counter() - started
-    results = []
-    for job, plan, token, futures in zip(jobs, plans, tokens, outputs, strict=True):
-        stats = None
-        if stats_wanted or logger.isEnabledFor(logging.INFO):
-            stats = _stats(client, plan, job.frame.npartitions, futures, token, seconds)
-            logger.info("%s", stats)
-        meta = job.frame._meta.reset_index(drop=True) if job.ignore_index else job.frame._meta
-        results.append((dd.from_delayed(futures, meta=meta, divisions=None, verify_meta=False,
-                                        prefix=f"{PREFIX}-{token}"), stats))  # fmt: skip
-    return results
+    stats = None
+    if return_stats or logger.isEnabledFor(logging.INFO):
+        stats = _stats(client, plan, frame.npartitions, outputs, token, seconds)
+        logger.info("%s", stats)
+    out = dd.from_delayed(outputs, meta=meta, divisions=None, verify_meta=False,
+                          prefix=f"{PREFIX}-{token}")  # fmt: skip
+    return (out, stats) if return_stats else out
 
 
 # --------------------------------------------------------------------------- merge
@@ -556,8 +533,7 @@ def _merge_partitions(left, right, **kwargs):
 def shuffle_merge(left, right, on=None, *, left_on=None, right_on=None, how="inner",
                   suffixes=("_x", "_y"), npartitions=None, client=None):
     """Join two dask DataFrames on key columns: both sides moved with :func:`shuffle` into the
-    same partitions (at once, their tasks side by side on the workers), then each pair of
-    partitions merged where it lies.
+    same partitions, then each pair of partitions merged where it lies.
 
     Parameters
     ----------
@@ -619,9 +595,8 @@ def shuffle_merge(left, right, on=None, *, left_on=None, right_on=None, how="inn
     npartitions = output_partitions(
         left, npartitions if npartitions is not None else max(left.npartitions,
                                                               right.npartitions))
-    # both sides at once: one side's transfers overlap the other's splits
-    [(left, _), (right, _)] = _run(_client(client), [_Job(left, left_keys, npartitions),
-                                                     _Job(right, right_keys, npartitions)])
+    left = shuffle(left, left_keys, npartitions, client=client)
+    right = shuffle(right, right_keys, npartitions, client=client)
     keys = {"on": on} if on is not None else {"left_on": left_on, "right_on": right_on}
     return left.map_partitions(_merge_partitions, right, how=how, suffixes=suffixes,
                                align_dataframes=False, **keys)  # fmt: skip

@@ -415,26 +415,6 @@ def test_shuffle_merge_equals_pandas_merge(client, how):
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
 
 
-def test_shuffle_merge_shuffles_both_sides_at_once(client, monkeypatch):
-    from dask_gpu_interop import all_to_all
-
-    waited = []
-    wait = all_to_all._wait
-
-    def recorded(futures, client=None, workers=()):
-        waited.append((len(futures), {key_split(f.key) for f in futures}))
-        return wait(futures, client, workers)
-
-    monkeypatch.setattr(all_to_all, "_wait", recorded)
-    left, right = frame(4, rows=200), frame(3, rows=150, seed=1)
-    joined = all_to_all.shuffle_merge(dask_frame(left), dask_frame(right), on="key",
-                                      npartitions=5)
-    assert waited == [(10, {"gpu-shuffle-output"})]  # one wait, both sides' 5 outputs
-    got = pd.concat(partitions_of(client, joined))
-    want = pd.concat(left).merge(pd.concat(right), on="key")
-    assert len(got) == len(want)
-
-
 def test_shuffle_merge_with_keys_named_apart(client):
     left = pd.DataFrame({"a": [1, 2, 3, 4], "x": [1.0, 2.0, 3.0, 4.0]})
     right = pd.DataFrame({"b": [2.0, 4.0, 6.0], "y": ["two", "four", "six"]})
