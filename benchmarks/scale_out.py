@@ -18,7 +18,10 @@ local cluster's on the same files. ``--joins`` runs the ``etl`` and whole-job se
 with each ``--join`` of the example (its per-quarter join, the join by loan across the GPUs
 with the library's all-to-all, and with dask's own shuffle; classic layout), alternating with
 the configurations: a run's name then carries its join ("2 GPUs tcp, join loan"; the
-per-quarter join keeps the plain name) and its line the join's shuffle seconds. The datasets
+per-quarter join keeps the plain name) and its line the join's shuffle seconds.
+``--full-teardown`` runs the given sections' configurations of several GPUs once more with
+the worker processes' full Python teardown at the cluster's close (``gpu-interop.worker.
+quick-exit`` off), alternating: "2 GPUs tcp, full teardown". The datasets
 are made beforehand by the README's ``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
 """
 
@@ -41,6 +44,8 @@ SECTIONS = ("etl", "job", "default", "ecg")
 JOINS = ("quarter", "loan", "dask")  # the example's --join (examples/mortgage/loan_join.py)
 JOINED = ("etl", "job")  # the sections --joins applies to
 JOIN_MARK = ", join "  # between a configuration's name and its join
+TEARDOWN_MARK = ", full teardown"  # a run whose worker processes tear Python down in full
+QUICK_EXIT_OFF = {"DASK_GPU_INTEROP__WORKER__QUICK_EXIT": "false"}
 GOALS = {"etl_share": 0.85, "etl_rest": 4.0, "etl_four": 3.0, "job_two": 1.5, "job_four": 2.5,
          "real": 0.10}
 
@@ -78,6 +83,23 @@ def with_joins(configs: dict, joins: list[str]) -> dict:
             else:
                 out[f"{name}{JOIN_MARK}{join}"] = (env, [*flags, "--join", join])
     return out
+
+
+def with_full_teardown(configs: dict) -> dict:
+    """``configs``, each of several GPUs followed by itself with the worker processes' quick
+    exit off ("2 GPUs tcp, full teardown"); one GPU's worker runs in the command's process."""
+    out = {}
+    for name, (env, flags) in configs.items():
+        out[name] = (env, flags)
+        if name[0].isdigit() and int(name.split()[0]) > 1:
+            out[f"{name}{TEARDOWN_MARK}"] = ({**env, **QUICK_EXIT_OFF}, flags)
+    return out
+
+
+def environment(name: str, configs: dict) -> dict:
+    """The environment of the run ``name`` (its configuration's, with its join and teardown)."""
+    env = configs[name.split(JOIN_MARK)[0].split(TEARDOWN_MARK)[0]][0]
+    return {**env, **QUICK_EXIT_OFF} if name.endswith(TEARDOWN_MARK) else env
 
 
 def dataset(text: str) -> tuple[str, str]:
@@ -192,16 +214,19 @@ def work_seconds(entry: dict, kind: str) -> float | None:
 
 
 def table(runs: dict, kind: str) -> list[str]:
-    """One command's configurations: wall, work, the rest, against 1 GPU over TCP."""
+    """One command's configurations: wall, work, the rest, against 1 GPU over TCP (and for
+    the job, its cluster's stop)."""
     base = runs.get("1 GPU tcp")
     base_wall = base and summary(r["wall"] for r in base if not r["rc"])
     work_name = {"etl": "ETL stage", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
+    stop = kind == "job"
     lines = [f"| configuration | wall | {work_name} | wall - work | wall: 1 GPU / this | "
-             "test AUC | first run on the machine |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"test AUC | first run on the machine |{' cluster stop |' if stop else ''}",
+             "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if stop else "")]
     for name, entries in runs.items():
         ok = [r for r in entries if not r["rc"]]
         if not ok:
-            lines.append(f"| {name} | failed | | | | | |")
+            lines.append(f"| {name} | failed | | | | | |" + (" |" if stop else ""))
             continue
         wall = summary(r["wall"] for r in ok)
         works = [w for w in (work_seconds(r, kind) for r in ok) if w]
@@ -211,8 +236,10 @@ def table(runs: dict, kind: str) -> list[str]:
                  else "-")
         aucs = ", ".join(sorted({f"{r['auc']:.4f}" for r in ok if "auc" in r})) or "-"
         firsts = ", ".join(f"{r['wall']:.2f} s" for r in ok if r["first"]) or "-"
+        stops = [r["stages"]["cluster stop"] for r in ok if "cluster stop" in r.get("stages", {})]
         lines.append(f"| {name} | {spread(wall)} | {spread(summary(works)) if works else '-'} | "
-                     f"{spread(summary(rest)) if rest else '-'} | {speed} | {aucs} | {firsts} |")
+                     f"{spread(summary(rest)) if rest else '-'} | {speed} | {aucs} | {firsts} |"
+                     + (f" {spread(summary(stops)) if stops else '-'} |" if stop else ""))
     return lines
 
 
@@ -228,7 +255,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         one = runs.get("1 GPU tcp")
         one_work = one and med(one, lambda r: work_seconds(r, "etl"))
         for name, entries in runs.items():
-            if JOIN_MARK in name:  # the goals are the per-quarter join's
+            if JOIN_MARK in name or TEARDOWN_MARK in name:  # the goals are the commands' own
                 continue
             work = med(entries, lambda r: work_seconds(r, "etl"))
             wall = med(entries)
@@ -252,7 +279,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         for name, entries in runs.items():
             n = int(name.split()[0]) if name[0].isdigit() else None
             wall = med(entries)
-            if not n or n == 1 or wall is None or JOIN_MARK in name:
+            if not n or n == 1 or wall is None or JOIN_MARK in name or TEARDOWN_MARK in name:
                 continue
             ratio = med(one) / wall
             goal = GOALS["job_two"] if n == 2 else GOALS["job_four"] if n == 4 else 1.0
@@ -314,6 +341,9 @@ def options(p) -> None:
     p.add_argument("--joins", default="", metavar="JOINS",
                    help="Run the etl and job sections with each of these --join: "
                         f"{', '.join(JOINS)} (classic data; default: the commands' own).")
+    p.add_argument("--full-teardown", default="", metavar="SECTIONS",
+                   help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs with the "
+                        "worker processes' quick exit off.")
     p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
     p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
     p.add_argument("--scratch", default=None,
@@ -337,6 +367,8 @@ def check_arguments(p, args) -> None:
     args.ucx = choices(p, "--ucx", args.ucx, SECTIONS) if args.ucx else []
     args.cpu = choices(p, "--cpu", args.cpu, SECTIONS) if args.cpu else []
     args.joins = choices(p, "--joins", args.joins, JOINS) if args.joins else []
+    args.full_teardown = (choices(p, "--full-teardown", args.full_teardown, SECTIONS)
+                          if args.full_teardown else [])
     if args.joins and not (args.etl or args.job):
         p.error("--joins applies to --etl and --job: give one of them")
     if args.runs < 1:
@@ -357,6 +389,8 @@ def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
         configs = configurations(args.gpus, section in args.ucx, section in args.cpu)
         if args.joins and section in JOINED:
             configs = with_joins(configs, args.joins)
+        if section in args.full_teardown:
+            configs = with_full_teardown(configs)
         for _, name in alternate(configs, args.runs):
             flags = configs[name][1]
             if kind == "ecg":
@@ -393,8 +427,7 @@ def measure(args, run) -> None:
                 for f in files)
         say(f"{kind} {label} [{name}]")
         target.setdefault(name, []).append(measure_one(
-            name, command_of(kind, data, out, flags), configs[name.split(JOIN_MARK)[0]][0],
-            args.timeout,
+            name, command_of(kind, data, out, flags), environment(name, configs), args.timeout,
             first=(kind, label) not in seen))
         seen.add((kind, label))
         run.save()

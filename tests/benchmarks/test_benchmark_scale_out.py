@@ -105,6 +105,37 @@ def test_joins_run_the_etl_and_job_sections_once_with_each_join_alternating():
     assert dry.count("--join loan") == 4
 
 
+def test_full_teardown_runs_each_several_gpu_configuration_again_with_quick_exit_off():
+    args = scale_out.parse(["--etl", "9GiB=/d9", "--default-job", "--gpus", "1,2,4",
+                            "--full-teardown", "default", "--runs", "2"])
+    runs = scale_out.plan(args)
+    assert [name for kind, label, name, _, _ in runs if label == "default"] == [
+        "1 GPU tcp", "2 GPUs tcp", "2 GPUs tcp, full teardown", "4 GPUs tcp",
+        "4 GPUs tcp, full teardown"] * 2  # one GPU's worker runs in the command's process
+    assert [name for kind, _, name, _, _ in runs if kind == "etl"] == [
+        "1 GPU tcp", "2 GPUs tcp", "4 GPUs tcp"] * 2  # only the sections asked for
+    flags = {name: f for _, label, name, _, f in runs if label == "default"}
+    assert flags["2 GPUs tcp, full teardown"] == flags["2 GPUs tcp"]
+    configs = scale_out.configurations([2], False, False)
+    assert scale_out.environment("2 GPUs tcp", configs) == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert scale_out.environment("2 GPUs tcp, full teardown", configs) == {
+        "CUDA_VISIBLE_DEVICES": "0,1", "DASK_GPU_INTEROP__WORKER__QUICK_EXIT": "false"}
+
+
+def test_a_job_table_shows_the_cluster_stop_and_goals_leave_teardown_runs_out():
+    entry = {"wall": 10.0, "rc": 0, "first": False,
+             "stages": {"ETL": 1.0, "DMatrix": 1.0, "training": 2.0, "cluster stop": 0.4}}
+    slow = {**entry, "wall": 11.0, "stages": {**entry["stages"], "cluster stop": 1.4}}
+    runs = {"1 GPU tcp": [entry], "2 GPUs tcp": [entry],
+            "2 GPUs tcp, full teardown": [slow]}
+    lines = scale_out.table(runs, "job")
+    assert lines[0].endswith("| cluster stop |")
+    assert lines[-1].startswith("| 2 GPUs tcp, full teardown | 11.00") and "1.40" in lines[-1]
+    goals = scale_out.goals({"etl": {}, "jobs": {"default": runs}, "real": {}})
+    assert [goal for goal, _ in goals] == ["job default, 2 GPUs tcp: at least 1x 1 GPU's speed "
+                                           "(wall)"]
+
+
 def test_the_join_by_loan_is_timed_on_the_cpus(tmp_path, data):
     scale_out.main(["--etl", f"tiny={data}", "--gpus", "none", "--cpu", "etl",
                     "--joins", "quarter,loan", "--scratch", str(tmp_path), "--out",
