@@ -53,7 +53,6 @@ ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
 METHODS = ("library", "tasks", "p2p")
 CLUSTERS = ("library", "dask-cuda")
-STEPS = ("split", "batch", "concat", "output")
 
 
 # ------------------------------------------------------------------ tasks, run on the workers

@@ -195,7 +195,8 @@ def _concatenated(pieces: list, like, ignore_index: bool):
     if not pieces:
         out = like.iloc[0:0]
         return out.reset_index(drop=True) if ignore_index else out
-    if len(pieces) > 1 and _in_libcudf_together([f for f, _, _ in pieces], ignore_index):
+    frames = list({id(frame): frame for frame, _, _ in pieces}.values())  # each frame once
+    if len(pieces) > 1 and _in_libcudf_together(frames, ignore_index):
         return _concat_in_libcudf(pieces, ignore_index)
     slices = [frame.iloc[start:stop] for frame, start, stop in pieces]
     if len(slices) == 1:
