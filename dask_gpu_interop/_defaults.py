@@ -23,6 +23,9 @@ WORKER_DEFAULTS = {
     # A nanny's worker process ends right after its worker closed, without Python's teardown
     # (dask_gpu_interop.worker_exit).
     "quick-exit": True,
+    # Local GPU worker processes forked from a server that imported the GPU libraries once
+    # (dask_gpu_interop.fork_server).
+    "fork-server": True,
 }
 
 
@@ -32,6 +35,15 @@ def defaults() -> dict:
 
     return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS),
                             "worker": dict(WORKER_DEFAULTS)}}
+
+
+def flag(key: str, default: bool) -> bool:
+    """A yes/no setting of dask config; from the environment it arrives as text, where
+    "false", "0", "no" and "off" mean no."""
+    value = dask.config.get(key, default=default)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return bool(value)
 
 
 def load_defaults() -> None:

@@ -22,7 +22,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, gpu_workers, worker_exit
+from . import _interrupts, fork_server, gpu_workers, worker_exit
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
@@ -270,20 +270,23 @@ def local_cluster(
             **preload,
         )
     if device == "gpu":
-        from dask_cuda import LocalCUDACluster
-
+        # The worker processes are forked from a server that imports the GPU libraries once,
+        # started first so that its imports overlap dask-cuda's and the scheduler's start.
         # Each worker process gets the GPU workers' settings from its nanny, at every (re)start;
         # a variable set in this process's environment wins over them.
-        with dask.config.set({NANNY_ENVIRON: {**gpu_workers.settings(),
-                                              **dask.config.get(NANNY_ENVIRON, default={})}}):
-            return LocalCUDACluster(
-                n_workers=n_workers,
-                threads_per_worker=threads_per_worker or gpu_workers.threads(),
-                protocol=protocol,
-                dashboard_address=dashboard_address,
-                security=security,
-                **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
-            )
+        with fork_server.forking():
+            from dask_cuda import LocalCUDACluster
+
+            with dask.config.set({NANNY_ENVIRON: {
+                    **gpu_workers.settings(), **dask.config.get(NANNY_ENVIRON, default={})}}):
+                return LocalCUDACluster(
+                    n_workers=n_workers,
+                    threads_per_worker=threads_per_worker or gpu_workers.threads(),
+                    protocol=protocol,
+                    dashboard_address=dashboard_address,
+                    security=security,
+                    **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
+                )
     count = n_workers or max(1, min(4, os.cpu_count() or 1))
     return LocalCluster(
         n_workers=count,

@@ -33,12 +33,9 @@ _registered = False
 def applies(worker) -> bool:
     """Whether ``worker``'s process ends quickly after it closes: a nanny started the process,
     and dask config does not say otherwise."""
-    import dask.config
+    from ._defaults import flag
 
-    wanted = dask.config.get(CONFIG_KEY, default=True)
-    if isinstance(wanted, str):  # from the environment: DASK_GPU_INTEROP__WORKER__QUICK_EXIT=false
-        wanted = wanted.strip().lower() not in ("false", "0", "no", "off", "")
-    return (bool(wanted) and getattr(worker, "nanny", None) is not None
+    return (flag(CONFIG_KEY, True) and getattr(worker, "nanny", None) is not None
             and multiprocessing.parent_process() is not None)  # fmt: skip
 
 

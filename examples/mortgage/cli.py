@@ -23,6 +23,7 @@ from dask_gpu_interop import (
     ClusterError,
     check_workers_import,
     cluster_client,
+    fork_server,
     gpu_count,
     import_in_background,
     resolve_device,
@@ -448,6 +449,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
         lambda: _text_of(spec, layout)))
     _join_note(cluster, expected, join)
+    fork_server.start_for(**{**cluster, "device": expected})  # its imports overlap what follows
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
@@ -596,6 +598,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
     _join_note(cluster, expected, join)
+    fork_server.start_for(**{**cluster, "device": expected})  # its imports overlap what follows
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())

@@ -1,0 +1,131 @@
+"""Local GPU worker processes forked from a server that has the GPU libraries imported.
+
+distributed starts each worker process of a local cluster as a new interpreter: every one
+imports distributed, dask-cuda, RMM, CuPy, Numba and cuDF before its worker registers, and
+the cluster waits for the slowest. Python's ``forkserver`` start method runs one server
+process that imports them once; each worker process is then a fork of it, its modules already
+loaded. The library starts that server as a local cluster of GPU worker processes starts,
+before the cluster's own imports and scheduler, so that the server's imports overlap them; a
+program that will start such a cluster can call :func:`start` earlier still, as soon as it
+knows (the examples' commands do, once their input is checked), so that the server's imports
+overlap the program's own work.
+
+The server touches no GPU, so that every worker forked from it initializes CUDA itself, on
+the device its nanny gives it: cuDF is imported with ``RAPIDS_NO_INITIALIZE=1`` (cuDF's check
+of the GPU and driver at import is left out, in the workers too), and none of the modules
+creates a CUDA context as it is imported. The server's environment is what the workers need
+as they import: this process's, with the GPU workers' settings (:mod:`.gpu_workers`, which the
+libraries read at import) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash
+seed, the thread counts of the numeric libraries), as they are when the server starts.
+
+``gpu-interop.worker.fork-server: false`` in dask config keeps distributed's way (each worker
+a new interpreter). Linux only. A worker process that its nanny restarts later is started the
+way distributed's config says (a new interpreter by default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+logger = logging.getLogger(__name__)
+
+#: The dask config key that turns the fork server off.
+CONFIG_KEY = "gpu-interop.worker.fork-server"
+#: What the server imports (a module that is not installed is left out).
+MODULES = ("distributed", "numpy", "pandas", "dask.dataframe", "dask_cuda", "rmm", "cupy",
+           "numba", "cudf", "dask_cudf", "dask_gpu_interop", "dask_gpu_interop.preload")
+#: distributed's config key of a worker process's start method.
+METHOD_KEY = "distributed.worker.multiprocessing-method"
+
+_started = False
+
+
+def wanted() -> bool:
+    """Whether worker processes are to be forked from the server here: dask config says so
+    (by default) and the platform has the ``forkserver`` start method (Linux)."""
+    from ._defaults import flag
+
+    return sys.platform.startswith("linux") and flag(CONFIG_KEY, True)
+
+
+def server_environ() -> dict[str, str]:
+    """The variables the server starts with, beside this process's environment: the GPU
+    workers' settings, distributed's pre-spawn variables (a variable set in this process's
+    environment wins over both) and ``RAPIDS_NO_INITIALIZE``."""
+    import dask.config
+
+    from . import gpu_workers
+
+    pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+    chosen = {**gpu_workers.settings(), **{k: str(v) for k, v in pre_spawn.items()}}
+    if chosen.get("PYTHONHASHSEED") in (None, "0"):
+        chosen["PYTHONHASHSEED"] = "6640"  # distributed's own seed for its worker processes
+    out = {k: v for k, v in chosen.items() if k not in os.environ}
+    out["RAPIDS_NO_INITIALIZE"] = "1"
+    return out
+
+
+def start() -> bool:
+    """Start the fork server now, in the background (once per process), where it is
+    :func:`wanted`; returns whether local GPU worker processes will be forked from it."""
+    global _started
+    if _started:
+        return True
+    if not wanted():
+        return False
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    with _environ(server_environ()):
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(MODULES))
+        try:
+            forkserver.ensure_running()
+        except OSError as exc:  # no server: the workers are spawned as usual
+            logger.warning("could not start the fork server for GPU worker processes (%s); "
+                           "each starts a new interpreter", exc)
+            return False
+    _started = True
+    return True
+
+
+def start_for(device: str, n_workers: int | None = None, protocol: str = "tcp",
+              processes: bool | None = None, scheduler=None, **others) -> bool:
+    """:func:`start`, where :func:`~dask_gpu_interop.cluster_client` given these arguments
+    will start local GPU worker processes (``device`` "gpu", no ``scheduler``, not one worker
+    in this process); the other arguments are left aside. Returns whether it started."""
+    from .cluster import in_process
+
+    if scheduler or device != "gpu" or in_process(n_workers, protocol, processes):
+        return False
+    return start()
+
+
+@contextlib.contextmanager
+def forking():
+    """A context in which distributed starts worker processes by forking them from the
+    server (started here if it was not), where it is :func:`wanted`."""
+    if not start():
+        yield False
+        return
+    import dask.config
+
+    with dask.config.set({METHOD_KEY: "forkserver"}):
+        yield True
+
+
+@contextlib.contextmanager
+def _environ(added: dict[str, str]):
+    """This process's environment with ``added``, taken back at the end."""
+    before = {k: os.environ.get(k) for k in added}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

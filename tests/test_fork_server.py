@@ -1,0 +1,127 @@
+"""Local GPU worker processes forked from a server with the GPU libraries imported
+(dask_gpu_interop.fork_server): what the server starts with, when it starts, and workers
+forked from it (on CPU workers in a child interpreter, and on two GPUs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import dask
+import pytest
+
+from dask_gpu_interop import fork_server
+
+# A child interpreter (its fork server is its own): a local cluster of two worker processes
+# started inside fork_server.forking(), or without it; each worker's parent process, a marker
+# variable changed after the server started, and whether the server's modules are loaded.
+PROBE = textwrap.dedent("""
+    import json, multiprocessing, os, sys
+    import dask
+    from distributed import Client, LocalCluster
+    from dask_gpu_interop import fork_server
+
+    def seen():
+        return [os.getppid(), os.environ.get("PROBE_MARK"),
+                os.environ.get("RAPIDS_NO_INITIALIZE"), os.environ.get("PYTHONHASHSEED"),
+                "dask_gpu_interop.preload" in sys.modules]
+
+    os.environ["PROBE_MARK"] = "at the server's start"
+    with fork_server.forking() as forked:
+        os.environ["PROBE_MARK"] = "changed after"
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            workers = list(client.run(seen).values())
+    server = multiprocessing.forkserver._forkserver._forkserver_pid if forked else None
+    print("PROBE", json.dumps({"forked": forked, "server": server, "client": os.getpid(),
+                               "workers": workers}))
+""")
+
+
+def probe(**env) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **env})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("PROBE "))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver: Linux")
+def test_worker_processes_are_forked_from_the_server_with_its_environment_and_modules():
+    got = probe()
+    assert got["forked"] is True and got["server"] not in (None, got["client"])
+    assert len(got["workers"]) == 2
+    for parent, mark, no_init, seed, preloaded in got["workers"]:
+        assert parent == got["server"]  # a fork of the server, not a child of the client
+        assert mark == "at the server's start"  # the server's environment, not the client's now
+        assert no_init == "1" and seed == "6640"
+        assert preloaded  # imported once, in the server
+
+
+def test_with_the_setting_off_worker_processes_start_as_distributed_starts_them():
+    got = probe(DASK_GPU_INTEROP__WORKER__FORK_SERVER="false")
+    assert got["forked"] is False and got["server"] is None
+    for parent, mark, no_init, _, preloaded in got["workers"]:
+        assert parent == got["client"] and mark == "changed after"
+        assert no_init is None and not preloaded
+
+
+def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_variables(
+        monkeypatch):
+    from dask_gpu_interop import gpu_workers
+
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    monkeypatch.setenv("KVIKIO_NTHREADS", "3")  # set here: this process's value is kept
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1}}):
+        env = fork_server.server_environ()
+    assert env["RAPIDS_NO_INITIALIZE"] == "1" and env["OMP_NUM_THREADS"] == "1"
+    assert env["PYTHONHASHSEED"] == "6640"
+    assert "KVIKIO_NTHREADS" not in env  # inherited as it is
+    for name, value in gpu_workers.settings().items():
+        if name not in os.environ:
+            assert env[name] == value
+
+
+@pytest.mark.parametrize("value, expected", [(True, True), (False, False), ("false", False),
+                                             ("off", False), ("yes", True)])
+def test_the_setting_turns_the_server_off(value, expected):
+    with dask.config.set({fork_server.CONFIG_KEY: value}):
+        assert fork_server.wanted() is (expected and sys.platform.startswith("linux"))
+
+
+@pytest.mark.parametrize("arguments, starts", [
+    ({"device": "gpu", "n_workers": 2}, True),
+    ({"device": "gpu", "n_workers": 1, "protocol": "ucx"}, True),  # UCX: a worker process
+    ({"device": "gpu", "n_workers": 1}, False),  # one worker, in this process
+    ({"device": "gpu", "n_workers": 2, "scheduler": "tcp://h:8786"}, False),  # a running cluster
+    ({"device": "cpu", "n_workers": 4}, False),
+])
+def test_a_command_starts_the_server_only_where_gpu_worker_processes_will_start(
+        monkeypatch, arguments, starts):
+    started = []
+    monkeypatch.setattr(fork_server, "start", lambda: started.append(1) or True)
+    assert fork_server.start_for(**arguments, memory={"pool_size": "1GiB"}) is starts
+    assert started == ([1] if starts else [])
+
+
+@pytest.mark.multi_gpu
+def test_gpu_workers_forked_from_the_server_each_have_their_own_gpu():
+    from dask_gpu_interop import cluster_client
+
+    def where():
+        import cupy
+
+        return (os.getppid(), cupy.cuda.runtime.getDeviceProperties(0)["pciBusID"],
+                float(cupy.arange(10).sum()))
+
+    with cluster_client(device="gpu", n_workers=2) as (client, _):
+        seen = list(client.run(where).values())
+        import multiprocessing.forkserver as server
+
+        pid = server._forkserver._forkserver_pid
+    assert [parent for parent, _, _ in seen] == [pid, pid]
+    assert len({bus for _, bus, _ in seen}) == 2  # one GPU each
+    assert [total for _, _, total in seen] == [45.0, 45.0]
