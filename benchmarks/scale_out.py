@@ -21,7 +21,9 @@ the configurations: a run's name then carries its join ("2 GPUs tcp, join loan";
 per-quarter join keeps the plain name) and its line the join's shuffle seconds.
 ``--full-teardown`` runs the given sections' configurations of several GPUs once more with
 the worker processes' full Python teardown at the cluster's close (``gpu-interop.worker.
-quick-exit`` off), alternating: "2 GPUs tcp, full teardown". The datasets
+quick-exit`` off), alternating: "2 GPUs tcp, full teardown"; ``--spawned`` likewise with each
+worker process a new interpreter instead of a fork of the library's server
+(``gpu-interop.worker.fork-server`` off): "2 GPUs tcp, spawned". The datasets
 are made beforehand by the README's ``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
 """
 
@@ -46,6 +48,10 @@ JOINED = ("etl", "job")  # the sections --joins applies to
 JOIN_MARK = ", join "  # between a configuration's name and its join
 TEARDOWN_MARK = ", full teardown"  # a run whose worker processes tear Python down in full
 QUICK_EXIT_OFF = {"DASK_GPU_INTEROP__WORKER__QUICK_EXIT": "false"}
+SPAWNED_MARK = ", spawned"  # a run whose worker processes are new interpreters, not forks
+FORK_SERVER_OFF = {"DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}
+#: A configuration's runs with one library setting off, beside its own: mark -> environment.
+VARIANTS = {TEARDOWN_MARK: QUICK_EXIT_OFF, SPAWNED_MARK: FORK_SERVER_OFF}
 GOALS = {"etl_share": 0.85, "etl_rest": 4.0, "etl_four": 3.0, "job_two": 1.5, "job_four": 2.5,
          "real": 0.10}
 
@@ -85,21 +91,28 @@ def with_joins(configs: dict, joins: list[str]) -> dict:
     return out
 
 
-def with_full_teardown(configs: dict) -> dict:
-    """``configs``, each of several GPUs followed by itself with the worker processes' quick
-    exit off ("2 GPUs tcp, full teardown"); one GPU's worker runs in the command's process."""
+def with_variant(configs: dict, mark: str) -> dict:
+    """``configs``, each of several GPUs followed by itself with the setting of ``mark``
+    (:data:`VARIANTS`) off, e.g. "2 GPUs tcp, full teardown"; one GPU's worker runs in the
+    command's process, where neither setting acts."""
     out = {}
     for name, (env, flags) in configs.items():
         out[name] = (env, flags)
-        if name[0].isdigit() and int(name.split()[0]) > 1:
-            out[f"{name}{TEARDOWN_MARK}"] = ({**env, **QUICK_EXIT_OFF}, flags)
+        if name[0].isdigit() and int(name.split()[0]) > 1 and not variant_of(name):
+            out[f"{name}{mark}"] = ({**env, **VARIANTS[mark]}, flags)
     return out
 
 
+def variant_of(name: str) -> str | None:
+    """The :data:`VARIANTS` mark the run ``name`` ends with, if any."""
+    return next((mark for mark in VARIANTS if name.endswith(mark)), None)
+
+
 def environment(name: str, configs: dict) -> dict:
-    """The environment of the run ``name`` (its configuration's, with its join and teardown)."""
-    env = configs[name.split(JOIN_MARK)[0].split(TEARDOWN_MARK)[0]][0]
-    return {**env, **QUICK_EXIT_OFF} if name.endswith(TEARDOWN_MARK) else env
+    """The environment of the run ``name`` (its configuration's, with its join and variant)."""
+    mark = variant_of(name)
+    env = configs[name.split(JOIN_MARK)[0].removesuffix(mark or "")][0]
+    return {**env, **VARIANTS[mark]} if mark else env
 
 
 def dataset(text: str) -> tuple[str, str]:
@@ -255,7 +268,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         one = runs.get("1 GPU tcp")
         one_work = one and med(one, lambda r: work_seconds(r, "etl"))
         for name, entries in runs.items():
-            if JOIN_MARK in name or TEARDOWN_MARK in name:  # the goals are the commands' own
+            if JOIN_MARK in name or variant_of(name):  # the goals are the commands' own
                 continue
             work = med(entries, lambda r: work_seconds(r, "etl"))
             wall = med(entries)
@@ -279,7 +292,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         for name, entries in runs.items():
             n = int(name.split()[0]) if name[0].isdigit() else None
             wall = med(entries)
-            if not n or n == 1 or wall is None or JOIN_MARK in name or TEARDOWN_MARK in name:
+            if not n or n == 1 or wall is None or JOIN_MARK in name or variant_of(name):
                 continue
             ratio = med(one) / wall
             goal = GOALS["job_two"] if n == 2 else GOALS["job_four"] if n == 4 else 1.0
@@ -344,6 +357,9 @@ def options(p) -> None:
     p.add_argument("--full-teardown", default="", metavar="SECTIONS",
                    help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs with the "
                         "worker processes' quick exit off.")
+    p.add_argument("--spawned", default="", metavar="SECTIONS",
+                   help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs with each "
+                        "worker process a new interpreter (the fork server off).")
     p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
     p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
     p.add_argument("--scratch", default=None,
@@ -369,6 +385,7 @@ def check_arguments(p, args) -> None:
     args.joins = choices(p, "--joins", args.joins, JOINS) if args.joins else []
     args.full_teardown = (choices(p, "--full-teardown", args.full_teardown, SECTIONS)
                           if args.full_teardown else [])
+    args.spawned = choices(p, "--spawned", args.spawned, SECTIONS) if args.spawned else []
     if args.joins and not (args.etl or args.job):
         p.error("--joins applies to --etl and --job: give one of them")
     if args.runs < 1:
@@ -390,7 +407,9 @@ def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
         if args.joins and section in JOINED:
             configs = with_joins(configs, args.joins)
         if section in args.full_teardown:
-            configs = with_full_teardown(configs)
+            configs = with_variant(configs, TEARDOWN_MARK)
+        if section in args.spawned:
+            configs = with_variant(configs, SPAWNED_MARK)
         for _, name in alternate(configs, args.runs):
             flags = configs[name][1]
             if kind == "ecg":

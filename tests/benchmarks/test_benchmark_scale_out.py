@@ -122,6 +122,19 @@ def test_full_teardown_runs_each_several_gpu_configuration_again_with_quick_exit
         "CUDA_VISIBLE_DEVICES": "0,1", "DASK_GPU_INTEROP__WORKER__QUICK_EXIT": "false"}
 
 
+def test_spawned_runs_each_several_gpu_configuration_again_with_the_fork_server_off():
+    args = scale_out.parse(["--etl", "3GiB=/d3", "--gpus", "1,2", "--spawned", "etl",
+                            "--full-teardown", "etl", "--ucx", "etl"])
+    names = [name for _, _, name, _, _ in scale_out.plan(args)]
+    assert names == ["1 GPU tcp", "2 GPUs tcp", "2 GPUs tcp, spawned",
+                     "2 GPUs tcp, full teardown", "2 GPUs ucx", "2 GPUs ucx, spawned",
+                     "2 GPUs ucx, full teardown"]  # one setting off at a time
+    configs = scale_out.configurations([2], True, False)
+    assert scale_out.environment("2 GPUs ucx, spawned", configs) == {
+        "CUDA_VISIBLE_DEVICES": "0,1", "DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}
+    assert scale_out.environment("2 GPUs ucx", configs) == {"CUDA_VISIBLE_DEVICES": "0,1"}
+
+
 def test_a_job_table_shows_the_cluster_stop_and_goals_leave_teardown_runs_out():
     entry = {"wall": 10.0, "rc": 0, "first": False,
              "stages": {"ETL": 1.0, "DMatrix": 1.0, "training": 2.0, "cluster stop": 0.4}}
