@@ -114,7 +114,7 @@ def test_gpu_workers_forked_from_the_server_each_have_their_own_gpu():
     def where():
         import cupy
 
-        return (os.getppid(), cupy.cuda.runtime.getDeviceProperties(0)["pciBusID"],
+        return (os.getppid(), bytes(cupy.cuda.runtime.getDeviceProperties(0)["uuid"]).hex(),
                 float(cupy.arange(10).sum()))
 
     with cluster_client(device="gpu", n_workers=2) as (client, _):
@@ -123,5 +123,5 @@ def test_gpu_workers_forked_from_the_server_each_have_their_own_gpu():
 
         pid = server._forkserver._forkserver_pid
     assert [parent for parent, _, _ in seen] == [pid, pid]
-    assert len({bus for _, bus, _ in seen}) == 2  # one GPU each
+    assert len({gpu for _, gpu, _ in seen}) == 2  # one GPU each (by its UUID)
     assert [total for _, _, total in seen] == [45.0, 45.0]
