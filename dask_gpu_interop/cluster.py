@@ -270,11 +270,11 @@ def local_cluster(
             **preload,
         )
     if device == "gpu":
-        # The worker processes are forked from a server that imports the GPU libraries once,
-        # started first so that its imports overlap dask-cuda's and the scheduler's start.
+        # Over UCX the worker processes are forked from a server that imports the GPU libraries
+        # once, started first so that its imports overlap dask-cuda's and the scheduler's start.
         # Each worker process gets the GPU workers' settings from its nanny, at every (re)start;
         # a variable set in this process's environment wins over them.
-        with fork_server.forking():
+        with fork_server.forking(protocol):
             from dask_cuda import LocalCUDACluster
 
             with dask.config.set({NANNY_ENVIRON: {

@@ -4,11 +4,13 @@ distributed starts each worker process of a local cluster as a new interpreter: 
 imports distributed, dask-cuda, RMM, CuPy, Numba and cuDF before its worker registers, and
 the cluster waits for the slowest. Python's ``forkserver`` start method runs one server
 process that imports them once; each worker process is then a fork of it, its modules already
-loaded. The library starts that server as a local cluster of GPU worker processes starts,
-before the cluster's own imports and scheduler, so that the server's imports overlap them; a
-program that will start such a cluster can call :func:`start` earlier still, as soon as it
-knows (the examples' commands do, once their input is checked), so that the server's imports
-overlap the program's own work.
+loaded. The library starts that server as a local cluster of GPU worker processes over UCX
+starts, before the cluster's own imports and scheduler, so that the server's imports overlap
+them; a program that will start such a cluster can call :func:`start` earlier still, as soon
+as it knows (the examples' commands do, once their input is checked), so that the server's
+imports overlap the program's own work. Over TCP, where a worker process starts faster, the
+forks gained nothing that held from one run to the next (benchmarks/README.md), so workers
+are spawned there unless the setting says otherwise.
 
 The server touches no GPU, so that every worker forked from it initializes CUDA itself, on
 the device its nanny gives it: cuDF is imported with ``RAPIDS_NO_INITIALIZE=1`` (cuDF's check
@@ -18,8 +20,9 @@ as they import: this process's, with the GPU workers' settings (:mod:`.gpu_worke
 libraries read at import) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash
 seed, the thread counts of the numeric libraries), as they are when the server starts.
 
-``gpu-interop.worker.fork-server: false`` in dask config keeps distributed's way (each worker
-a new interpreter). Linux only. A worker process that its nanny restarts later is started the
+``gpu-interop.worker.fork-server`` in dask config: ``ucx`` (the default) for UCX clusters,
+``true`` for every local cluster of GPU worker processes, ``false`` for none (distributed's
+way: each worker a new interpreter). Linux only. A worker process that its nanny restarts later is started the
 way distributed's config says (a new interpreter by default).
 """
 
@@ -32,8 +35,10 @@ import sys
 
 logger = logging.getLogger(__name__)
 
-#: The dask config key that turns the fork server off.
+#: The dask config key that says where the fork server is used: "ucx", true or false.
 CONFIG_KEY = "gpu-interop.worker.fork-server"
+#: Its value that uses the server for UCX clusters only (the default).
+UCX_ONLY = "ucx"
 #: What the server imports (a module that is not installed is left out).
 MODULES = ("distributed", "numpy", "pandas", "dask.dataframe", "dask_cuda", "rmm", "cupy",
            "numba", "cudf", "dask_cudf", "dask_gpu_interop", "dask_gpu_interop.preload")
@@ -43,12 +48,20 @@ METHOD_KEY = "distributed.worker.multiprocessing-method"
 _started = False
 
 
-def wanted() -> bool:
-    """Whether worker processes are to be forked from the server here: dask config says so
-    (by default) and the platform has the ``forkserver`` start method (Linux)."""
+def wanted(protocol: str) -> bool:
+    """Whether a local cluster's GPU worker processes over ``protocol`` are to be forked from
+    the server: dask config says so for that protocol (by default for "ucx" only) and the
+    platform has the ``forkserver`` start method (Linux)."""
+    import dask.config
+
     from ._defaults import flag
 
-    return sys.platform.startswith("linux") and flag(CONFIG_KEY, True)
+    if not sys.platform.startswith("linux"):
+        return False
+    value = dask.config.get(CONFIG_KEY, default=UCX_ONLY)
+    if isinstance(value, str) and value.strip().lower() == UCX_ONLY:
+        return protocol == "ucx"
+    return flag(CONFIG_KEY, False)
 
 
 def server_environ() -> dict[str, str]:
@@ -68,14 +81,15 @@ def server_environ() -> dict[str, str]:
     return out
 
 
-def start() -> bool:
+def start(protocol: str = "ucx") -> bool:
     """Start the fork server now, in the background (once per process), where it is
-    :func:`wanted`; returns whether local GPU worker processes will be forked from it."""
+    :func:`wanted` for a cluster over ``protocol``; returns whether that cluster's GPU worker
+    processes will be forked from it."""
     global _started
+    if not wanted(protocol):
+        return False
     if _started:
         return True
-    if not wanted():
-        return False
     import multiprocessing
     from multiprocessing import forkserver
 
@@ -100,14 +114,14 @@ def start_for(device: str, n_workers: int | None = None, protocol: str = "tcp",
 
     if scheduler or device != "gpu" or in_process(n_workers, protocol, processes):
         return False
-    return start()
+    return start(protocol)
 
 
 @contextlib.contextmanager
-def forking():
+def forking(protocol: str):
     """A context in which distributed starts worker processes by forking them from the
-    server (started here if it was not), where it is :func:`wanted`."""
-    if not start():
+    server (started here if it was not), where it is :func:`wanted` for ``protocol``."""
+    if not start(protocol):
         yield False
         return
     import dask.config

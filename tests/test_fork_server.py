@@ -30,7 +30,7 @@ PROBE = textwrap.dedent("""
                 "dask_gpu_interop.preload" in sys.modules]
 
     os.environ["PROBE_MARK"] = "at the server's start"
-    with fork_server.forking() as forked:
+    with fork_server.forking(sys.argv[1]) as forked:
         os.environ["PROBE_MARK"] = "changed after"
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
@@ -41,8 +41,8 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def probe(**env) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+def probe(protocol: str = "ucx", **env) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, protocol], capture_output=True, text=True,
                           timeout=180, env={**os.environ, **env})
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
@@ -61,8 +61,12 @@ def test_worker_processes_are_forked_from_the_server_with_its_environment_and_mo
         assert preloaded  # imported once, in the server
 
 
-def test_with_the_setting_off_worker_processes_start_as_distributed_starts_them():
-    got = probe(DASK_GPU_INTEROP__WORKER__FORK_SERVER="false")
+@pytest.mark.parametrize("protocol, env", [
+    ("ucx", {"DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}),  # the setting off
+    ("tcp", {}),  # by default, UCX clusters only
+])
+def test_otherwise_worker_processes_start_as_distributed_starts_them(protocol, env):
+    got = probe(protocol, **env)
     assert got["forked"] is False and got["server"] is None
     for parent, mark, no_init, _, preloaded in got["workers"]:
         assert parent == got["client"] and mark == "changed after"
@@ -85,26 +89,31 @@ def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_
             assert env[name] == value
 
 
-@pytest.mark.parametrize("value, expected", [(True, True), (False, False), ("false", False),
-                                             ("off", False), ("yes", True)])
-def test_the_setting_turns_the_server_off(value, expected):
+@pytest.mark.parametrize("value, protocol, expected", [
+    ("ucx", "ucx", True), ("UCX", "tcp", False), (True, "tcp", True), ("true", "tcp", True),
+    (False, "ucx", False), ("false", "ucx", False), ("off", "ucx", False)])
+def test_the_setting_says_for_which_clusters_the_server_is_used(value, protocol, expected):
     with dask.config.set({fork_server.CONFIG_KEY: value}):
-        assert fork_server.wanted() is (expected and sys.platform.startswith("linux"))
+        assert fork_server.wanted(protocol) is (expected and sys.platform.startswith("linux"))
 
 
-@pytest.mark.parametrize("arguments, starts", [
-    ({"device": "gpu", "n_workers": 2}, True),
-    ({"device": "gpu", "n_workers": 1, "protocol": "ucx"}, True),  # UCX: a worker process
-    ({"device": "gpu", "n_workers": 1}, False),  # one worker, in this process
-    ({"device": "gpu", "n_workers": 2, "scheduler": "tcp://h:8786"}, False),  # a running cluster
-    ({"device": "cpu", "n_workers": 4}, False),
+def test_by_default_the_server_is_for_ucx_clusters():
+    assert dask.config.get(fork_server.CONFIG_KEY) == fork_server.UCX_ONLY
+
+
+@pytest.mark.parametrize("arguments, asked", [
+    ({"device": "gpu", "n_workers": 2}, ["tcp"]),
+    ({"device": "gpu", "n_workers": 1, "protocol": "ucx"}, ["ucx"]),  # UCX: a worker process
+    ({"device": "gpu", "n_workers": 1}, []),  # one worker, in this process
+    ({"device": "gpu", "n_workers": 2, "scheduler": "tcp://h:8786"}, []),  # a running cluster
+    ({"device": "cpu", "n_workers": 4}, []),
 ])
 def test_a_command_starts_the_server_only_where_gpu_worker_processes_will_start(
-        monkeypatch, arguments, starts):
+        monkeypatch, arguments, asked):
     started = []
-    monkeypatch.setattr(fork_server, "start", lambda: started.append(1) or True)
-    assert fork_server.start_for(**arguments, memory={"pool_size": "1GiB"}) is starts
-    assert started == ([1] if starts else [])
+    monkeypatch.setattr(fork_server, "start", lambda protocol: started.append(protocol) or True)
+    assert fork_server.start_for(**arguments, memory={"pool_size": "1GiB"}) is bool(asked)
+    assert started == asked
 
 
 @pytest.mark.multi_gpu
@@ -117,7 +126,8 @@ def test_gpu_workers_forked_from_the_server_each_have_their_own_gpu():
         return (os.getppid(), bytes(cupy.cuda.runtime.getDeviceProperties(0)["uuid"]).hex(),
                 float(cupy.arange(10).sum()))
 
-    with cluster_client(device="gpu", n_workers=2) as (client, _):
+    with dask.config.set({fork_server.CONFIG_KEY: True}), \
+            cluster_client(device="gpu", n_workers=2) as (client, _):
         seen = list(client.run(where).values())
         import multiprocessing.forkserver as server
 
