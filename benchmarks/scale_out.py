@@ -228,18 +228,18 @@ def work_seconds(entry: dict, kind: str) -> float | None:
 
 def table(runs: dict, kind: str) -> list[str]:
     """One command's configurations: wall, work, the rest, against 1 GPU over TCP (and for
-    the job, its cluster's stop)."""
+    the etl command and the job, their cluster's start and stop lines)."""
     base = runs.get("1 GPU tcp")
     base_wall = base and summary(r["wall"] for r in base if not r["rc"])
     work_name = {"etl": "ETL stage", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
-    stop = kind == "job"
+    cluster = ("cluster start", "cluster stop") if kind in ("etl", "job") else ()
     lines = [f"| configuration | wall | {work_name} | wall - work | wall: 1 GPU / this | "
-             f"test AUC | first run on the machine |{' cluster stop |' if stop else ''}",
-             "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if stop else "")]
+             f"test AUC | first run on the machine |" + "".join(f" {c} |" for c in cluster),
+             "| --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(cluster)]
     for name, entries in runs.items():
         ok = [r for r in entries if not r["rc"]]
         if not ok:
-            lines.append(f"| {name} | failed | | | | | |" + (" |" if stop else ""))
+            lines.append(f"| {name} | failed | | | | | |" + " |" * len(cluster))
             continue
         wall = summary(r["wall"] for r in ok)
         works = [w for w in (work_seconds(r, kind) for r in ok) if w]
@@ -249,10 +249,13 @@ def table(runs: dict, kind: str) -> list[str]:
                  else "-")
         aucs = ", ".join(sorted({f"{r['auc']:.4f}" for r in ok if "auc" in r})) or "-"
         firsts = ", ".join(f"{r['wall']:.2f} s" for r in ok if r["first"]) or "-"
-        stops = [r["stages"]["cluster stop"] for r in ok if "cluster stop" in r.get("stages", {})]
+        stages = []
+        for stage in cluster:
+            seen = [r["stages"][stage] for r in ok if stage in r.get("stages", {})]
+            stages.append(f" {spread(summary(seen)) if seen else '-'} |")
         lines.append(f"| {name} | {spread(wall)} | {spread(summary(works)) if works else '-'} | "
                      f"{spread(summary(rest)) if rest else '-'} | {speed} | {aucs} | {firsts} |"
-                     + (f" {spread(summary(stops)) if stops else '-'} |" if stop else ""))
+                     + "".join(stages))
     return lines
 
 

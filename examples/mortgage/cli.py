@@ -23,12 +23,12 @@ from dask_gpu_interop import (
     ClusterError,
     check_workers_import,
     cluster_client,
-    fork_server,
     gpu_count,
     import_in_background,
     resolve_device,
     without_xgboost_rank_lines,
 )
+from dask_gpu_interop.fork_server import start_for as start_fork_server
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
@@ -44,6 +44,7 @@ from . import (
     train,
     worker_logs,
 )
+from .progress import stage_line
 
 # The ETL (dask.dataframe) and the test data's generator (pandas, pyarrow) are imported where a
 # command runs, so that --help answers at once.
@@ -449,7 +450,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
         lambda: _text_of(spec, layout)))
     _join_note(cluster, expected, join)
-    fork_server.start_for(**{**cluster, "device": expected})  # its imports overlap what follows
+    start_fork_server(**{**cluster, "device": expected})  # its imports overlap what follows
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
@@ -520,8 +521,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         stopping = time.perf_counter()
     stopped = time.perf_counter()
     total = first["start"] + stopped - started
-    click.echo(job.stage_line("cluster stop", stopped - stopping))
-    click.echo(job.stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
+    click.echo(stage_line("cluster stop", stopped - stopping))
+    click.echo(stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
         figures.write(json_path, figures.of_job(result, stopped - stopping, total), overwrite)
@@ -598,13 +599,17 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
     _join_note(cluster, expected, join)
-    fork_server.start_for(**{**cluster, "device": expected})  # its imports overlap what follows
+    start_fork_server(**{**cluster, "device": expected})  # its imports overlap what follows
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
     if json_path:
         _usage(figures.check, json_path, overwrite)
+    started = time.perf_counter()
+    stages = {"start": _since_process_start()}  # Python, the imports and the checks above
     with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device):
+        stages["cluster start"] = time.perf_counter() - started
+        working = time.perf_counter()
         if device != expected and partition_size is None:
             the_plan = _plan(data, perf, acq, names, device, None, join)  # the cluster's default
         the_plan = _balanced(the_plan, client, device, partition_size)
@@ -615,9 +620,19 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
                                    overwrite=overwrite, progress=True, data=given, join=join)
         except (read.BadRowsError, ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
+        stages["ETL"] = time.perf_counter() - working  # the ETL line's, and its planning
+        stopping = time.perf_counter()
+    stopped = time.perf_counter()
+    stages["cluster stop"] = stopped - stopping
+    total = stages["start"] + stopped - started
+    stages["other"] = total - sum(stages.values())
     for line in result.shuffles:
         click.echo(f"shuffle: {line}")
     click.echo(f"ETL: {result.summary()}")
     click.echo(f"feature table written to {os.path.abspath(out)}")
+    click.echo("stage times:")
+    for name, seconds in stages.items():
+        click.echo(stage_line(name, seconds))
+    click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_etl(result, device), overwrite)
+        figures.write(json_path, figures.of_etl(result, device, stages, total), overwrite)

@@ -33,9 +33,11 @@ def _etl(result) -> dict:
             "join_seconds": result.join_seconds}
 
 
-def of_etl(result, device: str) -> dict:
-    """The ``etl`` command's figures: its ``EtlResult`` on ``device``."""
-    return {"figures": f"{KIND} etl", "device": device, "etl": _etl(result)}
+def of_etl(result, device: str, stages: dict, total: float) -> dict:
+    """The ``etl`` command's figures: its ``EtlResult`` on ``device``, its stage times (as
+    printed, "other" the rest) and the seconds since the command started."""
+    return {"figures": f"{KIND} etl", "device": device, "stages": dict(stages), "total": total,
+            "etl": _etl(result)}
 
 
 def of_job(result, stop: float, total: float) -> dict:

@@ -12,6 +12,7 @@ from dask.utils import format_bytes
 from dask_gpu_interop import memory_report
 
 from . import etl, placement, train
+from .progress import stage_line
 
 
 def _host_memory(dask_worker=None) -> dict:
@@ -26,11 +27,6 @@ def _host_memory(dask_worker=None) -> dict:
     monitor = getattr(dask_worker, "monitor", None)
     seen = max(monitor.quantities["memory"], default=0) if monitor is not None else 0
     return {"rss": int(rss), "peak_rss": int(max(peak, seen, rss))}
-
-
-def stage_line(name: str, seconds: float) -> str:
-    """One line of the job's stage times, aligned with the others."""
-    return f"  {name:<14} {seconds:8.2f} s"
 
 
 @dataclass

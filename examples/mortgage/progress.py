@@ -1,5 +1,5 @@
 """What the user sees while the work runs, on the current client: a bar on a terminal, a line
-per tenth otherwise."""
+per tenth otherwise; and the stage times after it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ class Progress:
         elif done >= self.total or done * 10 // self.total > self._shown * 10 // self.total:
             self.echo(f"{self.what}: {done}/{self.total}")
         self._shown = done
+
+
+def stage_line(name: str, seconds: float) -> str:
+    """One line of a command's stage times, aligned with the others."""
+    return f"  {name:<14} {seconds:8.2f} s"
 
 
 def wait(futures, what: str, echo=print) -> None:

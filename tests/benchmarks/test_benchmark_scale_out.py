@@ -142,8 +142,9 @@ def test_a_job_table_shows_the_cluster_stop_and_goals_leave_teardown_runs_out():
     runs = {"1 GPU tcp": [entry], "2 GPUs tcp": [entry],
             "2 GPUs tcp, full teardown": [slow]}
     lines = scale_out.table(runs, "job")
-    assert lines[0].endswith("| cluster stop |")
-    assert lines[-1].startswith("| 2 GPUs tcp, full teardown | 11.00") and "1.40" in lines[-1]
+    assert lines[0].endswith("| cluster start | cluster stop |")
+    assert lines[-1].startswith("| 2 GPUs tcp, full teardown | 11.00")
+    assert lines[-1].endswith("| - | 1.40 s (1 run) |")  # no start line in these stages
     goals = scale_out.goals({"etl": {}, "jobs": {"default": runs}, "real": {}})
     assert [goal for goal, _ in goals] == ["job default, 2 GPUs tcp: at least 1x 1 GPU's speed "
                                            "(wall)"]
@@ -161,3 +162,14 @@ def test_the_join_by_loan_is_timed_on_the_cpus(tmp_path, data):
     assert 0 < loan["etl"]["join_seconds"] < loan["etl"]["seconds"] < loan["wall"]
     assert plain["etl"]["rows"] == loan["etl"]["rows"]
     assert "| CPUs, join loan |" in (tmp_path / "scale-out-cpu-test.md").read_text()
+
+
+def test_an_etl_table_shows_the_cluster_start_and_stop_lines_the_command_printed():
+    entry = {"wall": 6.0, "rc": 0, "first": True, "etl": {"seconds": 1.0},
+             "stages": {"start": 0.8, "cluster start": 3.5, "ETL": 1.1, "cluster stop": 0.4,
+                        "other": 0.2}}
+    lines = scale_out.table({"2 GPUs tcp": [entry, {**entry, "first": False}]}, "etl")
+    assert lines[0].endswith("| first run on the machine | cluster start | cluster stop |")
+    cells = [c.strip() for c in lines[-1].split("|")[1:-1]]
+    assert cells[0] == "2 GPUs tcp" and cells[3] == "5.00 s (5.00-5.00, 2 runs)"  # wall - ETL
+    assert cells[-2:] == ["3.50 s (3.50-3.50, 2 runs)", "0.40 s (0.40-0.40, 2 runs)"]

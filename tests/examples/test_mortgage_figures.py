@@ -20,7 +20,7 @@ def _run(args):
     return CliRunner().invoke(main, args, catch_exceptions=False)
 
 
-def test_the_etl_command_writes_the_figures_it_prints(tmp_path, running):
+def test_the_etl_command_writes_the_figures_and_stage_times_it_prints(tmp_path, running):
     path = tmp_path / "etl.json"
     args = ["etl", *running, "--data", SAMPLE, "--out", str(tmp_path / "features.parquet"),
             "--json", str(path)]
@@ -35,6 +35,14 @@ def test_the_etl_command_writes_the_figures_it_prints(tmp_path, running):
     parquet = sum(p.stat().st_size for p in (tmp_path / "features.parquet").glob("*.parquet"))
     assert etl["written_bytes"] == parquet and etl["bad_rows"] == 0
     assert etl["bytes"] == sum(p.stat().st_size for p in Path(SAMPLE).glob("*_2007Q3*"))
+    out = result.output
+    printed = {m[1]: m[2] for m in re.finditer(r"^  (\w[\w ]*?) +(-?\d+\.\d\d) s$", out, re.M)}
+    assert list(found["stages"]) == list(printed) == [
+        "start", "cluster start", "ETL", "cluster stop", "other"]  # every stage line, in order
+    assert all(f"{found['stages'][k]:.2f}" == v for k, v in printed.items())
+    assert found["stages"]["ETL"] >= etl["seconds"]  # the ETL line's time, and its planning
+    assert f"{found['total']:.2f}" == re.search(r"^total: (\d+\.\d\d) s", out, re.M)[1]
+    assert abs(sum(found["stages"].values()) - found["total"]) < 1e-6  # "other": the rest
     again = _run([*args, "--overwrite"])  # an earlier figures file is replaced
     assert again.exit_code == 0, again.output
     assert json.loads(path.read_text())["etl"]["seconds"] != etl["seconds"]
