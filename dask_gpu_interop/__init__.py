@@ -22,7 +22,13 @@ _register_serializers()  # lazily: no torch/JAX import until one of their object
 
 from ._imports import import_in_background  # noqa: E402
 from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
-from .cluster import ClusterError, cluster_client, local_cluster, resolve_device  # noqa: E402
+from .cluster import (  # noqa: E402
+    ClusterError,
+    cluster_client,
+    local_cluster,
+    prepare_local_cluster,
+    resolve_device,
+)
 from .device import gpu_count  # noqa: E402
 from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
@@ -61,6 +67,7 @@ __all__ = [
     "import_in_background",
     "local_cluster",
     "memory_report",
+    "prepare_local_cluster",
     "record_memory",
     "resolve_device",
     "shuffle",

@@ -488,6 +488,45 @@ def _check_listening(where: str, location: str, timeout: float) -> None:
         pass
 
 
+def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
+                          protocol: str = "tcp", processes: bool | None = None, scheduler=None,
+                          **others) -> bool:
+    """Start now what :func:`cluster_client` given the same arguments will use as it starts a
+    local cluster, so that it is ready by then: the fork server of its GPU worker processes
+    (:mod:`dask_gpu_interop.fork_server`, over UCX by default). Call it as early as you know
+    the arguments: what it starts works in the background meanwhile.
+
+    Parameters
+    ----------
+    device, n_workers, protocol, processes, scheduler
+        As :func:`cluster_client` takes them. Nothing starts for a running cluster
+        (``scheduler``), CPU workers or one GPU worker in this process.
+    **others
+        :func:`cluster_client`'s other arguments, left aside.
+
+    Returns
+    -------
+    bool
+        Whether something was started (or already was); False also where the arguments
+        cannot start a cluster here, which :func:`cluster_client` then says.
+
+    Examples
+    --------
+    >>> import dask_gpu_interop
+    >>> dask_gpu_interop.prepare_local_cluster(device="gpu", n_workers=4, protocol="ucx")  # doctest: +SKIP
+    True
+    """
+    if scheduler:
+        return False
+    try:
+        device = resolve_device(device)
+        if device != "gpu" or in_process(n_workers, protocol, processes):
+            return False
+    except (ClusterError, RuntimeError, ValueError):  # cluster_client says what is wrong
+        return False
+    return fork_server.start(protocol)
+
+
 @contextlib.contextmanager
 def cluster_client(
     scheduler: str | None = None,

@@ -6,9 +6,9 @@ the cluster waits for the slowest. Python's ``forkserver`` start method runs one
 process that imports them once; each worker process is then a fork of it, its modules already
 loaded. The library starts that server as a local cluster of GPU worker processes over UCX
 starts, before the cluster's own imports and scheduler, so that the server's imports overlap
-them; a program that will start such a cluster can call :func:`start` earlier still, as soon
-as it knows (the examples' commands do, once their input is checked), so that the server's
-imports overlap the program's own work. Over TCP, where a worker process starts faster, the
+them; a program that will start such a cluster can start the server earlier still, as soon as it
+knows (:func:`~dask_gpu_interop.prepare_local_cluster`; the examples' commands call it once
+their input is checked), so that the server's imports overlap the program's own work. Over TCP, where a worker process starts faster, the
 forks gained nothing that held from one run to the next (benchmarks/README.md), so workers
 are spawned there unless the setting says otherwise.
 
@@ -103,18 +103,6 @@ def start(protocol: str = "ucx") -> bool:
             return False
     _started = True
     return True
-
-
-def start_for(device: str, n_workers: int | None = None, protocol: str = "tcp",
-              processes: bool | None = None, scheduler=None, **others) -> bool:
-    """:func:`start`, where :func:`~dask_gpu_interop.cluster_client` given these arguments
-    will start local GPU worker processes (``device`` "gpu", no ``scheduler``, not one worker
-    in this process); the other arguments are left aside. Returns whether it started."""
-    from .cluster import in_process
-
-    if scheduler or device != "gpu" or in_process(n_workers, protocol, processes):
-        return False
-    return start(protocol)
 
 
 @contextlib.contextmanager

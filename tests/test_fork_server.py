@@ -13,7 +13,7 @@ import textwrap
 import dask
 import pytest
 
-from dask_gpu_interop import fork_server
+from dask_gpu_interop import fork_server, prepare_local_cluster
 
 # A child interpreter (its fork server is its own): a local cluster of two worker processes
 # started inside fork_server.forking(), or without it; each worker's parent process, a marker
@@ -22,7 +22,7 @@ PROBE = textwrap.dedent("""
     import json, multiprocessing, os, sys
     import dask
     from distributed import Client, LocalCluster
-    from dask_gpu_interop import fork_server
+    from dask_gpu_interop import fork_server, prepare_local_cluster
 
     def seen():
         return [os.getppid(), os.environ.get("PROBE_MARK"),
@@ -78,6 +78,7 @@ def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_
     from dask_gpu_interop import gpu_workers
 
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a nanny may have set it here
     monkeypatch.setenv("KVIKIO_NTHREADS", "3")  # set here: this process's value is kept
     with dask.config.set({"distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1}}):
         env = fork_server.server_environ()
@@ -110,9 +111,12 @@ def test_by_default_the_server_is_for_ucx_clusters():
 ])
 def test_a_command_starts_the_server_only_where_gpu_worker_processes_will_start(
         monkeypatch, arguments, asked):
+    from dask_gpu_interop import cluster
+
     started = []
     monkeypatch.setattr(fork_server, "start", lambda protocol: started.append(protocol) or True)
-    assert fork_server.start_for(**arguments, memory={"pool_size": "1GiB"}) is bool(asked)
+    monkeypatch.setattr(cluster, "resolve_device", lambda device: device)  # as on a GPU machine
+    assert prepare_local_cluster(**arguments, memory={"pool_size": "1GiB"}) is bool(asked)
     assert started == asked
 
 
@@ -135,3 +139,13 @@ def test_gpu_workers_forked_from_the_server_each_have_their_own_gpu():
     assert [parent for parent, _, _ in seen] == [pid, pid]
     assert len({gpu for _, gpu, _ in seen}) == 2  # one GPU each (by its UUID)
     assert [total for _, _, total in seen] == [45.0, 45.0]
+
+
+def test_preparing_a_cluster_that_cannot_start_here_starts_nothing_and_leaves_the_error(
+        monkeypatch):
+    started = []
+    monkeypatch.setattr(fork_server, "start", lambda protocol: started.append(protocol) or True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: cluster_client will say so
+    assert prepare_local_cluster(device="gpu", n_workers=2, protocol="ucx") is False
+    assert prepare_local_cluster(device="tpu", n_workers=2) is False
+    assert started == []

@@ -25,10 +25,10 @@ from dask_gpu_interop import (
     cluster_client,
     gpu_count,
     import_in_background,
+    prepare_local_cluster,
     resolve_device,
     without_xgboost_rank_lines,
 )
-from dask_gpu_interop.fork_server import start_for as start_fork_server
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
@@ -450,7 +450,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
         lambda: _text_of(spec, layout)))
     _join_note(cluster, expected, join)
-    start_fork_server(**{**cluster, "device": expected})  # its imports overlap what follows
+    prepare_local_cluster(**{**cluster, "device": expected})  # in the background from here
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
@@ -599,7 +599,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
     _join_note(cluster, expected, join)
-    start_fork_server(**{**cluster, "device": expected})  # its imports overlap what follows
+    prepare_local_cluster(**{**cluster, "device": expected})  # in the background from here
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())

@@ -7,8 +7,7 @@ import dask_gpu_interop
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = {"dask_gpu_interop.convert", "dask_gpu_interop.gpu_workers", "dask_gpu_interop.options",
-                  "dask_gpu_interop.preload", "dask_gpu_interop.tls", "dask_gpu_interop.serialize",
-                  "dask_gpu_interop.fork_server"}
+                  "dask_gpu_interop.preload", "dask_gpu_interop.tls", "dask_gpu_interop.serialize"}
 
 
 def library_imports(path: pathlib.Path):
