@@ -42,6 +42,12 @@ UCX_ONLY = "ucx"
 #: What the server imports (a module that is not installed is left out).
 MODULES = ("distributed", "numpy", "pandas", "dask.dataframe", "dask_cuda", "rmm", "cupy",
            "numba", "cudf", "dask_cudf", "dask_gpu_interop", "dask_gpu_interop.preload")
+#: The server's environment variable that names :data:`MODULES` for it (removed there once
+#: read, so that the workers do not inherit it).
+IMPORTS_VARIABLE = "DASK_GPU_INTEROP_FORK_SERVER_IMPORTS"
+#: What the server is told to import: a module that imports each of :data:`MODULES` on its own,
+#: so that one failing with any error (not only an ImportError) leaves the server up.
+PRELOAD = "dask_gpu_interop._fork_server_imports"
 #: distributed's config key of a worker process's start method.
 METHOD_KEY = "distributed.worker.multiprocessing-method"
 
@@ -67,7 +73,7 @@ def wanted(protocol: str) -> bool:
 def server_environ() -> dict[str, str]:
     """The variables the server starts with, beside this process's environment: the GPU
     workers' settings, distributed's pre-spawn variables (a variable set in this process's
-    environment wins over both) and ``RAPIDS_NO_INITIALIZE``."""
+    environment wins over both), ``RAPIDS_NO_INITIALIZE`` and the modules to import."""
     import dask.config
 
     from . import gpu_workers
@@ -78,6 +84,7 @@ def server_environ() -> dict[str, str]:
         chosen["PYTHONHASHSEED"] = "6640"  # distributed's own seed for its worker processes
     out = {k: v for k, v in chosen.items() if k not in os.environ}
     out["RAPIDS_NO_INITIALIZE"] = "1"
+    out[IMPORTS_VARIABLE] = ",".join(MODULES)
     return out
 
 
@@ -94,7 +101,7 @@ def start(protocol: str = "ucx") -> bool:
     from multiprocessing import forkserver
 
     with _environ(server_environ()):
-        multiprocessing.get_context("forkserver").set_forkserver_preload(list(MODULES))
+        multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD])
         try:
             forkserver.ensure_running()
         except OSError as exc:  # no server: the workers are spawned as usual

@@ -25,10 +25,15 @@ PROBE = textwrap.dedent("""
     from dask_gpu_interop import fork_server, prepare_local_cluster
 
     def seen():
+        imports = sys.modules.get("dask_gpu_interop._fork_server_imports")
         return [os.getppid(), os.environ.get("PROBE_MARK"),
                 os.environ.get("RAPIDS_NO_INITIALIZE"), os.environ.get("PYTHONHASHSEED"),
-                "dask_gpu_interop.preload" in sys.modules]
+                "dask_gpu_interop.preload" in sys.modules,
+                imports.FAILED if imports else None,
+                os.environ.get(fork_server.IMPORTS_VARIABLE)]
 
+    if os.environ.get("PROBE_BROKEN"):  # a module that fails to import, before the others
+        fork_server.MODULES = ("probe_broken", *fork_server.MODULES)
     os.environ["PROBE_MARK"] = "at the server's start"
     with fork_server.forking(sys.argv[1]) as forked:
         os.environ["PROBE_MARK"] = "changed after"
@@ -42,6 +47,8 @@ PROBE = textwrap.dedent("""
 
 
 def probe(protocol: str = "ucx", **env) -> dict:
+    env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [env.get("PYTHONPATH"),
+                                                             os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", PROBE, protocol], capture_output=True, text=True,
                           timeout=180, env={**os.environ, **env})
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
@@ -54,11 +61,23 @@ def test_worker_processes_are_forked_from_the_server_with_its_environment_and_mo
     got = probe()
     assert got["forked"] is True and got["server"] not in (None, got["client"])
     assert len(got["workers"]) == 2
-    for parent, mark, no_init, seed, preloaded in got["workers"]:
+    for parent, mark, no_init, seed, preloaded, failed, listed in got["workers"]:
         assert parent == got["server"]  # a fork of the server, not a child of the client
         assert mark == "at the server's start"  # the server's environment, not the client's now
         assert no_init == "1" and seed == "6640"
         assert preloaded  # imported once, in the server
+        assert listed is None  # the list of modules stayed with the server
+        assert all(line.split(":")[0] not in ("distributed", "dask_gpu_interop.preload")
+                   for line in failed)
+
+
+def test_a_module_that_fails_to_import_leaves_the_server_up_and_the_rest_imported(tmp_path):
+    (tmp_path / "probe_broken.py").write_text("raise RuntimeError('broken at import')\n")
+    got = probe(PROBE_BROKEN="1", PYTHONPATH=str(tmp_path))
+    assert got["forked"] is True and len(got["workers"]) == 2
+    for parent, _, _, _, preloaded, failed, _ in got["workers"]:
+        assert parent == got["server"] and preloaded  # the modules after it imported too
+        assert failed[0] == "probe_broken: RuntimeError: broken at import"
 
 
 @pytest.mark.parametrize("protocol, env", [
@@ -68,7 +87,7 @@ def test_worker_processes_are_forked_from_the_server_with_its_environment_and_mo
 def test_otherwise_worker_processes_start_as_distributed_starts_them(protocol, env):
     got = probe(protocol, **env)
     assert got["forked"] is False and got["server"] is None
-    for parent, mark, no_init, _, preloaded in got["workers"]:
+    for parent, mark, no_init, _, preloaded, _, _ in got["workers"]:
         assert parent == got["client"] and mark == "changed after"
         assert no_init is None and not preloaded
 
@@ -84,6 +103,7 @@ def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_
         env = fork_server.server_environ()
     assert env["RAPIDS_NO_INITIALIZE"] == "1" and env["OMP_NUM_THREADS"] == "1"
     assert env["PYTHONHASHSEED"] == "6640"
+    assert env[fork_server.IMPORTS_VARIABLE].split(",") == list(fork_server.MODULES)
     assert "KVIKIO_NTHREADS" not in env  # inherited as it is
     for name, value in gpu_workers.settings().items():
         if name not in os.environ:
