@@ -6,11 +6,12 @@ the cluster waits for the slowest. Python's ``forkserver`` start method runs one
 process that imports them once; each worker process is then a fork of it, its modules already
 loaded. The library starts that server as a local cluster of GPU worker processes over UCX
 starts, before the cluster's own imports and scheduler, so that the server's imports overlap
-them; a program that will start such a cluster can start the server earlier still, as soon as it
-knows (:func:`~dask_gpu_interop.prepare_local_cluster`; the examples' commands call it once
-their input is checked), so that the server's imports overlap the program's own work. Over TCP, where a worker process starts faster, the
-forks gained nothing that held from one run to the next (benchmarks/README.md), so workers
-are spawned there unless the setting says otherwise.
+them; a program that will start such a cluster can start the server earlier still, as soon as
+it knows (:func:`~dask_gpu_interop.prepare_local_cluster`; the examples' commands call it once
+their input is checked), so that the server's imports overlap the program's own work. Over
+TCP, where a worker process starts faster, the forks gained nothing that held from one run to
+the next (benchmarks/README.md), so workers are spawned there unless the setting says
+otherwise.
 
 The server touches no GPU, so that every worker forked from it initializes CUDA itself, on
 the device its nanny gives it: cuDF is imported with ``RAPIDS_NO_INITIALIZE=1`` (cuDF's check
@@ -22,8 +23,8 @@ seed, the thread counts of the numeric libraries), as they are when the server s
 
 ``gpu-interop.worker.fork-server`` in dask config: ``ucx`` (the default) for UCX clusters,
 ``true`` for every local cluster of GPU worker processes, ``false`` for none (distributed's
-way: each worker a new interpreter). Linux only. A worker process that its nanny restarts later is started the
-way distributed's config says (a new interpreter by default).
+way: each worker a new interpreter). Linux only. A worker process that its nanny restarts
+later is started the way distributed's config says (a new interpreter by default).
 """
 
 from __future__ import annotations
