@@ -19,11 +19,12 @@ with each ``--join`` of the example (its per-quarter join, the join by loan acro
 with the library's all-to-all, and with dask's own shuffle; classic layout), alternating with
 the configurations: a run's name then carries its join ("2 GPUs tcp, join loan"; the
 per-quarter join keeps the plain name) and its line the join's shuffle seconds.
-``--full-teardown`` runs the given sections' configurations of several GPUs once more with
-the worker processes' full Python teardown at the cluster's close (``gpu-interop.worker.
-quick-exit`` off), alternating: "2 GPUs tcp, full teardown"; ``--spawned`` likewise with each
-worker process a new interpreter instead of a fork of the library's server
-(``gpu-interop.worker.fork-server`` off): "2 GPUs tcp, spawned". The datasets
+``--full-teardown`` runs the given sections' configurations of several GPUs (and the CPUs)
+once more with the worker processes' full Python teardown at the cluster's close
+(``gpu-interop.worker.quick-exit`` off, which also spawns the worker processes that the fork
+server would give), alternating: "2 GPUs tcp, full teardown";
+``--spawned`` likewise with each worker process a new interpreter instead of a fork of the
+library's server (``gpu-interop.worker.fork-server`` off): "CPUs, spawned". The datasets
 are made beforehand by the README's ``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
 """
 
@@ -92,13 +93,14 @@ def with_joins(configs: dict, joins: list[str]) -> dict:
 
 
 def with_variant(configs: dict, mark: str) -> dict:
-    """``configs``, each of several GPUs followed by itself with the setting of ``mark``
-    (:data:`VARIANTS`) off, e.g. "2 GPUs tcp, full teardown"; one GPU's worker runs in the
-    command's process, where neither setting acts."""
+    """``configs``, each of several GPUs and the CPUs followed by itself with the setting of
+    ``mark`` (:data:`VARIANTS`) off, e.g. "2 GPUs tcp, full teardown"; one GPU's worker runs
+    in the command's process, where neither setting acts."""
     out = {}
     for name, (env, flags) in configs.items():
         out[name] = (env, flags)
-        if name[0].isdigit() and int(name.split()[0]) > 1 and not variant_of(name):
+        processes = name == "CPUs" or (name[0].isdigit() and int(name.split()[0]) > 1)
+        if processes and not variant_of(name):
             out[f"{name}{mark}"] = ({**env, **VARIANTS[mark]}, flags)
     return out
 
@@ -361,8 +363,8 @@ def options(p) -> None:
                    help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs with the "
                         "worker processes' quick exit off.")
     p.add_argument("--spawned", default="", metavar="SECTIONS",
-                   help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs with each "
-                        "worker process a new interpreter (the fork server off).")
+                   help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs and the CPUs "
+                        "with each worker process a new interpreter (the fork server off).")
     p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
     p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
     p.add_argument("--scratch", default=None,

@@ -23,9 +23,10 @@ WORKER_DEFAULTS = {
     # A nanny's worker process ends right after its worker closed, without Python's teardown
     # (dask_gpu_interop.worker_exit).
     "quick-exit": True,
-    # Local GPU worker processes forked from a server that imported the GPU libraries once:
-    # "ucx" (UCX clusters), true (all) or false (dask_gpu_interop.fork_server).
-    "fork-server": "ucx",
+    # Local worker processes forked from a server that imported the libraries once:
+    # "auto" (CPU workers, GPU workers over UCX), "ucx", true or false
+    # (dask_gpu_interop.fork_server).
+    "fork-server": "auto",
 }
 
 

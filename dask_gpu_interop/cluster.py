@@ -274,7 +274,7 @@ def local_cluster(
         # once, started first so that its imports overlap dask-cuda's and the scheduler's start.
         # Each worker process gets the GPU workers' settings from its nanny, at every (re)start;
         # a variable set in this process's environment wins over them.
-        with fork_server.forking(protocol):
+        with fork_server.forking(protocol, "gpu"):
             from dask_cuda import LocalCUDACluster
 
             with dask.config.set({NANNY_ENVIRON: {
@@ -288,16 +288,20 @@ def local_cluster(
                     **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
                 )
     count = n_workers or max(1, min(4, os.cpu_count() or 1))
-    return LocalCluster(
-        n_workers=count,
-        threads_per_worker=threads_per_worker or max(1, (os.cpu_count() or 1) // count),
-        protocol=protocol,
-        dashboard_address=dashboard_address,
-        security=security,
-        processes=processes is not False,
-        # a terminal's Ctrl-C is for the client only; a closed worker's process ends at once
-        preload=[_interrupts.PRELOAD, worker_exit.PRELOAD],
-    )
+    # Worker processes forked from a server with pandas and dask's dataframes imported once.
+    forking = fork_server.forking(protocol, "cpu") if processes is not False \
+        else contextlib.nullcontext()  # fmt: skip
+    with forking:
+        return LocalCluster(
+            n_workers=count,
+            threads_per_worker=threads_per_worker or max(1, (os.cpu_count() or 1) // count),
+            protocol=protocol,
+            dashboard_address=dashboard_address,
+            security=security,
+            processes=processes is not False,
+            # a terminal's Ctrl-C is for the client only; a closed worker's process ends at once
+            preload=[_interrupts.PRELOAD, worker_exit.PRELOAD],
+        )
 
 
 def in_process(n_workers: int | None, protocol: str, processes: bool | None) -> bool:
@@ -492,15 +496,17 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
                           protocol: str = "tcp", processes: bool | None = None, scheduler=None,
                           **others) -> bool:
     """Start now what :func:`cluster_client` given the same arguments will use as it starts a
-    local cluster, so that it is ready by then: the fork server of its GPU worker processes
-    (:mod:`dask_gpu_interop.fork_server`, over UCX by default). Call it as early as you know
-    the arguments: what it starts works in the background meanwhile.
+    local cluster, so that it is ready by then: the fork server of its worker processes
+    (:mod:`dask_gpu_interop.fork_server`; by default for CPU workers and GPU workers over
+    UCX). Call it as early as you know the arguments, and after setting what the workers'
+    processes start with (environment, ``distributed.nanny.pre-spawn-environ``): what it
+    starts works in the background meanwhile.
 
     Parameters
     ----------
     device, n_workers, protocol, processes, scheduler
         As :func:`cluster_client` takes them. Nothing starts for a running cluster
-        (``scheduler``), CPU workers or one GPU worker in this process.
+        (``scheduler``) or workers in this process.
     **others
         :func:`cluster_client`'s other arguments, left aside.
 
@@ -520,11 +526,13 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
         return False
     try:
         device = resolve_device(device)
-        if device != "gpu" or in_process(n_workers, protocol, processes):
+        if device == "gpu" and in_process(n_workers, protocol, processes):
             return False
     except (ClusterError, RuntimeError, ValueError):  # cluster_client says what is wrong
         return False
-    return fork_server.start(protocol)
+    if device == "cpu" and processes is False:
+        return False
+    return fork_server.start(protocol, device)
 
 
 @contextlib.contextmanager

@@ -348,6 +348,14 @@ def _imported(*modules: str) -> None:
         importlib.import_module(module)
 
 
+def _prepare_cluster(cluster: dict, device: str) -> None:
+    """What the library prepares for the local cluster to come (its worker processes' fork
+    server), started now so that it works while the command goes on; with the CPU workers'
+    settings, which their processes start with."""
+    with cpu_workers.environ(cluster, device):
+        prepare_local_cluster(**{**cluster, "device": device})
+
+
 @contextlib.contextmanager
 def _cluster(cluster: dict, expected: str, imports, training: bool = False):
     """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
@@ -450,7 +458,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
         lambda: _text_of(spec, layout)))
     _join_note(cluster, expected, join)
-    prepare_local_cluster(**{**cluster, "device": expected})  # in the background from here
+    _prepare_cluster(cluster, expected)
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
@@ -599,7 +607,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)
     _join_note(cluster, expected, join)
-    prepare_local_cluster(**{**cluster, "device": expected})  # in the background from here
+    _prepare_cluster(cluster, expected)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())

@@ -173,3 +173,13 @@ def test_an_etl_table_shows_the_cluster_start_and_stop_lines_the_command_printed
     cells = [c.strip() for c in lines[-1].split("|")[1:-1]]
     assert cells[0] == "2 GPUs tcp" and cells[3] == "5.00 s (5.00-5.00, 2 runs)"  # wall - ETL
     assert cells[-2:] == ["3.50 s (3.50-3.50, 2 runs)", "0.40 s (0.40-0.40, 2 runs)"]
+
+
+def test_the_cpus_run_again_with_the_fork_server_off_when_asked():
+    args = scale_out.parse(["--etl", "1GiB=/d1", "--gpus", "none", "--cpu", "etl",
+                            "--spawned", "etl", "--runs", "2"])
+    names = [name for _, _, name, _, _ in scale_out.plan(args)]
+    assert names == ["CPUs", "CPUs, spawned"] * 2
+    configs = scale_out.configurations([], False, True)
+    assert scale_out.environment("CPUs, spawned", configs) == {
+        "CUDA_VISIBLE_DEVICES": "", "DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}
