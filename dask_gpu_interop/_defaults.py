@@ -24,9 +24,9 @@ WORKER_DEFAULTS = {
     # (dask_gpu_interop.worker_exit).
     "quick-exit": True,
     # Local worker processes forked from a server that imported the libraries once:
-    # "auto" (CPU workers, GPU workers over UCX), "ucx", true or false
+    # "ucx" (GPU workers over UCX), true (all, CPU workers included) or false
     # (dask_gpu_interop.fork_server).
-    "fork-server": "auto",
+    "fork-server": "ucx",
 }
 
 

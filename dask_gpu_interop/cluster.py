@@ -288,7 +288,8 @@ def local_cluster(
                     **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
                 )
     count = n_workers or max(1, min(4, os.cpu_count() or 1))
-    # Worker processes forked from a server with pandas and dask's dataframes imported once.
+    # Worker processes forked from a server with pandas and dask's dataframes imported once,
+    # where the setting asks for it (not by default).
     forking = fork_server.forking(protocol, "cpu") if processes is not False \
         else contextlib.nullcontext()  # fmt: skip
     with forking:
@@ -497,8 +498,7 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
                           **others) -> bool:
     """Start now what :func:`cluster_client` given the same arguments will use as it starts a
     local cluster, so that it is ready by then: the fork server of its worker processes
-    (:mod:`dask_gpu_interop.fork_server`; by default for CPU workers and GPU workers over
-    UCX). Call it as early as you know the arguments, and after setting what the workers'
+    (:mod:`dask_gpu_interop.fork_server`; by default for GPU workers over UCX). Call it as early as you know the arguments, and after setting what the workers'
     processes start with (environment, ``distributed.nanny.pre-spawn-environ``): what it
     starts works in the background meanwhile.
 

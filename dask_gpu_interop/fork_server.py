@@ -9,10 +9,10 @@ cluster of worker processes starts, before the cluster's own imports and schedul
 server's imports overlap them; a program that will start such a cluster can start the server
 earlier still, as soon as it knows (:func:`~dask_gpu_interop.prepare_local_cluster`; the
 examples' commands call it once their input is checked), so that the server's imports overlap
-the program's own work. By default the server serves CPU worker processes and GPU ones over
-UCX; GPU worker processes over TCP, which start faster, gained nothing from it that held from
-one run to the next (benchmarks/README.md), so they are spawned unless the setting says
-otherwise.
+the program's own work. By default the server serves GPU worker processes over UCX only: GPU
+worker processes over TCP, which start faster, and CPU worker processes gained nothing from it
+that held from one run to the next (benchmarks/README.md), so they are spawned unless the
+setting says otherwise.
 
 The server touches no GPU, so that every worker forked from it initializes CUDA itself, on
 the device its nanny gives it: cuDF is imported with ``RAPIDS_NO_INITIALIZE=1`` (cuDF's check
@@ -25,10 +25,9 @@ server is started again. Every other variable of this process's environment reac
 workers as it is when the cluster starts, through the nanny (a variable removed after the
 server started stays in the workers).
 
-``gpu-interop.worker.fork-server`` in dask config: ``auto`` (the default: CPU worker processes
-and GPU ones over UCX), ``ucx`` (GPU worker processes over UCX only), ``true`` (every local
-cluster's worker processes) or ``false`` (none: each worker a new interpreter, distributed's
-way). Linux only. A forked process ends without Python's teardown, as the quick exit
+``gpu-interop.worker.fork-server`` in dask config: ``ucx`` (the default: GPU worker processes
+over UCX), ``true`` (every local cluster's worker processes, CPU ones included) or ``false``
+(none: each worker a new interpreter, distributed's way). Linux only. A forked process ends without Python's teardown, as the quick exit
 (:mod:`.worker_exit`) has a worker process end: with ``gpu-interop.worker.quick-exit`` off,
 worker processes are new interpreters, whose teardown runs. A worker process that its nanny
 restarts later is started the way distributed's config says (a new interpreter by default).
@@ -43,11 +42,9 @@ import sys
 
 logger = logging.getLogger(__name__)
 
-#: The dask config key that says where the fork server is used: "auto", "ucx", true or false.
+#: The dask config key that says where the fork server is used: "ucx", true or false.
 CONFIG_KEY = "gpu-interop.worker.fork-server"
-#: Its default: CPU worker processes, and GPU ones over UCX.
-AUTO = "auto"
-#: GPU worker processes over UCX only.
+#: Its default: GPU worker processes over UCX only.
 UCX_ONLY = "ucx"
 #: What the server imports for every worker (a module that is not installed is left out).
 COMMON_MODULES = ("distributed", "numpy", "pandas", "pyarrow", "dask.dataframe",
@@ -74,8 +71,8 @@ _server_settings: dict[str, str] | None = None
 
 def wanted(protocol: str, device: str = "gpu") -> bool:
     """Whether a local cluster's worker processes on ``device`` ("gpu" or "cpu") over
-    ``protocol`` are to be forked from the server: dask config says so (by default for CPU
-    workers and GPU workers over UCX), does not ask for Python's teardown at a worker
+    ``protocol`` are to be forked from the server: dask config says so (by default for GPU
+    workers over UCX), does not ask for Python's teardown at a worker
     process's end (the quick exit off), and the platform has the ``forkserver`` start method
     (Linux)."""
     import dask.config
@@ -85,11 +82,8 @@ def wanted(protocol: str, device: str = "gpu") -> bool:
 
     if not sys.platform.startswith("linux") or not flag(worker_exit.CONFIG_KEY, True):
         return False
-    value = dask.config.get(CONFIG_KEY, default=AUTO)
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text == AUTO:
-        return device == "cpu" or protocol == "ucx"
-    if text == UCX_ONLY:
+    value = dask.config.get(CONFIG_KEY, default=UCX_ONLY)
+    if isinstance(value, str) and value.strip().lower() == UCX_ONLY:
         return device == "gpu" and protocol == "ucx"
     return flag(CONFIG_KEY, False)
 

@@ -60,7 +60,7 @@ def probe(protocol: str = "tcp", device: str = "cpu", **env) -> dict:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver: Linux")
 def test_worker_processes_are_forked_from_the_server_with_its_environment_and_modules():
-    got = probe()
+    got = probe(DASK_GPU_INTEROP__WORKER__FORK_SERVER="true")  # CPU workers: when asked
     assert got["forked"] is True and got["server"] not in (None, got["client"])
     assert len(got["workers"]) == 2
     for parent, mark, no_init, seed, preloaded, failed, listed in got["workers"]:
@@ -75,7 +75,8 @@ def test_worker_processes_are_forked_from_the_server_with_its_environment_and_mo
 
 def test_a_module_that_fails_to_import_leaves_the_server_up_and_the_rest_imported(tmp_path):
     (tmp_path / "probe_broken.py").write_text("raise RuntimeError('broken at import')\n")
-    got = probe(PROBE_BROKEN="1", PYTHONPATH=str(tmp_path))
+    got = probe(PROBE_BROKEN="1", PYTHONPATH=str(tmp_path),
+                DASK_GPU_INTEROP__WORKER__FORK_SERVER="true")
     assert got["forked"] is True and len(got["workers"]) == 2
     for parent, _, _, _, preloaded, failed, _ in got["workers"]:
         assert parent == got["server"] and preloaded  # the modules after it imported too
@@ -83,8 +84,9 @@ def test_a_module_that_fails_to_import_leaves_the_server_up_and_the_rest_importe
 
 
 @pytest.mark.parametrize("protocol, device, env", [
-    ("tcp", "cpu", {"DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}),  # the setting off
+    ("ucx", "gpu", {"DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}),  # the setting off
     ("tcp", "gpu", {}),  # by default, GPU workers over UCX only
+    ("tcp", "cpu", {}),
 ])
 def test_otherwise_worker_processes_start_as_distributed_starts_them(protocol, device, env):
     got = probe(protocol, device, **env)
@@ -105,6 +107,7 @@ RESTART = textwrap.dedent("""
     def seen():
         return [os.getppid(), os.environ.get("PROBE_SETTING")]
 
+    dask.config.set({"gpu-interop.worker.fork-server": True})  # CPU workers: when asked
     servers, workers = [], []
     for added in ({}, {}, {"PROBE_SETTING": "x"}):
         with dask.config.set({"distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1,
@@ -152,8 +155,7 @@ def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_
 
 
 @pytest.mark.parametrize("value, protocol, device, expected", [
-    ("auto", "tcp", "cpu", True), ("auto", "tcp", "gpu", False), ("AUTO", "ucx", "gpu", True),
-    ("ucx", "ucx", "gpu", True), ("ucx", "tcp", "gpu", False), ("ucx", "tcp", "cpu", False),
+    ("ucx", "ucx", "gpu", True), ("UCX", "tcp", "gpu", False), ("ucx", "tcp", "cpu", False),
     (True, "tcp", "gpu", True), ("true", "tcp", "cpu", True),
     (False, "ucx", "gpu", False), ("false", "tcp", "cpu", False), ("off", "ucx", "gpu", False)])
 def test_the_setting_says_for_which_clusters_the_server_is_used(value, protocol, device,
@@ -171,8 +173,8 @@ def test_with_the_quick_exit_off_worker_processes_are_spawned_so_their_teardown_
         assert fork_server.wanted("tcp", "cpu") is False
 
 
-def test_by_default_the_server_is_for_cpu_workers_and_gpu_workers_over_ucx():
-    assert dask.config.get(fork_server.CONFIG_KEY) == fork_server.AUTO
+def test_by_default_the_server_is_for_gpu_workers_over_ucx():
+    assert dask.config.get(fork_server.CONFIG_KEY) == fork_server.UCX_ONLY
 
 
 @pytest.mark.parametrize("arguments, asked", [
