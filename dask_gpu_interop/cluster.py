@@ -498,9 +498,10 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
                           **others) -> bool:
     """Start now what :func:`cluster_client` given the same arguments will use as it starts a
     local cluster, so that it is ready by then: the fork server of its worker processes
-    (:mod:`dask_gpu_interop.fork_server`; by default for GPU workers over UCX). Call it as early as you know the arguments, and after setting what the workers'
-    processes start with (environment, ``distributed.nanny.pre-spawn-environ``): what it
-    starts works in the background meanwhile.
+    (:mod:`dask_gpu_interop.fork_server`; by default for GPU workers over UCX). Call it as
+    early as you know the arguments, and after setting what the workers' processes start with
+    (environment, ``distributed.nanny.pre-spawn-environ``): what it starts works in the
+    background meanwhile.
 
     Parameters
     ----------
@@ -526,13 +527,11 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
         return False
     try:
         device = resolve_device(device)
-        if device == "gpu" and in_process(n_workers, protocol, processes):
-            return False
+        here = (in_process(n_workers, protocol, processes) if device == "gpu"
+                else processes is False)  # fmt: skip
     except (ClusterError, RuntimeError, ValueError):  # cluster_client says what is wrong
         return False
-    if device == "cpu" and processes is False:
-        return False
-    return fork_server.start(protocol, device)
+    return not here and fork_server.start(protocol, device)
 
 
 @contextlib.contextmanager

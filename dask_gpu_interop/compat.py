@@ -266,19 +266,3 @@ def device_data_bytes(worker) -> int | None:
         return int(sum(sizeof(value) for value in list(device.values())))
     except RuntimeError:  # changed by the worker meanwhile
         return None
-
-
-def stop_fork_server() -> bool:
-    """Stop this process's ``multiprocessing`` fork server, so that the next fork starts a new
-    one; returns whether it could.
-
-    Private: ``multiprocessing.forkserver._forkserver._stop``, which CPython's own tests use.
-    Checked against CPython 3.10 to 3.14.
-    """
-    from multiprocessing import forkserver
-
-    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
-    if stop is None:
-        return False
-    stop()
-    return True

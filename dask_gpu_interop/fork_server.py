@@ -20,8 +20,10 @@ of the GPU and driver at import is left out, in the workers too), and none of th
 creates a CUDA context as it is imported. The variables that the libraries (and the C
 library's allocator) read as a process starts are the server's: the GPU workers' settings
 (:mod:`.gpu_workers`) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash seed,
-the thread counts of the numeric libraries, the allocator's thresholds); where they change, the
-server is started again. Every other variable of this process's environment reaches the
+the thread counts of the numeric libraries, the allocator's thresholds); a cluster that needs
+them otherwise than the running server has them gets spawned worker processes (the server
+cannot change them, and stopping it would leave the workers already forked from it without
+the server that reports their end to their nannies). Every other variable of this process's environment reaches the
 workers as it is when the cluster starts, through the nanny (a variable removed after the
 server started stays in the workers).
 
@@ -115,21 +117,15 @@ def server_environ(device: str = "gpu") -> dict[str, str]:
 
 def start(protocol: str = "ucx", device: str = "gpu") -> bool:
     """Start the fork server now, in the background, where it is :func:`wanted` for a cluster
-    on ``device`` over ``protocol``; once per process, again where the variables read as a
-    process starts (:func:`server_environ`) changed since. Returns whether that cluster's
-    worker processes will be forked from it."""
+    on ``device`` over ``protocol`` (once per process). Returns whether that cluster's worker
+    processes will be forked from it: not where the variables read as a process starts
+    (:func:`server_environ`) changed since the server started."""
     global _server_environ, _server_settings
     if not wanted(protocol, device):
         return False
-    from .compat import stop_fork_server
-
     settings = server_environ(device)
     if _server_settings is not None:
-        if settings == _server_settings:
-            return True
-        if not stop_fork_server():  # the server cannot start again: spawn instead
-            return False
-        _server_environ = _server_settings = None
+        return settings == _server_settings
     import multiprocessing
     from multiprocessing import forkserver
 
