@@ -25,7 +25,9 @@ once more with the worker processes' full Python teardown at the cluster's close
 server would give), alternating: "2 GPUs tcp, full teardown";
 ``--spawned`` likewise with each worker process a new interpreter instead of a fork of the
 library's server (``gpu-interop.worker.fork-server`` off): "CPUs, spawned". The datasets
-are made beforehand by the README's ``generate`` command. Results: ``--out``/scale-out-MACHINE.md and .json.
+are made beforehand by the README's ``generate`` command; before each command the machine's
+dirty pages are written to disk (``os.sync``, not timed), so that no command pays for the
+writes of what ran before it. Results: ``--out``/scale-out-MACHINE.md and .json.
 """
 
 from __future__ import annotations
@@ -157,9 +159,20 @@ def reported(figures: dict | None) -> dict:
     return found
 
 
+def flushed() -> float:
+    """Seconds to write every dirty page of the machine to disk (``os.sync``): after it a
+    command starts with no earlier writes (the datasets' generation, an earlier run's output)
+    still going out, which would throttle its own writes and be timed as its work."""
+    started = time.perf_counter()
+    os.sync()
+    return time.perf_counter() - started
+
+
 def measure_one(name: str, command: list[str], env: dict, timeout: float, first: bool) -> dict:
+    flush = flushed()  # not timed as the command's
     run = timed(command, env, timeout)
-    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, **reported(run["figures"])}
+    entry = {"wall": run["wall"], "rc": run["rc"], "first": first, "flush": flush,
+             **reported(run["figures"])}
     if run["rc"]:
         entry["error"] = run["output"][-3000:]
         say(f"  {name}: FAILED ({run['rc']}) after {run['wall']:.1f} s\n{run['output'][-1500:]}")
@@ -318,6 +331,10 @@ def goals(payload: dict) -> list[tuple[str, str]]:
 def markdown(payload: dict) -> str:
     lines = [*header(f"Scale out: the README's commands on 1 to N GPUs ({payload['machine_name']})",
                      payload["command"], payload["machine"], payload["commit"], payload["date"])]
+    flushes = [entry.get("flush", 0.0) for entry in all_runs(payload)]
+    if flushes:
+        lines.append(f"- before each command the machine's dirty pages were written to disk "
+                     f"(`sync`, not timed): {max(flushes):.2f} s at the longest")
     for label, runs in payload["etl"].items():
         lines += ["", f"## `python -m examples.mortgage etl --data DIR --out OUT` on {label}", "",
                   *table(runs, "etl")]
@@ -339,6 +356,15 @@ def markdown(payload: dict) -> str:
     if sizes:
         lines += ["", "Datasets (text): " + ", ".join(f"{k} {v}" for k, v in sizes.items())]
     return "\n".join(lines) + "\n"
+
+
+def all_runs(payload: dict) -> list[dict]:
+    """Every run's entry in the results, of every section."""
+    entries = [e for section in (payload["etl"], payload["jobs"]) for runs in section.values()
+               for name_runs in runs.values() for e in name_runs]  # fmt: skip
+    entries += [e for name_runs in payload["ecg"].values() for e in name_runs]
+    entries += [e for pair in payload["real"].values() for e in (*pair["local"], *pair["real"])]
+    return entries
 
 
 def options(p) -> None:

@@ -68,6 +68,21 @@ def test_the_etl_command_on_the_cpus_is_timed_beside_its_etl_line(tmp_path, data
     assert 0 < run["etl"]["seconds"] < run["wall"]
     text = (tmp_path / "scale-out-cpu-test.md").read_text()
     assert "| CPUs |" in text and "wall at most the work" in text
+    assert "dirty pages were written to disk" in text and run["flush"] >= 0
+
+
+def test_each_command_starts_after_the_machines_writes_reach_the_disk(monkeypatch):
+    calls = []
+    monkeypatch.setattr(scale_out.os, "sync", lambda: calls.append("sync"))
+
+    def timed(command, env, timeout):
+        calls.append("command")
+        return {"wall": 1.0, "rc": 0, "output": "", "figures": None}
+
+    monkeypatch.setattr(scale_out, "timed", timed)
+    entry = scale_out.measure_one("1 GPU tcp", ["etl"], {}, 60, first=True)
+    assert calls == ["sync", "command"]  # flushed first, and outside the command's clock
+    assert entry["flush"] >= 0 and entry["wall"] == 1.0
 
 
 def test_what_a_command_reports_is_read_from_its_figures():
