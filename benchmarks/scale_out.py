@@ -156,6 +156,8 @@ def reported(figures: dict | None) -> dict:
         found["etl"] = figures["etl"]
     if "auc" in figures:
         found["auc"] = figures["auc"]
+    if figures.get("worker_starts"):
+        found["worker_starts"] = figures["worker_starts"]
     return found
 
 
@@ -243,18 +245,21 @@ def work_seconds(entry: dict, kind: str) -> float | None:
 
 def table(runs: dict, kind: str) -> list[str]:
     """One command's configurations: wall, work, the rest, against 1 GPU over TCP (and for
-    the etl command and the job, their cluster's start and stop lines)."""
+    the etl command and the job, their cluster's start and stop lines; for the etl command,
+    the steps of its last worker to join, :func:`worker_steps`)."""
     base = runs.get("1 GPU tcp")
     base_wall = base and summary(r["wall"] for r in base if not r["rc"])
     work_name = {"etl": "ETL stage", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
     cluster = ("cluster start", "cluster stop") if kind in ("etl", "job") else ()
+    steps = kind == "etl"
+    columns = [*cluster, *([WORKER_STEPS] if steps else [])]
     lines = [f"| configuration | wall | {work_name} | wall - work | wall: 1 GPU / this | "
-             f"test AUC | first run on the machine |" + "".join(f" {c} |" for c in cluster),
-             "| --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(cluster)]
+             f"test AUC | first run on the machine |" + "".join(f" {c} |" for c in columns),
+             "| --- | --- | --- | --- | --- | --- | --- |" + " --- |" * len(columns)]
     for name, entries in runs.items():
         ok = [r for r in entries if not r["rc"]]
         if not ok:
-            lines.append(f"| {name} | failed | | | | | |" + " |" * len(cluster))
+            lines.append(f"| {name} | failed | | | | | |" + " |" * len(columns))
             continue
         wall = summary(r["wall"] for r in ok)
         works = [w for w in (work_seconds(r, kind) for r in ok) if w]
@@ -268,10 +273,30 @@ def table(runs: dict, kind: str) -> list[str]:
         for stage in cluster:
             seen = [r["stages"][stage] for r in ok if stage in r.get("stages", {})]
             stages.append(f" {spread(summary(seen)) if seen else '-'} |")
+        if steps:
+            stages.append(f" {worker_steps(ok)} |")
         lines.append(f"| {name} | {spread(wall)} | {spread(summary(works)) if works else '-'} | "
                      f"{spread(summary(rest)) if rest else '-'} | {speed} | {aucs} | {firsts} |"
                      + "".join(stages))
     return lines
+
+
+WORKER_STEPS = "last worker to join: process / preloads / memory / joined"
+
+
+def worker_steps(entries: list[dict]) -> str:
+    """The medians over ``entries`` of each step of their last worker to join (seconds from
+    the cluster's start, as the command's figures give them), "-" for a step none took."""
+    import statistics
+
+    lasts = [r["worker_starts"][0] for r in entries if r.get("worker_starts")]
+    if not lasts:
+        return "-"
+    cells = []
+    for step in ("process", "preloads", "memory", "joined"):
+        seen = [last[step] for last in lasts if step in last]
+        cells.append(f"{statistics.median(seen):.2f}" if seen else "-")
+    return " / ".join(cells) + " s"
 
 
 def goals(payload: dict) -> list[tuple[str, str]]:

@@ -43,6 +43,7 @@ from .memory import (  # noqa: E402
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
+from .worker_start import WorkerStart, worker_starts  # noqa: E402
 from .workers_import import check_workers_import  # noqa: E402
 
 try:
@@ -61,6 +62,7 @@ __all__ = [
     "OptionError",
     "ShuffleError",
     "ShuffleStats",
+    "WorkerStart",
     "check_workers_import",
     "cluster_client",
     "gpu_count",
@@ -74,6 +76,7 @@ __all__ = [
     "shuffle_config",
     "shuffle_merge",
     "without_xgboost_rank_lines",
+    "worker_starts",
     "xgboost_config",
     "__version__",
 ]

@@ -19,6 +19,9 @@ PRELOAD = __name__
 
 def dask_setup(worker) -> None:
     """Ignore SIGINT in a worker process that a local cluster started."""
+    from . import worker_start
+
+    worker_start.mark(worker, "preloads")
     if (multiprocessing.parent_process() is not None
             and threading.current_thread() is threading.main_thread()):
         signal.signal(signal.SIGINT, signal.SIG_IGN)

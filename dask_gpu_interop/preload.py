@@ -22,7 +22,7 @@ import logging
 
 import click
 
-from . import gpu_workers, worker_exit
+from . import gpu_workers, worker_exit, worker_start
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -85,6 +85,7 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     if not isinstance(worker, Worker):
         logger.warning("dask_gpu_interop.preload is a worker preload; ignored on %r", worker)
         return
+    worker_start.mark(worker, "preloads")
     mistyped = [arg for arg in others if arg.startswith(f"--{PREFIX}")]
     if mistyped:
         _stop(f"unknown option(s) {mistyped}; see `python -m dask_gpu_interop.preload --help`")

@@ -14,16 +14,18 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 SCRIPT = """
-import json, os, sys
-from dask_gpu_interop import cluster_client, memory_report
+import json, os, sys, time
+from dask_gpu_interop import cluster_client, memory_report, worker_starts
 
 def total():
     import cudf
     return int(cudf.Series(range(100)).sum())
 
-with cluster_client(device="gpu", n_workers=1, processes={processes},
+since = time.time()
+with cluster_client(device="gpu", n_workers={workers}, processes={processes},
                     memory={{"pool_size": "0.25"}}) as (client, device):
-    (snap,) = memory_report(client).values()
+    ready = time.time() - since
+    snap = list(memory_report(client).values())[0]
     print(json.dumps({{
         "device": device,
         "in_process": set(client.run(os.getpid).values()) == {{os.getpid()}},
@@ -31,12 +33,14 @@ with cluster_client(device="gpu", n_workers=1, processes={processes},
                             .values())),
         "total": client.submit(total).result(),
         "status": snap["status"], "mode": snap["mode"],
+        "starts": [s.steps() for s in worker_starts(client, since=since)], "ready": ready,
     }}))
 """
 
 
-def _cluster_facts(processes) -> dict:
-    done = subprocess.run([sys.executable, "-c", SCRIPT.format(processes=processes)],
+def _cluster_facts(processes, workers=1) -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT.format(processes=processes,
+                                                               workers=workers)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -44,6 +48,9 @@ def _cluster_facts(processes) -> dict:
 
 def test_one_gpus_worker_runs_in_the_clients_process_with_the_plugin_and_spilling():
     facts = _cluster_facts(None)
+    (steps,) = facts.pop("starts")
+    assert 0 <= steps["preloads"] <= steps["memory"] <= steps["joined"] <= facts.pop("ready")
+    assert list(steps) == ["preloads", "memory", "joined"]  # no process of its own
     assert facts == {"device": "gpu", "in_process": True, "store": ["DeviceHostFile"],
                      "total": 4950, "status": "active", "mode": "pool"}
 
@@ -51,5 +58,18 @@ def test_one_gpus_worker_runs_in_the_clients_process_with_the_plugin_and_spillin
 def test_processes_true_gives_a_dask_cuda_worker_process():
     facts = _cluster_facts(True)
     assert facts["in_process"] is False
+    (steps,) = facts["starts"]  # the process, its preloads, its GPU memory, the scheduler's add
+    assert 0 <= steps["process"] < steps["preloads"] <= steps["memory"] <= steps["joined"] \
+        <= facts["ready"]
     assert (facts["device"], facts["total"], facts["status"], facts["mode"]) == (
         "gpu", 4950, "active", "pool")
+
+
+@pytest.mark.multi_gpu
+def test_each_gpu_worker_process_of_two_sets_its_memory_up_before_it_joins():
+    facts = _cluster_facts(None, workers=2)
+    assert len(facts["starts"]) == 2
+    for steps in facts["starts"]:
+        assert list(steps) == ["process", "preloads", "memory", "joined"]
+        assert 0 <= steps["process"] < steps["preloads"] <= steps["memory"] <= steps["joined"] \
+            <= facts["ready"]

@@ -8,7 +8,7 @@ import time
 
 from distributed import WorkerPlugin
 
-from .. import compat, device, gpu_workers
+from .. import compat, device, gpu_workers, worker_start
 from ..serialize import register as register_serializers
 from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
@@ -185,6 +185,7 @@ class GPUMemoryPlugin(WorkerPlugin):
         except Exception:
             await self._forget_failed_registration(worker)
             raise
+        worker_start.mark(worker, "memory")
 
     def teardown(self, worker) -> None:
         from distributed.core import Status

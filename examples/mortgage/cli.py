@@ -28,6 +28,7 @@ from dask_gpu_interop import (
     prepare_local_cluster,
     resolve_device,
     without_xgboost_rank_lines,
+    worker_starts,
 )
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
@@ -358,11 +359,14 @@ def _prepare_cluster(cluster: dict, device: str) -> None:
 
 @contextlib.contextmanager
 def _cluster(cluster: dict, expected: str, imports, training: bool = False):
-    """(client, device) of the cluster, started with ``imports`` imported meanwhile (and cuDF
-    on GPUs; on the workers, once they are up, the ETL's module and cuDF), the library's GPU worker settings in this process's environment first (a local
-    GPU worker may run in it, and reads them as it imports cuDF); for training, the workers'
-    standard error without XGBoost's rank lines (a worker in this process writes them to
-    this one's)."""
+    """(client, device, starts) of the cluster, started with ``imports`` imported meanwhile
+    (and cuDF on GPUs; on the workers, once they are up, the ETL's module and cuDF), the
+    library's GPU worker settings in this process's environment first (a local GPU worker may
+    run in it, and reads them as it imports cuDF); for training, the workers' standard error
+    without XGBoost's rank lines (a worker in this process writes them to this one's).
+    ``starts``: when a local cluster's last worker to join took each step of its start
+    (``worker_starts``), printed in a line; None for a running cluster."""
+    since = time.time()
     with contextlib.ExitStack() as stack:
         if expected == "gpu" and not cluster.get("scheduler"):
             stack.enter_context(gpu_worker_environ())
@@ -378,7 +382,11 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         import_in_background(f"{__package__}.etl", *(["cudf"] if device == "gpu" else []),
                              client=client)
         click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
-        yield client, device
+        starts = None if cluster.get("scheduler") else worker_starts(client, since=since)
+        if starts and starts[0].steps():
+            click.echo(f"worker start (the last to join; seconds from the cluster's start): "
+                       f"{', '.join(f'{k} {v:.2f}' for k, v in starts[0].steps().items())}")
+        yield client, device, starts
 
 
 def _workers_ready(client, cluster: dict, imports) -> None:
@@ -483,7 +491,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                 generating = stack.enter_context(ThreadPoolExecutor(1)).submit(
                     _generate, directory, spec, layout, overwrite, os.cpu_count())
         client, device = stack.enter_context(
-            _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
+            _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))[:2]
         first["cluster start"] = time.perf_counter() - started
         if spec is not None:
             waiting = time.perf_counter()
@@ -615,7 +623,7 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         _usage(figures.check, json_path, overwrite)
     started = time.perf_counter()
     stages = {"start": _since_process_start()}  # Python, the imports and the checks above
-    with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device):
+    with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device, starts):
         stages["cluster start"] = time.perf_counter() - started
         working = time.perf_counter()
         if device != expected and partition_size is None:
@@ -643,4 +651,5 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         click.echo(stage_line(name, seconds))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_etl(result, device, stages, total), overwrite)
+        figures.write(json_path, figures.of_etl(result, device, stages, total, starts),
+                      overwrite)

@@ -4,12 +4,17 @@ programs that compare runs (the benchmarks read them instead of the printed line
 The ``etl`` command's file::
 
     {"figures": "examples.mortgage etl", "device": "gpu",
+     "stages": {"start": 1.8, "cluster start": 2.5, "ETL": 1.7, "cluster stop": 0.3,
+                "other": 0.0}, "total": 6.3,
      "etl": {"rows": 74000000, "bytes": 10737418240, "partitions": 40, "seconds": 2.13,
              "written_bytes": 1610612736, "bad_rows": 0, "join": "quarter",
-             "join_seconds": 0.0}}
+             "join_seconds": 0.0},
+     "worker_starts": [{"address": "tcp://127.0.0.1:40347", "process": 0.31,
+                        "preloads": 1.52, "memory": 2.32, "joined": 2.41}, ...]}
 
 ``join`` is the ``--join`` of the run and ``join_seconds`` its shuffles' seconds, within
-``seconds`` (0 for the per-quarter join). The whole job's adds its workers, its stages (seconds by name, in the order the stage lines
+``seconds`` (0 for the per-quarter join); ``worker_starts`` each local worker's steps in
+seconds from the cluster's start, the last to join first. The whole job's adds its workers, its stages (seconds by name, in the order the stage lines
 print them, "other" last: the rest of the total), the training's figures, the test AUC (NaN
 where the held-out rows have one class, as Python's ``json`` writes it), where the training
 data lived and why, and the seconds since the command started. A figures file replaces only an
@@ -33,11 +38,14 @@ def _etl(result) -> dict:
             "join_seconds": result.join_seconds}
 
 
-def of_etl(result, device: str, stages: dict, total: float) -> dict:
+def of_etl(result, device: str, stages: dict, total: float, starts=None) -> dict:
     """The ``etl`` command's figures: its ``EtlResult`` on ``device``, its stage times (as
-    printed, "other" the rest) and the seconds since the command started."""
+    printed, "other" the rest), the seconds since the command started, and each worker's
+    start (``dask_gpu_interop.worker_starts``: its steps in seconds from the cluster's start,
+    the last to join first; none for a running cluster)."""
     return {"figures": f"{KIND} etl", "device": device, "stages": dict(stages), "total": total,
-            "etl": _etl(result)}
+            "etl": _etl(result),
+            "worker_starts": [{"address": s.address, **s.steps()} for s in starts or ()]}
 
 
 def of_job(result, stop: float, total: float) -> dict:

@@ -85,6 +85,23 @@ def test_each_command_starts_after_the_machines_writes_reach_the_disk(monkeypatc
     assert entry["flush"] >= 0 and entry["wall"] == 1.0
 
 
+def test_the_etl_table_shows_the_median_steps_of_the_last_worker_to_join():
+    def run(process, joined):
+        return {"wall": 5.0, "rc": 0, "first": False, "etl": {"seconds": 1.0},
+                "stages": {"cluster start": joined + 0.1, "cluster stop": 0.2},
+                "worker_starts": [{"address": "a", "process": process, "preloads": 1.0,
+                                   "joined": joined}, {"address": "b", "process": 0.0,
+                                                       "joined": 0.5}]}
+
+    lines = scale_out.table({"2 GPUs tcp": [run(0.2, 2.0), run(0.4, 3.0), run(0.3, 2.5)],
+                             "1 GPU tcp": [{"wall": 4.0, "rc": 0, "first": True,
+                                            "etl": {"seconds": 2.0}, "stages": {}}]}, "etl")
+    assert scale_out.WORKER_STEPS in lines[0]
+    two = next(line for line in lines if line.startswith("| 2 GPUs tcp"))
+    assert two.endswith("| 0.30 / 1.00 / - / 2.50 s |")  # medians; no memory step taken
+    assert next(line for line in lines if line.startswith("| 1 GPU tcp")).endswith("| - |")
+
+
 def test_what_a_command_reports_is_read_from_its_figures():
     etl = {"rows": 10, "bytes": 100, "partitions": 2, "seconds": 1.5}
     assert scale_out.reported({"figures": "examples.mortgage etl", "etl": etl}) == {
@@ -184,10 +201,11 @@ def test_an_etl_table_shows_the_cluster_start_and_stop_lines_the_command_printed
              "stages": {"start": 0.8, "cluster start": 3.5, "ETL": 1.1, "cluster stop": 0.4,
                         "other": 0.2}}
     lines = scale_out.table({"2 GPUs tcp": [entry, {**entry, "first": False}]}, "etl")
-    assert lines[0].endswith("| first run on the machine | cluster start | cluster stop |")
+    assert lines[0].endswith(
+        f"| first run on the machine | cluster start | cluster stop | {scale_out.WORKER_STEPS} |")
     cells = [c.strip() for c in lines[-1].split("|")[1:-1]]
     assert cells[0] == "2 GPUs tcp" and cells[3] == "5.00 s (5.00-5.00, 2 runs)"  # wall - ETL
-    assert cells[-2:] == ["3.50 s (3.50-3.50, 2 runs)", "0.40 s (0.40-0.40, 2 runs)"]
+    assert cells[-3:-1] == ["3.50 s (3.50-3.50, 2 runs)", "0.40 s (0.40-0.40, 2 runs)"]
 
 
 def test_the_cpus_run_again_with_the_fork_server_off_when_asked():

@@ -43,6 +43,7 @@ def test_the_etl_command_writes_the_figures_and_stage_times_it_prints(tmp_path, 
     assert found["stages"]["ETL"] >= etl["seconds"]  # the ETL line's time, and its planning
     assert f"{found['total']:.2f}" == re.search(r"^total: (\d+\.\d\d) s", out, re.M)[1]
     assert abs(sum(found["stages"].values()) - found["total"]) < 1e-6  # "other": the rest
+    assert found["worker_starts"] == [] and "worker start" not in out  # a running cluster's
     again = _run([*args, "--overwrite"])  # an earlier figures file is replaced
     assert again.exit_code == 0, again.output
     assert json.loads(path.read_text())["etl"]["seconds"] != etl["seconds"]
@@ -87,6 +88,24 @@ def test_a_path_that_holds_something_else_is_refused_before_the_work(tmp_path, r
     assert not (tmp_path / "f.parquet").exists()
     if before is not None:
         assert path.read_text() == before
+
+
+def test_a_local_clusters_worker_starts_are_printed_and_in_the_figures(tmp_path):
+    path = tmp_path / "etl.json"
+    result = _run(["etl", "--device", "cpu", "--workers", "2", "--data", SAMPLE,
+                   "--out", str(tmp_path / "features.parquet"), "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    found = json.loads(path.read_text())
+    starts = found["worker_starts"]
+    assert len(starts) == 2 and len({s["address"] for s in starts}) == 2
+    cluster_start = found["stages"]["cluster start"]
+    for steps in starts:  # each worker process: its start, its preloads, the scheduler's add
+        assert 0 <= steps["process"] < steps["preloads"] <= steps["joined"] <= cluster_start
+    assert starts[0]["joined"] >= starts[1]["joined"]  # the last to join first
+    line = re.search(r"^worker start \(the last to join; seconds from the cluster's start\): "
+                     r"process ([\d.]+), preloads ([\d.]+), joined ([\d.]+)$", result.output, re.M)
+    assert line and [float(v) for v in line.groups()] == pytest.approx(
+        [starts[0][k] for k in ("process", "preloads", "joined")], abs=0.006)
 
 
 def test_a_figures_file_is_told_from_any_other(tmp_path):
