@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from dask_gpu_interop import gpu_count
 from dask_gpu_interop.options import cluster_options
 
 DEFAULT_MINUTES = 20
@@ -61,9 +62,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     if csv_path is not None and rate is None:
         raise click.UsageError("--csv needs --rate HZ: the sampling rate of your recording")
     try:
-        resolve_device(cluster["device"])  # before making any data
+        device = resolve_device(cluster["device"])  # before making any data
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err)) from err
+    cluster = _one_gpu(cluster, device)
     if json_path:
         try:
             figures.check(json_path)
@@ -157,6 +159,19 @@ def _process_context():
     if sys.platform == "linux" and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
+
+
+def _one_gpu(cluster: dict, device: str) -> dict:
+    """``cluster`` with one GPU worker where several GPUs are visible (a local cluster,
+    --workers not given), saying so; as it is otherwise. The VAE trains on one worker and the
+    other stages take a second or two of one GPU on a day's recording: each further GPU only
+    adds a worker process to start (examples/ecg/README.md, "How many GPUs")."""
+    gpus = gpu_count() if device == "gpu" else 0
+    if cluster.get("scheduler") or cluster.get("n_workers") or gpus < 2:
+        return cluster
+    click.echo(f"note: 1 of the {gpus} GPUs: the pipeline runs no faster on more "
+               "(--workers N to choose)")
+    return {**cluster, "n_workers": 1}
 
 
 def _shared_pool(cluster: dict) -> dict:

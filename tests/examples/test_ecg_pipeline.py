@@ -187,3 +187,4 @@ def test_cli_refuses_a_figures_path_that_holds_something_else(tmp_path, content)
                                     "--json", str(path)])
     assert res.exit_code == 2 and "is not an earlier figures file" in res.output, res.output
     assert path.read_text() == content and not (tmp_path / "out").exists()
+

@@ -527,3 +527,16 @@ def test_a_small_grid_launches_without_numba_s_occupancy_warning_only(recwarn):
     launch(Kernel(), 3, 256, "x", 1)
     assert ran == [((3, 256), ("x", 1))]
     assert [str(w.message) for w in recwarn] == ["another warning, which the user should see"]
+
+
+def test_several_gpus_give_the_ecg_one_worker_unless_asked(monkeypatch, capsys):
+    import examples.ecg.cli as cli
+
+    monkeypatch.setattr(cli, "gpu_count", lambda: 4)
+    assert cli._one_gpu({"device": "gpu"}, "gpu") == {"device": "gpu", "n_workers": 1}
+    assert "note: 1 of the 4 GPUs" in capsys.readouterr().out
+    for asked in ({"n_workers": 2}, {"scheduler": "tcp://h:8786"}):  # --workers, a cluster
+        assert cli._one_gpu(asked, "gpu") == asked
+    assert cli._one_gpu({}, "cpu") == {}  # the CPUs' workers are the command's own choice
+    monkeypatch.setattr(cli, "gpu_count", lambda: 1)
+    assert cli._one_gpu({}, "gpu") == {} and capsys.readouterr().out == ""
