@@ -23,15 +23,16 @@ library's allocator) read as a process starts are the server's: the GPU workers'
 the thread counts of the numeric libraries, the allocator's thresholds); a cluster that needs
 them otherwise than the running server has them gets spawned worker processes (the server
 cannot change them, and stopping it would leave the workers already forked from it without
-the server that reports their end to their nannies). Every other variable of this process's environment reaches the
-workers as it is when the cluster starts, through the nanny (a variable removed after the
-server started stays in the workers).
+the server that reports their end to their nannies). Every other variable of this process's
+environment reaches the workers as it is when the cluster starts, through the nanny (a
+variable removed after the server started stays in the workers).
 
 ``gpu-interop.worker.fork-server`` in dask config: ``ucx`` (the default: GPU worker processes
 over UCX), ``true`` (every local cluster's worker processes, CPU ones included) or ``false``
-(none: each worker a new interpreter, distributed's way). Linux only. A forked process ends without Python's teardown, as the quick exit
-(:mod:`.worker_exit`) has a worker process end: with ``gpu-interop.worker.quick-exit`` off,
-worker processes are new interpreters, whose teardown runs. A worker process that its nanny
+(none: each worker a new interpreter, distributed's way). Linux only. A forked process ends
+without Python's teardown, as the quick exit (:mod:`.worker_exit`) has a worker process end:
+with ``gpu-interop.worker.quick-exit`` off, worker processes are new interpreters, whose
+teardown runs. A worker process that its nanny
 restarts later is started the way distributed's config says (a new interpreter by default).
 """
 
@@ -74,9 +75,8 @@ _server_settings: dict[str, str] | None = None
 def wanted(protocol: str, device: str = "gpu") -> bool:
     """Whether a local cluster's worker processes on ``device`` ("gpu" or "cpu") over
     ``protocol`` are to be forked from the server: dask config says so (by default for GPU
-    workers over UCX), does not ask for Python's teardown at a worker
-    process's end (the quick exit off), and the platform has the ``forkserver`` start method
-    (Linux)."""
+    workers over UCX), does not ask for Python's teardown at a worker process's end (the quick
+    exit off), and the platform has the ``forkserver`` start method (Linux)."""
     import dask.config
 
     from . import worker_exit

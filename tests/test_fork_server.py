@@ -186,7 +186,7 @@ def test_by_default_the_server_is_for_gpu_workers_over_ucx():
     ({"device": "cpu", "n_workers": 4}, [("tcp", "cpu")]),
     ({"device": "cpu", "n_workers": 1, "processes": False}, []),  # threads of this process
 ])
-def test_a_command_starts_the_server_only_where_gpu_worker_processes_will_start(
+def test_preparing_asks_for_the_server_only_where_worker_processes_will_start(
         monkeypatch, arguments, asked):
     from dask_gpu_interop import cluster
 

@@ -164,7 +164,7 @@ def _process_context():
 def _one_gpu(cluster: dict, device: str) -> dict:
     """``cluster`` with one GPU worker where several GPUs are visible (a local cluster,
     --workers not given), saying so; as it is otherwise. The VAE trains on one worker and the
-    other stages take a second or two of one GPU on a day's recording: each further GPU only
+    other stages take a few seconds of one GPU on a day's recording: each further GPU only
     adds a worker process to start (examples/ecg/README.md, "How many GPUs")."""
     gpus = gpu_count() if device == "gpu" else 0
     if cluster.get("scheduler") or cluster.get("n_workers") or gpus < 2:

@@ -490,8 +490,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
             if not cluster.get("scheduler"):  # local processes, while the cluster starts
                 generating = stack.enter_context(ThreadPoolExecutor(1)).submit(
                     _generate, directory, spec, layout, overwrite, os.cpu_count())
-        client, device = stack.enter_context(
-            _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))[:2]
+        client, device, _ = stack.enter_context(
+            _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
         first["cluster start"] = time.perf_counter() - started
         if spec is not None:
             waiting = time.perf_counter()

@@ -14,8 +14,9 @@ The ``etl`` command's file::
 
 ``join`` is the ``--join`` of the run and ``join_seconds`` its shuffles' seconds, within
 ``seconds`` (0 for the per-quarter join); ``worker_starts`` each local worker's steps in
-seconds from the cluster's start, the last to join first. The whole job's adds its workers, its stages (seconds by name, in the order the stage lines
-print them, "other" last: the rest of the total), the training's figures, the test AUC (NaN
+seconds from the cluster's start, the last to join first. The whole job's adds its workers,
+its stages (seconds by name, in the order the stage lines print them, "other" last: the rest
+of the total), the training's figures, the test AUC (NaN
 where the held-out rows have one class, as Python's ``json`` writes it), where the training
 data lived and why, and the seconds since the command started. A figures file replaces only an
 earlier one (``is_figures``), with ``--overwrite``, never a file the commands did not write.
