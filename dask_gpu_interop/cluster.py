@@ -22,7 +22,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, fork_server, gpu_workers, worker_exit
+from . import _interrupts, fork_server, gpu_workers, ucx_setup, worker_exit
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
@@ -270,13 +270,19 @@ def local_cluster(
             **preload,
         )
     if device == "gpu":
-        # Over UCX the worker processes are forked from a server that imports the GPU libraries
-        # once, started first so that its imports overlap dask-cuda's and the scheduler's start.
+        # Over UCX this process's UCX setup runs in the background meanwhile (it may have begun
+        # already: prepare_local_cluster), and the worker processes are forked from a server
+        # that imports the GPU libraries once, started first so that its imports overlap
+        # dask-cuda's and the scheduler's start.
+        if protocol == "ucx":
+            ucx_setup.begin()
         # Each worker process gets the GPU workers' settings from its nanny, at every (re)start;
         # a variable set in this process's environment wins over them.
         with fork_server.forking(protocol, "gpu"):
             from dask_cuda import LocalCUDACluster
 
+            if protocol == "ucx":
+                ucx_setup.finish()
             with dask.config.set({NANNY_ENVIRON: {
                     **gpu_workers.settings(), **dask.config.get(NANNY_ENVIRON, default={})}}):
                 return LocalCUDACluster(
@@ -498,7 +504,8 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
                           **others) -> bool:
     """Start now what :func:`cluster_client` given the same arguments will use as it starts a
     local cluster, so that it is ready by then: the fork server of its worker processes
-    (:mod:`dask_gpu_interop.fork_server`; by default for GPU workers over UCX). Call it as
+    (:mod:`dask_gpu_interop.fork_server`; by default for GPU workers over UCX) and, over UCX,
+    this process's UCX setup (:mod:`dask_gpu_interop.ucx_setup`). Call it as
     early as you know the arguments, and after setting what the workers' processes start with
     (environment, ``distributed.nanny.pre-spawn-environ``): what it starts works in the
     background meanwhile.
@@ -531,7 +538,10 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
                 else processes is False)  # fmt: skip
     except (ClusterError, RuntimeError, ValueError):  # cluster_client says what is wrong
         return False
-    return not here and fork_server.start(protocol, device)
+    if here:
+        return False
+    begun = device == "gpu" and protocol == "ucx" and ucx_setup.begin()
+    return fork_server.start(protocol, device) or begun
 
 
 @contextlib.contextmanager

@@ -433,3 +433,24 @@ def test_a_join_by_loan_over_tcp_between_local_gpus_says_ucx_moves_it_on_the_dev
     cli._join_note(cluster, device, join)
     out = capsys.readouterr().out
     assert ("--protocol ucx moves them device to device" in out) is noted
+
+
+@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
+@pytest.mark.parametrize("protocol, order", [
+    ("ucx", ["prepare", "plan", "prepare"]),  # UCX's setup is the same on any GPU count
+    ("tcp", ["plan", "prepare"]),
+])
+def test_a_local_cluster_over_ucx_is_prepared_before_the_input_is_planned(
+        monkeypatch, command, protocol, order):
+    import examples.mortgage.cli as cli
+
+    steps = []
+    plan = cli._plan
+    monkeypatch.setattr(cli, "prepare_local_cluster",
+                        lambda **cluster: steps.append("prepare") or False)
+    monkeypatch.setattr(cli, "_plan", lambda *args, **kwargs: steps.append("plan") or plan(
+        *args, **kwargs))
+    args = [*command[:1], "--device", "gpu", "--protocol", protocol,
+            *(command[1:] or ["--data", SAMPLE])]
+    _given_to_the_cluster(monkeypatch, args)
+    assert steps == order
