@@ -165,3 +165,65 @@ def cluster_options(command):
             raise click.ClickException(err.message(flags="")) from None
 
     return wrapper
+
+
+#: The flags of :func:`cluster_options` that say which local cluster starts, and the
+#: keyword of :func:`~dask_gpu_interop.prepare_local_cluster` each gives.
+_PREPARED_BY = {"--scheduler": "scheduler", "--device": "device", "--protocol": "protocol",
+                "--workers": "n_workers"}
+
+
+def prepare_from_command_line(args: list[str] | None = None) -> bool:
+    """:func:`~dask_gpu_interop.prepare_local_cluster` for the local cluster that a command
+    line of :func:`cluster_options` asks for (``sys.argv[1:]`` by default), read before the
+    command imports the rest of what it needs: call it first in the command's entry point, so
+    that what it starts (the fork server of the worker processes; over UCX this process's UCX
+    setup) works while the program imports its modules, plans its input and checks it.
+
+    Nothing starts for ``--help``, a running cluster (``--scheduler``) or a value that
+    :func:`cluster_options` would refuse: the command's own parsing then says what is wrong.
+
+    Returns
+    -------
+    bool
+        Whether something was started, as :func:`~dask_gpu_interop.prepare_local_cluster`
+        says.
+
+    Examples
+    --------
+    >>> # the entry point of a command, before its own imports
+    >>> from dask_gpu_interop.options import prepare_from_command_line
+    >>> prepare_from_command_line(["--device", "gpu", "--protocol", "ucx"])  # doctest: +SKIP
+    True
+    """
+    import sys
+
+    args = list(sys.argv[1:] if args is None else args)
+    given: dict = {}
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        if arg == "--":
+            break
+        if arg in ("--help", "-h"):
+            return False
+        flag, equals, value = arg.partition("=")
+        if flag in _PREPARED_BY:
+            if not equals:
+                if position + 1 == len(args):
+                    return False
+                position += 1
+                value = args[position]
+            given[_PREPARED_BY[flag]] = value
+        elif arg in ("--processes", "--no-processes"):
+            given["processes"] = arg == "--processes"
+        position += 1
+    if given.get("device", "auto") not in DEVICES or given.get("protocol", "tcp") not in PROTOCOLS:
+        return False
+    if "n_workers" in given:
+        if not given["n_workers"].isdigit() or int(given["n_workers"]) < 1:
+            return False
+        given["n_workers"] = int(given["n_workers"])
+    from .cluster import prepare_local_cluster
+
+    return prepare_local_cluster(**given)

@@ -349,14 +349,10 @@ def _imported(*modules: str) -> None:
         importlib.import_module(module)
 
 
-def _prepare_cluster(cluster: dict, device: str, *, before_planning: bool = False) -> None:
+def _prepare_cluster(cluster: dict, device: str) -> None:
     """What the library prepares for the local cluster to come (its worker processes' fork
-    server; over UCX this process's UCX setup), started now so that it works while the
-    command goes on; with the CPU workers' settings, which their processes start with.
-    ``before_planning``: called before the input is planned, when the GPU count is not known
-    yet; only a cluster over UCX is prepared then, as its setup is the same on any count."""
-    if before_planning and cluster.get("protocol") != "ucx":
-        return
+    server), started now so that it works while the command goes on; with the CPU workers'
+    settings, which their processes start with."""
     with cpu_workers.environ(cluster, device):
         prepare_local_cluster(**{**cluster, "device": device})
 
@@ -451,7 +447,6 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     params = _bad("--xgb-param", train.parse_params, xgb_params)
     _bad("--xgb-param", _not_the_device, params)
     _bad("--xgb-param", train.check_params, params)
-    _prepare_cluster(cluster, expected, before_planning=True)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
     if join != loan_join.DEFAULT and not data and layout == schema.CURRENT.name:
@@ -616,7 +611,6 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
                                "--acq (the classic layout)")
     expected = _check_device(cluster)
     cluster = _gpu_threads(cluster, expected)
-    _prepare_cluster(cluster, expected, before_planning=True)
     the_plan = _plan(data, perf, acq, names, expected, partition_size, join)
     _check_start(the_plan, bad_rows)
     cluster = _gpus_for(cluster, expected, the_plan.input_bytes)

@@ -435,22 +435,23 @@ def test_a_join_by_loan_over_tcp_between_local_gpus_says_ucx_moves_it_on_the_dev
     assert ("--protocol ucx moves them device to device" in out) is noted
 
 
-@pytest.mark.parametrize("command", [[], ["etl", "--data", SAMPLE, "--out", "unused"]])
-@pytest.mark.parametrize("protocol, order", [
-    ("ucx", ["prepare", "plan", "prepare"]),  # UCX's setup is the same on any GPU count
-    ("tcp", ["plan", "prepare"]),
-])
-def test_a_local_cluster_over_ucx_is_prepared_before_the_input_is_planned(
-        monkeypatch, command, protocol, order):
-    import examples.mortgage.cli as cli
 
-    steps = []
-    plan = cli._plan
-    monkeypatch.setattr(cli, "prepare_local_cluster",
-                        lambda **cluster: steps.append("prepare") or False)
-    monkeypatch.setattr(cli, "_plan", lambda *args, **kwargs: steps.append("plan") or plan(
-        *args, **kwargs))
-    args = [*command[:1], "--device", "gpu", "--protocol", protocol,
-            *(command[1:] or ["--data", SAMPLE])]
-    _given_to_the_cluster(monkeypatch, args)
-    assert steps == order
+def test_the_entry_point_prepares_the_command_lines_cluster_before_importing_the_command(
+        monkeypatch):
+    import runpy
+
+    import dask_gpu_interop.options
+    import examples.command
+    import examples.mortgage.cli
+
+    seen = []
+    monkeypatch.setattr(dask_gpu_interop.options, "prepare_from_command_line",
+                        lambda: seen.append("examples.mortgage.cli" in sys.modules))
+    monkeypatch.setattr(examples.command, "run",
+                        lambda command, prog_name: seen.append(command.name))
+    # imported afresh here; every other test keeps the module it had
+    monkeypatch.setattr(examples.mortgage, "cli", sys.modules["examples.mortgage.cli"])
+    monkeypatch.delitem(sys.modules, "examples.mortgage.cli")
+    runpy.run_module("examples.mortgage", run_name="__main__")
+    # called once, before the command's own modules were imported; then the command ran
+    assert seen == [False, "mortgage"]
