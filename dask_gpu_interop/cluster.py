@@ -532,16 +532,19 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
     """
     if scheduler:
         return False
+    if (protocol == "ucx" and device in ("auto", "gpu") and processes is not False
+            and not device_mod._visible_devices_disabled() and not _gpu_stack_missing()):
+        # GPU worker processes, whatever the count: started without asking CUDA for the GPUs
+        # first (its start can take a second); a machine without any is refused later
+        started = fork_server.start(protocol, "gpu")
+        return ucx_setup.begin() or started
     try:
         device = resolve_device(device)
         here = (in_process(n_workers, protocol, processes) if device == "gpu"
                 else processes is False)  # fmt: skip
     except (ClusterError, RuntimeError, ValueError):  # cluster_client says what is wrong
         return False
-    if here:
-        return False
-    begun = device == "gpu" and protocol == "ucx" and ucx_setup.begin()
-    return fork_server.start(protocol, device) or begun
+    return not here and fork_server.start(protocol, device)
 
 
 @contextlib.contextmanager

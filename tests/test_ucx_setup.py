@@ -82,12 +82,32 @@ def test_nothing_begins_without_distributed_ucxx_or_dask_cuda(monkeypatch):
 ])
 def test_preparing_a_local_gpu_cluster_over_ucx_begins_the_setup(monkeypatch, arguments,
                                                                  begun):
-    asked = []
+    asked, resolved = [], []
     monkeypatch.setattr(cluster.ucx_setup, "begin", lambda: asked.append(True) or True)
     monkeypatch.setattr(cluster.fork_server, "start", lambda protocol, device: False)
-    monkeypatch.setattr(cluster, "resolve_device", lambda device: device)  # as on a GPU machine
+    monkeypatch.setattr(cluster, "resolve_device",  # as on a GPU machine
+                        lambda device: resolved.append(device) or device)
+    monkeypatch.setattr(cluster, "_gpu_stack_missing", lambda: [])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert cluster.prepare_local_cluster(**arguments) is begun
     assert asked == ([True] if begun else [])
+    if begun:  # over UCX CUDA is not asked for the GPUs first (its start takes time)
+        assert resolved == []
+
+
+def test_preparing_over_ucx_starts_the_server_for_gpu_workers_on_auto(monkeypatch):
+    started = []
+    monkeypatch.setattr(cluster.ucx_setup, "begin", lambda: False)
+    monkeypatch.setattr(cluster.fork_server, "start",
+                        lambda protocol, device: started.append((protocol, device)) or True)
+    monkeypatch.setattr(cluster, "_gpu_stack_missing", lambda: [])  # as on a GPU machine
+    monkeypatch.setattr(cluster, "resolve_device", lambda device: device)
+    assert cluster.prepare_local_cluster(device="auto", protocol="ucx") is True
+    assert started == [("ucx", "gpu")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible: asked as before
+    monkeypatch.setattr(cluster, "resolve_device", lambda device: "cpu")
+    cluster.prepare_local_cluster(device="auto", protocol="ucx")
+    assert started == [("ucx", "gpu"), ("ucx", "cpu")]  # which fork_server.wanted refuses
 
 
 @pytest.mark.multi_gpu
