@@ -51,3 +51,26 @@ def test_a_message_given_to_sys_exit_is_printed_with_status_1():
     done = _run("--exit", "message")
     assert done.returncode == 1
     assert done.stderr.strip() == "one line saying what went wrong"
+
+
+@pytest.mark.parametrize("package, command", [("mortgage", "mortgage"), ("ecg", "ecg")])
+def test_an_entry_point_prepares_the_command_lines_cluster_before_importing_the_command(
+        monkeypatch, package, command):
+    import importlib
+    import runpy
+
+    import dask_gpu_interop.options
+    import examples.command
+
+    cli = importlib.import_module(f"examples.{package}.cli")
+    seen = []
+    monkeypatch.setattr(dask_gpu_interop.options, "prepare_from_command_line",
+                        lambda: seen.append(f"examples.{package}.cli" in sys.modules))
+    monkeypatch.setattr(examples.command, "run",
+                        lambda command, prog_name: seen.append(command.name))
+    # imported afresh here; every other test keeps the module it had
+    monkeypatch.setattr(importlib.import_module(f"examples.{package}"), "cli", cli)
+    monkeypatch.delitem(sys.modules, f"examples.{package}.cli")
+    runpy.run_module(f"examples.{package}", run_name="__main__")
+    # called once, before the command's own modules were imported; then the command ran
+    assert seen == [False, command]

@@ -435,23 +435,3 @@ def test_a_join_by_loan_over_tcp_between_local_gpus_says_ucx_moves_it_on_the_dev
     assert ("--protocol ucx moves them device to device" in out) is noted
 
 
-
-def test_the_entry_point_prepares_the_command_lines_cluster_before_importing_the_command(
-        monkeypatch):
-    import runpy
-
-    import dask_gpu_interop.options
-    import examples.command
-    import examples.mortgage.cli
-
-    seen = []
-    monkeypatch.setattr(dask_gpu_interop.options, "prepare_from_command_line",
-                        lambda: seen.append("examples.mortgage.cli" in sys.modules))
-    monkeypatch.setattr(examples.command, "run",
-                        lambda command, prog_name: seen.append(command.name))
-    # imported afresh here; every other test keeps the module it had
-    monkeypatch.setattr(examples.mortgage, "cli", sys.modules["examples.mortgage.cli"])
-    monkeypatch.delitem(sys.modules, "examples.mortgage.cli")
-    runpy.run_module("examples.mortgage", run_name="__main__")
-    # called once, before the command's own modules were imported; then the command ran
-    assert seen == [False, "mortgage"]
