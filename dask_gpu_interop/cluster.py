@@ -533,7 +533,7 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
     if scheduler:
         return False
     if (protocol == "ucx" and device in ("auto", "gpu") and processes is not False
-            and not device_mod._visible_devices_disabled() and not _gpu_stack_missing()):
+            and not device_mod.gpus_hidden() and not _gpu_stack_missing()):
         # GPU worker processes, whatever the count: started without asking CUDA for the GPUs
         # first (its start can take a second); a machine without any is refused later
         started = fork_server.start(protocol, "gpu")

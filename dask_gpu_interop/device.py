@@ -22,7 +22,9 @@ class DeviceInfo:
         return asdict(self)
 
 
-def _visible_devices_disabled() -> bool:
+def gpus_hidden() -> bool:
+    """Whether ``CUDA_VISIBLE_DEVICES`` hides every GPU from this process (asked of nothing
+    else, so without starting CUDA)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return visible is not None and visible.strip() in ("", "-1")
 
@@ -42,7 +44,7 @@ def gpu_count() -> int:
     >>> gpu_count() >= 0
     True
     """
-    if _visible_devices_disabled():
+    if gpus_hidden():
         return 0
     try:
         from cuda.bindings import runtime
