@@ -9,7 +9,7 @@ cluster of worker processes starts, before the cluster's own imports and schedul
 server's imports overlap them; a program that will start such a cluster can start the server
 earlier still, as soon as it knows (:func:`~dask_gpu_interop.prepare_local_cluster`, or
 :func:`~dask_gpu_interop.options.prepare_from_command_line` first in a command's entry point,
-as the mortgage example's commands do), so that the server's imports overlap the program's own
+as the examples' commands do), so that the server's imports overlap the program's own
 imports and work. By default the server serves GPU worker processes over UCX only: GPU
 worker processes over TCP, which start faster, and CPU worker processes gained nothing from it
 that held from one run to the next (benchmarks/README.md), so they are spawned unless the

@@ -2,7 +2,7 @@
 
 A scheduler that listens over UCX first sets UCX up in its process: distributed-ucxx imports
 UCX, makes a CUDA context on the first visible GPU and builds UCX's context and worker, which
-takes seconds, and the nannies start the worker processes only after it. :func:`begin` does the
+takes a second or more, and the nannies start the worker processes only after it. :func:`begin` does the
 same in a thread of its own, with the configuration dask-cuda's ``LocalCUDACluster`` gives it,
 so that it overlaps what the program does before its cluster starts (importing dask-cuda,
 reading its input); :func:`finish` waits for it before the cluster starts.

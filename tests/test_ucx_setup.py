@@ -102,12 +102,14 @@ def test_preparing_over_ucx_starts_the_server_for_gpu_workers_on_auto(monkeypatc
                         lambda protocol, device: started.append((protocol, device)) or True)
     monkeypatch.setattr(cluster, "_gpu_stack_missing", lambda: [])  # as on a GPU machine
     monkeypatch.setattr(cluster, "resolve_device", lambda device: device)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert cluster.prepare_local_cluster(device="auto", protocol="ucx") is True
     assert started == [("ucx", "gpu")]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible: asked as before
     monkeypatch.setattr(cluster, "resolve_device", lambda device: "cpu")
     cluster.prepare_local_cluster(device="auto", protocol="ucx")
-    assert started == [("ucx", "gpu"), ("ucx", "cpu")]  # which fork_server.wanted refuses
+    assert started == [("ucx", "gpu"), ("ucx", "cpu")]
+    assert cluster.fork_server.wanted("ucx", "cpu") is False  # so the real start does nothing
 
 
 @pytest.mark.multi_gpu
