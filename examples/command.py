@@ -4,14 +4,27 @@ When a command returns, its cluster is closed and its files are written; what Py
 after that (finalizers of every module loaded, the GPU stack's CUDA contexts torn down one
 object at a time) is time the user waits at the prompt for nothing. :func:`run` flushes the
 output and ends the process there, with the command's exit status. Used only under
-``python -m``: imported, a command returns as usual (the tests call it that way).
+``python -m``: imported, a command returns as usual (the tests call it that way). What must
+still happen as the process ends (removing an unfinished output that a worker wrote into after
+it was first removed) is registered with :func:`at_end`, which :func:`run` calls before it ends
+the process.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
+
+_AT_END: list = []
+
+
+def at_end(function, *args) -> None:
+    """Call ``function(*args)`` as the process ends: before :func:`run` ends it, or at exit
+    where the command was called some other way (its failure is not reported)."""
+    _AT_END.append((function, args))
+    atexit.register(function, *args)
 
 
 def run(command, prog_name: str) -> None:
@@ -25,6 +38,11 @@ def run(command, prog_name: str) -> None:
     if code is not None and not isinstance(code, int):  # sys.exit("message")
         print(code, file=sys.stderr)
         code = 1
+    for function, args in _AT_END:
+        try:
+            function(*args)
+        except Exception:  # nothing to tell the user that the command has not told
+            pass
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -12,12 +12,13 @@ output may be an input, lie inside one or hold one.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import secrets
 import shutil
 import tempfile
+
+from ..command import at_end
 
 MARKER = ".written-by-examples-mortgage.json"
 
@@ -191,7 +192,7 @@ def _discard(staging: str) -> None:
     still running when the work stopped (Ctrl-C: the workers finish the task at hand until
     their cluster closes) may write into it after it is removed."""
     shutil.rmtree(staging, ignore_errors=True)
-    atexit.register(shutil.rmtree, staging, True)
+    at_end(shutil.rmtree, staging, True)
 
 
 def _new_folder(parent: str, prefix: str) -> str:

@@ -74,3 +74,35 @@ def test_an_entry_point_prepares_the_command_lines_cluster_before_importing_the_
     runpy.run_module(f"examples.{package}", run_name="__main__")
     # called once, before the command's own modules were imported; then the command ran
     assert seen == [False, command]
+
+
+LATE_WRITE = """
+import os, sys, click
+from examples.command import run
+from examples.mortgage import output
+
+@click.command()
+@click.argument("out")
+def main(out):
+    staging = []
+    try:
+        with output.Staged(out, what="table") as folder:
+            staging.append(folder)
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    # a worker's task still running as the work stopped writes into the removed folder
+    os.makedirs(os.path.join(staging[0], "part"))
+    open(os.path.join(staging[0], "part", "0.parquet"), "w").close()
+    sys.exit(130)
+
+run(main, "prog")
+"""
+
+
+def test_an_unfinished_output_written_into_after_it_was_removed_is_gone_when_run_ends(
+        tmp_path):
+    done = subprocess.run([sys.executable, "-c", LATE_WRITE, str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert os.listdir(tmp_path) == []
