@@ -3,7 +3,8 @@
 ``gpu-interop.memory.*`` comes from ``MemoryConfig``'s fields; set one in a YAML file or by
 environment (``DASK_GPU_INTEROP__MEMORY__POOL_SIZE=0.8``). ``dask-gpu-interop config`` prints
 them all with their help. ``gpu-interop.worker.*``: how GPU workers run tasks
-(:mod:`dask_gpu_interop.gpu_workers`).
+(:mod:`dask_gpu_interop.gpu_workers`); ``gpu-interop.shuffle.*``: the library's all-to-all
+(:func:`dask_gpu_interop.shuffle`).
 """
 
 from __future__ import annotations
@@ -29,13 +30,21 @@ WORKER_DEFAULTS = {
     "fork-server": "ucx",
 }
 
+SHUFFLE_DEFAULTS = {
+    # The bytes each split and concatenation of the all-to-all works on at once on a worker:
+    # "auto" (the whole share while it is small beside the worker's memory, else steps of a
+    # part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all).
+    "step-bytes": "auto",
+}
+
 
 def defaults() -> dict:
     """Everything under ``gpu-interop`` in dask config, with its default."""
     from .memory.config import config_defaults
 
     return {"gpu-interop": {"memory": config_defaults(), "serialize": dict(SERIALIZE_DEFAULTS),
-                            "worker": dict(WORKER_DEFAULTS)}}
+                            "worker": dict(WORKER_DEFAULTS),
+                            "shuffle": dict(SHUFFLE_DEFAULTS)}}
 
 
 def flag(key: str, default: bool) -> bool:

@@ -21,6 +21,13 @@ any other tasks:
    bound for it, output partition by output partition; dask fetches each batch once;
 5. ``gpu-shuffle-output``: one task per output partition, its slice of that concatenation.
 
+A worker whose share is large beside its memory (:data:`ONE_STEP_PART`; or as
+``gpu-interop.shuffle.step-bytes`` in dask config says) goes through steps 2 to 4 a part at a
+time: a split per group of its input partitions, a batch per split and destination output
+group, a copy run before the next split (so that each split and its inputs are freed as soon
+as its batches exist), and a concatenation per output group. Each piece is then a key of its
+own, which a worker's spilling can move to host memory while it waits.
+
 Every task is pinned to its worker (a restriction that work stealing cannot lift, so that
 nothing crosses between workers beyond the batches). When a worker of the plan leaves the
 cluster mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks are
@@ -39,7 +46,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import all_to_all_tasks as tasks
 
@@ -54,6 +61,19 @@ MERGE_HOWS = ("inner", "left", "right", "outer")
 ATTEMPTS = 3
 #: Seconds between two looks at the cluster's workers while a shuffle runs.
 POLL_SECONDS = 0.5
+#: dask config: the bytes each split and concatenation of a worker works on at once, "auto"
+#: or a size ("1GiB"); with a size, a worker's share is split and concatenated in steps of
+#: about that much, each a task of its own.
+STEP_KEY = "gpu-interop.shuffle.step-bytes"
+#: With "auto", a worker's share (what it holds of the input, or gets of the output) goes
+#: through one split and one concatenation while it is at most this part of the worker's
+#: memory (the GPU's for cuDF partitions, the worker's memory limit for pandas ones) ...
+ONE_STEP_PART = 1 / 4
+#: ... and else in steps of this part of it (at most ``tasks.GROUP_BYTES``), so that what a
+#: step holds beside the rest stays small, and the rest can spill to host memory.
+STEP_PART = 1 / 16
+#: With "auto", shares up to this size never ask the workers' memory (a round trip).
+SMALL_SHARE = 256 * 2**20
 
 
 class ShuffleError(RuntimeError):
@@ -133,16 +153,21 @@ class ShuffleStats:
 
 @dataclass(frozen=True)
 class Plan:
-    """Where each task of one all-to-all runs.
+    """Where each task of one all-to-all runs, and how much each works on.
 
     ``workers`` are every worker, sorted; ``owners[i]`` holds input partition ``i``. Output
     partitions go to the workers in contiguous runs (:meth:`outputs_of`), so that each
-    split's rows bound for one worker are one slice of it.
+    split's rows bound for one worker are one slice of it. With ``step_bytes`` (and the input
+    partitions' ``sizes``), a worker's share is split and concatenated in steps of about that
+    many bytes, each a task of its own (:meth:`input_groups`, :meth:`output_groups`); without,
+    in one split and one concatenation per worker.
     """
 
     workers: tuple[str, ...]
     owners: tuple[str, ...]
     npartitions: int
+    sizes: tuple[int, ...] = ()
+    step_bytes: int | None = None
 
     def __post_init__(self):
         strays = sorted(set(self.owners) - set(self.workers))
@@ -164,6 +189,33 @@ class Plan:
         address = self.workers[worker]
         return [i for i, owner in enumerate(self.owners) if owner == address]
 
+    def input_groups(self, worker: int) -> list[list[int]]:
+        """The input partitions of ``workers[worker]`` in the groups split together: one
+        group, or runs of at most ``step_bytes`` (a partition larger than that alone)."""
+        held = self.inputs_on(worker)
+        if self.step_bytes is None:
+            return [held] if held else []
+        runs, run, total = [], [], 0
+        for i in held:
+            size = self.sizes[i] if i < len(self.sizes) else 0
+            if run and total + size > self.step_bytes:
+                runs.append(run)
+                run, total = [], 0
+            run.append(i)
+            total += size
+        return runs + [run] if run else runs
+
+    def output_groups(self, worker: int) -> list[tuple[int, int]]:
+        """The output partitions of ``workers[worker]`` in the runs ``(first, stop)``
+        concatenated together: one run, or runs of about ``step_bytes`` each (by the input's
+        bytes spread evenly over the output partitions)."""
+        first, stop = self.outputs_of(worker)
+        per_output = sum(self.sizes) / self.npartitions
+        if self.step_bytes is None or stop <= first or not per_output:
+            return [(first, stop)]
+        count = max(1, int(self.step_bytes // per_output))
+        return [(start, min(start + count, stop)) for start in range(first, stop, count)]
+
     @property
     def sources(self) -> list[int]:
         """The workers (indices) holding at least one input partition."""
@@ -177,9 +229,11 @@ class Plan:
         return [d for d, (first, stop) in enumerate(runs) if first < stop]
 
 
-def _restricted(worker: str) -> dict:
-    """Annotations that run a task on ``worker`` and nowhere else."""
-    return {"workers": [worker], "allow_other_workers": False}
+def _restricted(worker: str, priority: int = 0) -> dict:
+    """Annotations that run a task on ``worker`` and nowhere else (before the tasks of lower
+    ``priority`` that are ready at the same time)."""
+    return {"workers": [worker], "allow_other_workers": False,
+            **({"priority": priority} if priority else {})}
 
 
 def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
@@ -188,43 +242,136 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
     with that worker), and the output partitions' keys in order.
 
     ``inputs`` are the input partitions (futures, or any key the scheduler knows) in order.
+    Each source worker splits its input groups (:meth:`Plan.input_groups`); one batch per
+    split group and destination output group takes what the split holds for it; each
+    destination concatenates an output group from every batch bound for it. In steps
+    (``plan.step_bytes``), a batch is a copy, and the batches of a split run before the next
+    split, so that each split (and its inputs) is freed as soon as its batches exist; in one
+    step per worker a batch is a view of the split.
     """
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
     split_name, batch_name, concat_name, output_name = (
         f"{PREFIX}-{step}-{token}" for step in ("split", "batch", "concat", "output"))
+    copy = plan.step_bytes is not None
+    groups = {s: plan.input_groups(s) for s in plan.sources}
+    runs = {d: plan.output_groups(d) for d in plan.destinations}
     layers, dependencies = {}, {}
     batch_layers = set()
     for s in plan.sources:
         worker = plan.workers[s]
         name = f"{split_name}-on-{s}"
-        held = [inputs[i] for i in plan.inputs_on(s)]
         layers[name] = MaterializedLayer(
-            {(split_name, s): (tasks.split, held, on, casts, plan.npartitions, ignore_index)},
+            {(split_name, s, g): (tasks.split, [inputs[i] for i in group], on, casts,
+                                  plan.npartitions, ignore_index)
+             for g, group in enumerate(groups[s])},
             annotations=_restricted(worker))  # fmt: skip
         dependencies[name] = set()
         batches = f"{batch_name}-from-{s}"
         layers[batches] = MaterializedLayer(
-            {(batch_name, s, d): (tasks.batch, (split_name, s), *plan.outputs_of(d))
-             for d in plan.destinations},
-            annotations=_restricted(worker))  # fmt: skip
+            {(batch_name, s, g, d, h): (tasks.batch, (split_name, s, g), first, stop, copy)
+             for g in range(len(groups[s])) for d in plan.destinations
+             for h, (first, stop) in enumerate(runs[d])},
+            annotations=_restricted(worker, priority=int(copy)))  # fmt: skip
         dependencies[batches] = {name}
         batch_layers.add(batches)
     for d in plan.destinations:
-        first, stop = plan.outputs_of(d)
+        worker = plan.workers[d]
         name = f"{concat_name}-on-{d}"
-        incoming = [(batch_name, s, d) for s in plan.sources]
-        layers[name] = MaterializedLayer({(concat_name, d): (tasks.concat, incoming, ignore_index)},
-                                         annotations=_restricted(plan.workers[d]))
+        layers[name] = MaterializedLayer(
+            {(concat_name, d, h): (tasks.concat, [(batch_name, s, g, d, h)
+                                                  for s in plan.sources
+                                                  for g in range(len(groups[s]))],
+                                   ignore_index)
+             for h in range(len(runs[d]))},
+            annotations=_restricted(worker))  # fmt: skip
         dependencies[name] = set(batch_layers)
         outputs = f"{output_name}-on-{d}"
         layers[outputs] = MaterializedLayer(
-            {(output_name, j): (tasks.output, (concat_name, d), j - first, ignore_index)
-             for j in range(first, stop)},
-            annotations=_restricted(plan.workers[d]))  # fmt: skip
+            {(output_name, j): (tasks.output, (concat_name, d, h), j - first, ignore_index)
+             for h, (first, stop) in enumerate(runs[d]) for j in range(first, stop)},
+            annotations=_restricted(worker))  # fmt: skip
         dependencies[outputs] = {name}
     keys = [(output_name, j) for j in range(plan.npartitions)]
     return HighLevelGraph(layers, dependencies), keys
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def step_setting() -> int | None:
+    """``gpu-interop.shuffle.step-bytes`` from dask config: None for "auto", else the size;
+    ValueError in one line for anything else."""
+    import dask
+    from dask.utils import parse_bytes
+
+    value = dask.config.get(STEP_KEY, "auto")
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        size = parse_bytes(value) if isinstance(value, str) else value
+    except (ValueError, TypeError):
+        size = None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"{STEP_KEY}={value!r} in dask config: give a size such as 1GiB, or "
+                         "auto")
+    return size
+
+
+def shares(plan: Plan) -> dict[str, int]:
+    """The bytes each worker of ``plan`` holds of the input or gets of the output (the input's
+    bytes spread evenly over the output partitions), whichever is more."""
+    total = sum(plan.sizes)
+    held = dict.fromkeys(plan.workers, 0)
+    for i, owner in enumerate(plan.owners):
+        held[owner] += plan.sizes[i] if i < len(plan.sizes) else 0
+    for d, address in enumerate(plan.workers):
+        first, stop = plan.outputs_of(d)
+        held[address] = max(held[address], total * (stop - first) // plan.npartitions)
+    return held
+
+
+def auto_step(share: dict[str, int], memory: dict[str, int | None]) -> int | None:
+    """The step for "auto": None (one step per worker) while every worker's share is at most
+    :data:`ONE_STEP_PART` of its memory (or its memory is not known); else
+    :data:`STEP_PART` of the smallest such worker's memory, at most ``tasks.GROUP_BYTES``."""
+    over = [memory[w] for w, size in share.items()
+            if memory.get(w) and size > ONE_STEP_PART * memory[w]]
+    if not over:
+        return None
+    return max(1, min(tasks.GROUP_BYTES, int(min(over) * STEP_PART)))
+
+
+def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
+    """Each worker's memory as the scheduler knows it: its GPU's (``gpu``) or its memory
+    limit; None where not known."""
+    info = client.scheduler_info(n_workers=-1).get("workers", {})
+    memory = {}
+    for address in workers:
+        worker = info.get(address, {})
+        size = (worker.get("gpu") or {}).get("memory-total") if gpu else worker.get(
+            "memory_limit")
+        memory[address] = int(size) if size else None
+    return memory
+
+
+def _step(client, plan: Plan, setting: int | None, gpu: bool) -> int | None:
+    if setting is not None:
+        return setting
+    share = shares(plan)
+    if max(share.values(), default=0) <= SMALL_SHARE:
+        return None
+    return auto_step(share, workers_memory(client, plan.workers, gpu))
+
+
+def _sizes(client, futures) -> tuple[int, ...]:
+    """Each input partition's bytes as the scheduler knows them; 0 for all where it does not
+    know one (a key it is forgetting as the shuffle starts again): the plan takes one step."""
+    try:
+        known = client.nbytes(keys=[f.key for f in futures], summary=False)
+    except KeyError:
+        return (0,) * len(futures)
+    return tuple(int(known.get(f.key) or 0) for f in futures)
 
 
 # --------------------------------------------------------------------------- checks
@@ -456,7 +603,8 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         ``frame`` is not a dask DataFrame.
     ValueError
         ``on`` names no column of the frame, ``npartitions`` is not a positive whole number,
-        or no client runs, or its cluster has no worker.
+        ``gpu-interop.shuffle.step-bytes`` is neither "auto" nor a size, or no client runs,
+        or its cluster has no worker.
     ShuffleError
         A task of the shuffle failed, data it needed was lost and could not be computed
         again, or workers left the cluster during each of ``ATTEMPTS`` attempts. A worker
@@ -465,11 +613,14 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
 
     Notes
     -----
-    Memory: each worker holds its input partitions ordered by output partition until every
-    destination has concatenated its batches, what it receives, and its output partitions:
-    about three times its share of the frame at the peak, above an input that you keep (the
-    split and the concatenation work in groups of a bounded size). GPU workers of dask-cuda
-    (and the library's clusters) spill to host memory what does not fit. The tasks'
+    Memory: in one step, each worker holds its input partitions ordered by output partition
+    until every destination has concatenated its batches, what it receives, and its output
+    partitions: about three times its share of the frame at the peak, above an input that you
+    keep. A worker whose share is more than a quarter of its memory (its GPU's for cuDF
+    partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
+    2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
+    in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. GPU workers of
+    dask-cuda (and the library's clusters) spill to host memory what does not fit. The tasks'
     prefixes, ``gpu-shuffle-split``, ``-batch``, ``-concat`` and ``-output``, show each
     step's device memory in :func:`memory_report`.
 
@@ -489,6 +640,8 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
 
     meta = frame._meta.reset_index(drop=True) if ignore_index else frame._meta
     casts = hash_casts(frame._meta, on)
+    setting = step_setting()
+    gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
     if not client.nthreads():
         raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
     for attempt in range(1, ATTEMPTS + 1):
@@ -496,11 +649,16 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         started = time.perf_counter()
         workers = tuple(sorted(client.nthreads()))
         plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
-                    npartitions=npartitions)  # fmt: skip
+                    npartitions=npartitions, sizes=_sizes(client, inputs))  # fmt: skip
+        step = _step(client, plan, setting, gpu)
+        if step is not None:
+            plan = replace(plan, step_bytes=step)
         token = uuid.uuid4().hex
         graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
         outputs = client.get(graph, keys, sync=False)
-        del inputs  # the scheduler releases them once split, unless the caller holds them
+        # the graph holds the inputs too: the scheduler releases them once split, unless the
+        # caller holds them
+        del inputs, graph
         try:
             _wait(outputs, client, plan.workers)
             break

@@ -18,9 +18,10 @@
   partition's rows are; on cuDF in libcudf, without a frame per piece.
 - :func:`output`: one output partition, a slice of the concatenation (a view).
 
-One task per worker for the split and for the concatenation, instead of one per partition:
-the GPU's work is the same, the per-task costs (Python, scheduling) are paid once per
-worker. cuDF frames go through libcudf (pylibcudf) tables where every column's type
+One task per worker for the split and for the concatenation, instead of one per partition
+(or one per step of a worker's share where it is large beside the worker's memory: the plan
+says which): the GPU's work is the same, the per-task costs (Python, scheduling) are paid once
+per worker or step. cuDF frames go through libcudf (pylibcudf) tables where every column's type
 round-trips (numbers, booleans, datetimes, strings); others take the frames' own methods.
 Nothing here imports a GPU library at module level: cuDF partitions bring CuPy and pylibcudf
 with them.
@@ -129,10 +130,11 @@ def split(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bo
     return frames, offsets
 
 
-def batch(split_groups: tuple, first: int, stop: int) -> tuple[list, list]:
+def batch(split_groups: tuple, first: int, stop: int, copy: bool = False) -> tuple[list, list]:
     """``(frames, offsets)``: the rows of output partitions ``first`` to ``stop - 1`` in a
-    worker's groups (as :func:`split` gave them): one slice of each group (a view), and the
-    offsets of those output partitions inside it.
+    worker's groups (as :func:`split` gave them): one slice of each group (a view, or with
+    ``copy`` a copy, which lets the split be freed while the batch lives on), and the offsets
+    of those output partitions inside it.
 
     Empty slices are left out, but one is kept if all are empty, so that every batch carries
     the frame's columns and types.
@@ -141,12 +143,14 @@ def batch(split_groups: tuple, first: int, stop: int) -> tuple[list, list]:
     for ordered, bounds in zip(*split_groups, strict=True):
         start, end = int(bounds[first]), int(bounds[stop])
         if end > start:
-            frames.append(ordered.iloc[start:end])
+            piece = ordered.iloc[start:end]
+            frames.append(piece.copy(deep=True) if copy else piece)
             offsets.append(bounds[first:stop + 1] - start)
     if not frames:
         ordered, bounds = split_groups[0][0], split_groups[1][0]
         start = int(bounds[first])
-        frames.append(ordered.iloc[start:start])
+        empty = ordered.iloc[start:start]
+        frames.append(empty.copy(deep=True) if copy else empty)
         offsets.append(bounds[first:stop + 1] - start)
     return frames, offsets
 

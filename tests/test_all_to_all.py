@@ -111,13 +111,14 @@ def test_the_graph_has_a_split_and_a_concat_per_worker_a_batch_per_pair_an_outpu
     assert sorted(tasks_by_prefix) == ["gpu-shuffle-batch", "gpu-shuffle-concat",
                                        "gpu-shuffle-output", "gpu-shuffle-split"]
     # sources a and c, each splitting its inputs in one task
-    assert sorted(k[1] for k in tasks_by_prefix["gpu-shuffle-split"]) == [0, 2]
-    split_a = graph.to_dict()[(tasks_by_prefix["gpu-shuffle-split"][0][0], 0)]
+    assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-split"]) == [(0, 0), (2, 0)]
+    split_a = graph.to_dict()[(tasks_by_prefix["gpu-shuffle-split"][0][0], 0, 0)]
     assert [i for i in range(5) if f"in-{i}" in str(split_a)] == [0, 1, 3]
     # destinations a, b, c (outputs 0-1, 2, 3): one batch per pair, one concat each
-    assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-batch"]) == [
+    assert sorted((k[1], k[3]) for k in tasks_by_prefix["gpu-shuffle-batch"]) == [
         (0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
-    assert sorted(k[1] for k in tasks_by_prefix["gpu-shuffle-concat"]) == [0, 1, 2]
+    assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-concat"]) == [(0, 0), (1, 0),
+                                                                          (2, 0)]
     assert keys == [(k[0], j) for j, k in enumerate(sorted(tasks_by_prefix["gpu-shuffle-output"]))]
     for key, annotated in restrictions.items():
         assert annotated["allow_other_workers"] is False  # pinned: never stolen

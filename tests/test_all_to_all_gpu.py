@@ -225,6 +225,19 @@ def test_dasks_own_shuffle_of_cudf_takes_the_task_shuffle_in_a_gpu_cluster_clien
     assert "TaskShuffle" in lowered and "P2PShuffle" not in lowered
 
 
+def test_in_steps_every_row_once_and_partitions_that_stay_cudf_on_a_gpu(one_gpu):
+    import dask
+
+    from dask_gpu_interop import shuffle
+    from dask_gpu_interop.all_to_all import STEP_KEY
+
+    pdf = pandas_frame(rows=200_000)
+    with dask.config.set({STEP_KEY: "500 kB"}):
+        parts = gathered(one_gpu, shuffle(gpu_frame(pdf, 8), "key", 12, client=one_gpu))
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, "key")
+
+
 # --------------------------------------------------------------------------- two GPUs
 
 
@@ -253,6 +266,23 @@ def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus):
     parts = gathered(two_gpus, shuffled)
     assert_rows(parts, pdf)
     assert_each_key_in_one_partition(parts, ["key", "name"])
+
+
+@pytest.mark.multi_gpu
+def test_in_steps_between_two_gpus_every_row_arrives_once(two_gpus):
+    import dask
+
+    from dask_gpu_interop import shuffle
+    from dask_gpu_interop.all_to_all import STEP_KEY
+
+    pdf = pandas_frame(rows=400_000)
+    with dask.config.set({STEP_KEY: "1 MB"}):
+        shuffled, stats = shuffle(gpu_frame(pdf, 8), "key", 10, return_stats=True,
+                                  client=two_gpus)
+    assert 0.3 * stats.output_bytes < stats.crossing_bytes < 0.7 * stats.output_bytes
+    parts = gathered(two_gpus, shuffled)
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, "key")
 
 
 @pytest.mark.multi_gpu
