@@ -68,7 +68,7 @@ STEP_KEY = "gpu-interop.shuffle.step-bytes"
 #: With "auto", a worker's share (what it holds of the input, or gets of the output) goes
 #: through one split and one concatenation while it is at most this part of the worker's
 #: memory (the GPU's for cuDF partitions, the worker's memory limit for pandas ones) ...
-ONE_STEP_PART = 1 / 4
+ONE_STEP_PART = 1 / 8
 #: ... and else in steps of this part of it (at most ``tasks.GROUP_BYTES``), so that what a
 #: step holds beside the rest stays small, and the rest can spill to host memory.
 STEP_PART = 1 / 16
@@ -616,7 +616,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     Memory: in one step, each worker holds its input partitions ordered by output partition
     until every destination has concatenated its batches, what it receives, and its output
     partitions: about three times its share of the frame at the peak, above an input that you
-    keep. A worker whose share is more than a quarter of its memory (its GPU's for cuDF
+    keep. A worker whose share is more than an eighth of its memory (its GPU's for cuDF
     partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
     2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
     in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. GPU workers of

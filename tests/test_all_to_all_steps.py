@@ -114,9 +114,9 @@ def test_a_bad_step_setting_is_refused_in_one_line_before_any_work(client, value
 
 def test_auto_takes_one_step_while_the_share_is_small_beside_the_workers_memory():
     gib = 2**30
-    assert auto_step({"a": 4 * gib, "b": 4 * gib}, {"a": 80 * gib, "b": 80 * gib}) is None
-    # a share beyond a quarter of a worker's memory: steps of a sixteenth, at most 2 GiB
-    assert auto_step({"a": 30 * gib, "b": 4 * gib},
+    assert auto_step({"a": 8 * gib, "b": 8 * gib}, {"a": 80 * gib, "b": 80 * gib}) is None
+    # a share beyond an eighth of a worker's memory: steps of a sixteenth, at most 2 GiB
+    assert auto_step({"a": 11 * gib, "b": 4 * gib},
                      {"a": 80 * gib, "b": 80 * gib}) == tasks.GROUP_BYTES
     assert auto_step({"a": 10 * gib}, {"a": 16 * gib}) == gib
     assert auto_step({"a": 10 * gib}, {"a": None}) is None  # memory not known: one step
