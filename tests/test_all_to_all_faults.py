@@ -1,17 +1,20 @@
-"""A worker killed in the middle of the all-to-all (dask_gpu_interop.shuffle): the shuffle starts
-again on the workers present (what the dead one held computed again from its lineage), and the
-result is the same as without the fault: every row once, every key in one partition."""
+"""A worker killed in the middle of the all-to-all (dask_gpu_interop.shuffle), in one step per
+worker or in steps: the shuffle starts again on the workers present (what the dead one held
+computed again from its lineage), and the result is the same as without the fault: every row
+once, every key in one partition."""
 
 from __future__ import annotations
 
 import os
 
+import dask
 import dask.dataframe as dd
 import pytest
 from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from dask_gpu_interop import ShuffleError, shuffle
+from dask_gpu_interop.all_to_all import STEP_KEY
 from tests.test_all_to_all import (
     NO_GPU,
     assert_each_key_in_one_partition,
@@ -44,15 +47,17 @@ class DieOnce(WorkerPlugin):
         os._exit(1)
 
 
+@pytest.mark.parametrize("steps", ["auto", "60 kB"], ids=["one step", "in steps"])
 @pytest.mark.parametrize("step", ["gpu-shuffle-split", "gpu-shuffle-batch",
                                   "gpu-shuffle-concat", "gpu-shuffle-output"])
-def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, step, caplog):
+def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, step, steps,
+                                                                   caplog):
     caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")
     marker = tmp_path / "died"
     blocks = frame(12, rows=3_000)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                       dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client:  # fmt: skip
+            Client(cluster) as client, dask.config.set({STEP_KEY: steps}):  # fmt: skip
         source = dask_frame(blocks).persist()
         client.wait_for_workers(3)
         pids = set(client.run(os.getpid).values())
