@@ -120,8 +120,8 @@ def measure_one(csv, warm_csv, truth, args, device, mode) -> dict:
             t0 = time.perf_counter()
             result = run(csv, rate, device=device, params=params)
             wall = time.perf_counter() - t0
-            workers = len(client.scheduler_info()["workers"])
-            threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+            workers = len(client.scheduler_info(n_workers=-1)["workers"])
+            threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
         where = f"{workers} worker(s), {threads} thread(s)"
     else:
         cores = os.cpu_count() or 1

@@ -465,7 +465,7 @@ WORKERS_TIMEOUT = 10  # seconds a running cluster has for its first worker to jo
 def _check_workers_joined(client, scheduler: str) -> None:
     """ClusterError where no worker joins the running cluster within WORKERS_TIMEOUT: its work
     would wait for one forever."""
-    if client.scheduler_info()["workers"]:
+    if client.scheduler_info(n_workers=-1)["workers"]:
         return
     try:
         client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)

@@ -25,7 +25,7 @@ def demo(cluster, rows):
     """A mixed cuDF/pandas -> PyTorch -> XGBoost workload with the memory report."""
     # XGBoost's "got rank" lines dropped from the workers' output: entered before they start
     with without_xgboost_rank_lines(), cluster_client(**cluster) as (client, device):
-        click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
+        click.echo(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers, device={device}")
         result = run(client, device, rows=rows)
     click.echo(f"steps:    {result['steps']}")
     click.echo(f"rows:     {result['rows']:,}")

@@ -69,7 +69,7 @@ def run(client, device: str, rows: int = 1_000_000, partitions: int | None = Non
     import xgboost
     import xgboost.dask
 
-    partitions = partitions or max(2, len(client.scheduler_info()["workers"]) * 2)
+    partitions = partitions or max(2, len(client.scheduler_info(n_workers=-1)["workers"]) * 2)
     per_part = max(1, rows // partitions)
     times = {}
     t0 = time.perf_counter()

@@ -81,7 +81,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             made = background.submit(make_and_write, out / "ecg.csv", seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
-            workers = len(client.scheduler_info()["workers"])
+            workers = len(client.scheduler_info(n_workers=-1)["workers"])
             click.echo(f"cluster: {workers} workers, device={device}")
             truth, prep = None, {}
             if made is not None:

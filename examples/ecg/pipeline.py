@@ -377,7 +377,7 @@ def _worker_count() -> int:
     try:
         from distributed import get_client
 
-        return max(1, len(get_client().scheduler_info()["workers"]))
+        return max(1, len(get_client().scheduler_info(n_workers=-1)["workers"]))
     except (ImportError, ValueError):
         return 1
 

@@ -381,7 +381,7 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         # imported while the client plans the work
         import_in_background(f"{__package__}.etl", *(["cudf"] if device == "gpu" else []),
                              client=client)
-        click.echo(f"cluster: {len(client.scheduler_info()['workers'])} workers, device={device}")
+        click.echo(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers, device={device}")
         starts = None if cluster.get("scheduler") else worker_starts(client, since=since)
         if starts and starts[0].steps():
             click.echo(f"worker start (the last to join; seconds from the cluster's start): "

@@ -76,7 +76,7 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     placed = placement.choose(estimated, memory, device, training_data)
     say(placed.line())
     # the workers that will train, and each partition made on the one it trains on
-    trainers = train.training_workers(len(client.scheduler_info()["workers"]), estimated.rows,
+    trainers = train.training_workers(len(client.scheduler_info(n_workers=-1)["workers"]), estimated.rows,
                                       device)
     where = train.targets(plan.quarters, holdout, train.ranked_workers(client)[:trainers])
     planned = time.perf_counter() - planning
@@ -90,7 +90,7 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     say(f"training ({rounds} rounds) ...")
     merged = {**train.PARAMS, **(params or {})}
     if device == "gpu" and merged.get("grow_policy") == "lossguide" and len(
-            client.scheduler_info()["workers"]) > 1:
+            client.scheduler_info(n_workers=-1)["workers"]) > 1:
         say(f"note: {train.SEVERAL_WORKERS_HINT}")
     # XGBoost quantizes host partitions on the worker's CPU cores: all of the worker's share
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
@@ -103,7 +103,7 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     report, host = memory_report(client), client.run(_host_memory)
     return JobResult(
         device=device,
-        workers=len(client.scheduler_info()["workers"]),
+        workers=len(client.scheduler_info(n_workers=-1)["workers"]),
         etl=result,
         training=trained,
         memory=report,

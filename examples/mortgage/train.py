@@ -216,7 +216,7 @@ def round_progress():
 def ranked_workers(client) -> list[str]:
     """The workers' addresses in the order of their XGBoost ranks, which xgboost.dask gives
     by name (``[xgboost.dask-NAME]:ADDRESS``)."""
-    workers = client.scheduler_info()["workers"]
+    workers = client.scheduler_info(n_workers=-1)["workers"]
     return sorted(workers, key=lambda address: f"[xgboost.dask-{workers[address]['name']}]"
                                                f":{address}")
 
@@ -269,7 +269,7 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     _check_classes("training", train_rows, train_positives, "the data not held out")
     _check_classes("test", test_rows, test_positives, what)
     if workers is None:
-        workers = training_workers(len(client.scheduler_info()["workers"]), train_rows, device)
+        workers = training_workers(len(client.scheduler_info(n_workers=-1)["workers"]), train_rows, device)
     train_frame = spread(client, train_frame, workers)
     test_frame = spread(client, test_frame, workers)
     callbacks = [round_progress()] if progress else []

@@ -301,7 +301,7 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
         raise _Started
 
     class Client:
-        def scheduler_info(self):
+        def scheduler_info(self, n_workers=5):
             return {"workers": {}}
 
         def run(self, function, *args, **kwargs):

@@ -130,6 +130,23 @@ def test_workers_are_ranked_by_name_as_xgboost_ranks_them(client):
     assert names == sorted(names, key=str) and len(names) == 2
 
 
+class _ClientOf2026_3:
+    """A client of distributed 2026.3 and before, whose ``scheduler_info`` gives five workers
+    unless asked for all."""
+
+    def __init__(self, count: int):
+        self.workers = {f"tcp://10.0.0.{i}:1234": {"name": i} for i in range(count)}
+
+    def scheduler_info(self, n_workers: int = 5):
+        shown = list(self.workers) if n_workers == -1 else list(self.workers)[:n_workers]
+        return {"workers": {address: self.workers[address] for address in shown}}
+
+
+def test_every_worker_of_a_large_cluster_is_ranked_on_every_distributed():
+    client = _ClientOf2026_3(8)
+    assert sorted(train.ranked_workers(client)) == sorted(client.workers)
+
+
 @pytest.mark.parametrize("params, named", [
     ({"max_depth": "abc"}, "max_depth=abc: XGBoost refuses it (Invalid Parameter format for "
                            "max_depth expect int but value='abc')"),
