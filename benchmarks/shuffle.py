@@ -2,6 +2,7 @@
 
     python -m benchmarks.shuffle [--sizes 64MiB,1GiB,4GiB] [--partitions-per-worker 8]
                                  [--methods library,tasks,p2p] [--p2p-up-to 64MiB]
+                                 [--step-bytes 2GiB]
                                  [--protocols ucx,tcp] [--clusters library,dask-cuda]
                                  [--repeats 3] [--workers 2] [--device gpu|cpu]
                                  [--pool-size 0.6] [--peer-size 1GiB] [--dry-run]
@@ -15,6 +16,8 @@ as a frame in memory (as a user's is after ``persist``), which is then shuffled 
 as many partitions and kept in memory, by each method in turn:
 
 - ``library``: ``dask_gpu_interop.shuffle`` (one batch per pair of workers);
+- ``library-steps``: the same in steps of ``--step-bytes`` (``gpu-interop.shuffle.step-bytes``),
+  as a worker's share large beside its memory goes (not in the default methods);
 - ``tasks``, ``p2p``: dask's own ``frame.shuffle("key", shuffle_method=...)``, persisted.
   P2P goes through host memory and is slow on GPUs: it runs only at sizes up to
   ``--p2p-up-to``.
@@ -52,6 +55,8 @@ from .transfer import PROTOCOLS
 ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
 METHODS = ("library", "tasks", "p2p")
+#: ``--methods`` of the shuffle: dask's and the library's, and the library's in steps.
+SHUFFLE_METHODS = ("library", "library-steps", "tasks", "p2p")
 CLUSTERS = ("library", "dask-cuda")
 
 
@@ -190,16 +195,20 @@ def checked_ok(entry: dict) -> bool:
     return bool(found) and all(v for k, v in found.items() if k.endswith("_ok"))
 
 
-def shuffle_once(client, frame, method: str):
+def shuffle_once(client, frame, method: str, step_bytes: int | None = None):
     """(the shuffled frame in memory, seconds, bytes received as logged)."""
+    import dask
     from distributed import wait
 
     import dask_gpu_interop
+    from dask_gpu_interop.all_to_all import STEP_KEY
 
     start_wall = time.time()
     started = time.perf_counter()
-    if method == "library":
-        out = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions)
+    if method in ("library", "library-steps"):
+        steps = {STEP_KEY: step_bytes if method == "library-steps" else "auto"}
+        with dask.config.set(steps):
+            out = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions)
     else:
         out = frame.shuffle("key", shuffle_method=method, npartitions=frame.npartitions).persist()
         wait(out)
@@ -280,6 +289,7 @@ def measure(args, run) -> None:
         "sizes": args.sizes,
         "partitions": workers * args.partitions_per_worker,
         "repeats": args.repeats,
+        "step_bytes": args.step_bytes if "library-steps" in args.methods else None,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "NCCL_"))},
         "frames": {},
         "runs": {},
@@ -323,7 +333,8 @@ def measure_size(client, args, kind, protocol, size, methods, names, results) ->
         if "error" in entry:
             continue
         try:
-            out, seconds, received = shuffle_once(client, frame(next(names)), method)
+            out, seconds, received = shuffle_once(client, frame(next(names)), method,
+                                                  getattr(args, "step_bytes", None))
             if round_ == 0:  # the warm-up, checked
                 entry["check"] = check(out, rows, expected)
                 entry["seconds"], entry["received"] = [], []
@@ -379,6 +390,10 @@ def markdown(results: dict) -> str:
         "methods alternated",
         f"- UCX/NCCL environment as found: {results['env'] or 'none set'}",
     ]
+    if results.get("step_bytes"):
+        lines.append(f"- library-steps: the library's shuffle in steps of "
+                     f"{format_bytes(results['step_bytes'])} (gpu-interop.shuffle.step-bytes); "
+                     "library: as its default chooses")
     if ceiling:
         lines.append(
             f"- ceilings (raw peer copies, {format_bytes(ceiling.get('link_size', 0))}): sum of "
@@ -469,7 +484,10 @@ def options(parser) -> None:
     parser.add_argument("--per-worker", default=None,
                         help="one size: the same as --sizes SIZE")  # fmt: skip
     parser.add_argument("--partitions-per-worker", type=int, default=8)
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"of: {', '.join(METHODS)}")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"of: {', '.join(SHUFFLE_METHODS)}")  # fmt: skip
+    parser.add_argument("--step-bytes", default="2GiB",
+                        help="the step of the library-steps method")  # fmt: skip
     parser.add_argument("--p2p-up-to", default="64MiB",
                         help="p2p runs only at sizes up to this (it goes through host memory)")
     cluster_options(parser)
@@ -478,12 +496,13 @@ def options(parser) -> None:
                         help="print the runs it would make; start nothing")  # fmt: skip
 
 
-def check_clusters(parser_, args) -> None:
-    """``cluster_options``' arguments and --methods, checked (the shuffle's and the join's)."""
+def check_clusters(parser_, args, methods=METHODS) -> None:
+    """``cluster_options``' arguments and --methods (of ``methods``), checked (the shuffle's
+    and the join's)."""
     if args.protocols is None:
         args.protocols = "ucx,tcp" if args.device == "gpu" else "tcp"
     args.protocols = choices(parser_, "--protocols", args.protocols, PROTOCOLS)
-    args.methods = choices(parser_, "--methods", args.methods, METHODS)
+    args.methods = choices(parser_, "--methods", args.methods, methods)
     args.clusters = choices(parser_, "--clusters", args.clusters, CLUSTERS)
     if "ucx" in args.protocols and args.device == "cpu":
         parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
@@ -497,11 +516,14 @@ def check_arguments(parser_, args) -> None:
         args.sizes = [parse_bytes(s) for s in sizes.split(",") if s.strip()]
         args.peer_size = parse_bytes(args.peer_size)
         args.p2p_up_to = parse_bytes(args.p2p_up_to)
+        args.step_bytes = parse_bytes(args.step_bytes)
     except ValueError as err:
-        parser_.error(f"--sizes / --per-worker / --peer-size / --p2p-up-to: {err}")
+        parser_.error(f"--sizes / --per-worker / --peer-size / --p2p-up-to / --step-bytes: {err}")
     if not args.sizes or min(args.sizes) < 1:
         parser_.error("--sizes: at least one size, each above zero")
-    check_clusters(parser_, args)
+    if args.step_bytes < 1:
+        parser_.error("--step-bytes: a size above zero")
+    check_clusters(parser_, args, SHUFFLE_METHODS)
     if args.partitions_per_worker < 1:
         parser_.error("--partitions-per-worker must be at least 1")
     if args.repeats < 1:

@@ -54,6 +54,21 @@ def test_shuffle_on_cpus_checks_every_method_and_times_the_librarys_steps(tmp_pa
     assert "The library's steps" in table and "| 256.00 kiB |" in table
 
 
+def test_the_librarys_shuffle_in_steps_is_a_method_of_its_own(tmp_path):
+    shuffle.main(["--device", "cpu", "--protocols", "tcp", "--sizes", "1MiB",
+                  "--methods", "library,library-steps", "--step-bytes", "200KiB",
+                  "--partitions-per-worker", "4", "--repeats", "1",
+                  "--out", str(tmp_path), "--machine", "cpu-test"])  # fmt: skip
+    results = json.loads((tmp_path / "shuffle-cpu-test.json").read_text())
+    assert not results["errors"] and results["step_bytes"] == 200 << 10
+    for method in ("library", "library-steps"):
+        run = results["runs"][shuffle.entry_key("library", "tcp", MiB, method)]
+        assert run["check"]["rows_ok"] and run["check"]["checksum_ok"], (method, run)
+        assert len(run["seconds"]) == 1
+    table = (tmp_path / "shuffle-cpu-test.md").read_text()
+    assert "| 1.00 MiB | library-steps |" in table and "in steps of 200.00 kiB" in table
+
+
 def test_shuffle_check_catches_a_key_split_across_partitions_and_a_changed_row():
     rows = pd.DataFrame({"key": [1, 2, 1, 3], "a": [0.0, 1.0, 2.0, 3.0]})
     frame = dd.from_pandas(rows, npartitions=2, sort=False)
@@ -136,6 +151,8 @@ def test_shuffle_dry_run_lists_the_runs_and_starts_nothing(capsys):
     (["--sizes", "lots"], "--sizes"),
     (["--methods", "magic"], "'magic' is not one of"),
     (["--repeats", "0"], "--repeats must be at least 1"),
+    (["--step-bytes", "lots"], "--step-bytes"),
+    (["--step-bytes", "0"], "--step-bytes: a size above zero"),
 ])
 def test_shuffle_refuses_bad_arguments_before_starting_anything(capsys, argv, words):
     if words is None:  # a CPU run takes TCP without being told
