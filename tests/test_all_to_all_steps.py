@@ -4,7 +4,11 @@ bounded; on pandas partitions and CPU worker processes."""
 
 from __future__ import annotations
 
+import gc
+import time
+
 import dask
+import dask.dataframe as dd
 import pytest
 from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin, get_task_stream
@@ -193,17 +197,12 @@ def _peak(dask_worker):
 def _most_above_start(client, setting: str) -> int:
     """The most bytes a worker allocated at once beyond what it held before, during a shuffle
     of 8 partitions made on the workers, with ``setting``."""
-    import gc
-    import time
-
     gc.collect()
     for _ in range(200):  # until the last shuffle's tasks are released
         if not client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)):
             break
         time.sleep(0.05)
     start = client.run(_start_peak)
-    import dask.dataframe as dd
-
     made = dd.from_delayed([dask.delayed(_block)(i) for i in range(8)], meta=_block(0).iloc[:0],
                            verify_meta=False)  # fmt: skip
     with dask.config.set({STEP_KEY: setting}):
