@@ -343,8 +343,8 @@ def auto_step(share: dict[str, int], memory: dict[str, int | None]) -> int | Non
 
 
 def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
-    """Each worker's memory as the scheduler knows it: its GPU's (``gpu``) or its memory
-    limit; None where not known."""
+    """Each worker's memory: its GPU's (``gpu``), as the scheduler knows it or else as the
+    worker's device says, or its memory limit; None where not known."""
     info = client.scheduler_info(n_workers=-1).get("workers", {})
     memory = {}
     for address in workers:
@@ -352,7 +352,20 @@ def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
         size = (worker.get("gpu") or {}).get("memory-total") if gpu else worker.get(
             "memory_limit")
         memory[address] = int(size) if size else None
+    unknown = [address for address, size in memory.items() if size is None]
+    if gpu and unknown:
+        # the scheduler has GPU figures only where distributed's NVML diagnostics run
+        answers = client.run(device_memory_total, workers=unknown, on_error="return")
+        memory.update({address: size for address, size in answers.items()
+                       if isinstance(size, int) and size > 0})  # fmt: skip
     return memory
+
+
+def device_memory_total() -> int:
+    """The bytes of the GPU this process uses (run on a worker)."""
+    from .device import memory_info
+
+    return memory_info()[1]
 
 
 def _step(client, plan: Plan, setting: int | None, gpu: bool) -> int | None:

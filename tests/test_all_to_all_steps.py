@@ -127,11 +127,19 @@ def test_auto_takes_one_step_while_the_share_is_small_beside_the_workers_memory(
 
 
 class _Info:
-    def __init__(self, workers):
-        self.workers = workers
+    """A client whose scheduler knows ``workers`` and whose workers' devices answer
+    ``devices`` (an exception for a worker without one); ``asked``: who was asked."""
+
+    def __init__(self, workers, devices=None):
+        self.workers, self.devices, self.asked = workers, devices or {}, []
 
     def scheduler_info(self, n_workers=-1):
         return {"workers": self.workers}
+
+    def run(self, function, workers, on_error="raise"):
+        assert on_error == "return"
+        self.asked += workers
+        return {w: self.devices.get(w, RuntimeError("no GPU")) for w in workers}
 
 
 def test_a_workers_memory_is_its_gpus_for_cudf_and_its_limit_for_pandas():
@@ -140,6 +148,15 @@ def test_a_workers_memory_is_its_gpus_for_cudf_and_its_limit_for_pandas():
     assert workers_memory(fake, ("a", "b"), gpu=True) == {"a": 80, "b": None}
     assert workers_memory(fake, ("a", "b", "gone"), gpu=False) == {"a": 64, "b": None,
                                                                   "gone": None}
+    assert fake.asked == ["b"]  # only for the GPU, only where the scheduler has no figure
+
+
+def test_a_gpu_the_scheduler_knows_nothing_of_is_asked_on_its_worker():
+    """distributed's scheduler has GPU figures only where its NVML diagnostics run: the
+    workers it has none for are asked for their device's memory."""
+    fake = _Info({"a": {"memory_limit": 64}, "b": {"memory_limit": 64}, "c": {}},
+                 devices={"a": 80, "b": 96})
+    assert workers_memory(fake, ("a", "b", "c"), gpu=True) == {"a": 80, "b": 96, "c": None}
 
 
 # --------------------------------------------------------------------------- on a cluster
