@@ -632,8 +632,11 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     keep. A worker whose share is more than an eighth of its memory (its GPU's for cuDF
     partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
     2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
-    in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. GPU workers of
-    dask-cuda (and the library's clusters) spill to host memory what does not fit. The tasks'
+    in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. Where the frame
+    and its shuffle together do not fit the GPUs (a frame you keep, and its shuffled copy),
+    give the workers cuDF's spilling (``GPUMemoryPlugin(spill=True)``, or ``memory={"spill":
+    True}`` to :func:`cluster_client`): cuDF then moves frames no task is using to host memory
+    when the pool runs out, and the shuffle's steps bring back what they read. The tasks'
     prefixes, ``gpu-shuffle-split``, ``-batch``, ``-concat`` and ``-output``, show each
     step's device memory in :func:`memory_report`.
 

@@ -29,6 +29,7 @@ with them.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import numpy as np
@@ -218,11 +219,13 @@ def _concat_in_libcudf(pieces: list, ignore_index: bool):
         if id(frame) not in flats:
             flats[id(frame)] = (frame, _flat(frame, ignore_index))
         bounds.setdefault(id(frame), []).extend((start, stop))
-    views = {key: iter(plc.copying.slice(flat.to_pylibcudf()[0], bounds[key]))
-             for key, (_, flat) in flats.items()}  # fmt: skip
-    tables = [next(views[id(frame)]) for frame, _, _ in pieces]
+    with contextlib.ExitStack() as held:
+        views = {key: iter(plc.copying.slice(_table(flat, held), bounds[key]))
+                 for key, (_, flat) in flats.items()}  # fmt: skip
+        tables = [next(views[id(frame)]) for frame, _, _ in pieces]
+        joined = plc.concatenate.concatenate(tables)
     like, flat = flats[id(pieces[0][0])]
-    return _from_table(plc.concatenate.concatenate(tables), flat, like, ignore_index)
+    return _from_table(joined, flat, like, ignore_index)
 
 
 # --------------------------------------------------------------------------- cuDF in libcudf
@@ -294,6 +297,22 @@ def _from_table(table, flat, like, ignore_index: bool):
     return out
 
 
+def _table(frame, held: contextlib.ExitStack):
+    """A cuDF frame's (or series') columns as a libcudf table. With cuDF's spilling on, each
+    column is opened as cuDF's own operations open theirs, until ``held`` closes: a spilled
+    column comes back to the device and cannot spill meanwhile (``to_pylibcudf`` would hand
+    libcudf a spilled column's empty device pointer)."""
+    import pylibcudf as plc
+
+    columns = list(frame._columns)
+    if not (_library(frame).get_option("spill") and columns and hasattr(columns[0], "access")):
+        table = frame.to_pylibcudf()[0]
+        return table if isinstance(table, plc.Table) else plc.Table([table])
+    opened = [held.enter_context(column.access(mode="read", scope="internal"))
+              for column in columns]  # fmt: skip
+    return plc.Table([column.plc_column for column in opened])
+
+
 def _hashed_keys(frame, on: list, casts: dict):
     """The key columns of a cuDF frame as libcudf hashes them: numbers (and categories of
     numbers) as float64, categories of anything else as their values, whatever the other
@@ -317,18 +336,19 @@ def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_in
     def joined(tables):
         return tables[0] if len(tables) == 1 else plc.concatenate.concatenate(tables)
 
-    keys = joined([_hashed_keys(frame, on, casts).to_pylibcudf()[0] for frame in frames])
     frame = frames[0]
     rows = sum(len(f) for f in frames)
     plain = _in_libcudf(frame, ignore_index)
-    if plain:
-        flats = [_flat(f, ignore_index) for f in frames]
-        table, starts = plc.partitioning.hash_partition(
-            joined([flat.to_pylibcudf()[0] for flat in flats]), keys, npartitions)
-    else:  # one frame
-        numbers = _library(frame).Series(_array_module(frame).arange(rows, dtype="int64"))
-        table, starts = plc.partitioning.hash_partition(
-            plc.Table([numbers.to_pylibcudf()[0]]), keys, npartitions)
+    with contextlib.ExitStack() as held:
+        keys = joined([_table(_hashed_keys(f, on, casts), held) for f in frames])
+        if plain:
+            flats = [_flat(f, ignore_index) for f in frames]
+            table, starts = plc.partitioning.hash_partition(
+                joined([_table(flat, held) for flat in flats]), keys, npartitions)
+        else:  # one frame
+            numbers = _library(frame).Series(_array_module(frame).arange(rows, dtype="int64"))
+            table, starts = plc.partitioning.hash_partition(
+                _table(numbers, held), keys, npartitions)
     offsets = np.empty(npartitions + 1, dtype=np.int64)
     offsets[:len(starts)] = starts
     offsets[len(starts):] = rows

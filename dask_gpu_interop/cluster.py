@@ -16,6 +16,7 @@ import contextlib
 import gc
 import importlib.util
 import os
+import sys
 
 import dask.config
 from dask.utils import parse_timedelta
@@ -604,6 +605,7 @@ def cluster_client(
             device = workers_device(client, device)
             if device == "gpu" and memory is not None:
                 client.register_plugin(plugin)
+            _take_spillable(device == "gpu" and memory is not None and plugin)
             with _recording(client, memory_plot), dask.config.set(shuffle_config(device)):
                 yield client, device
         return
@@ -613,9 +615,23 @@ def cluster_client(
         device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
         memory=memory, security=security, processes=processes,
     )
+    _take_spillable(device == "gpu" and GPUMemoryPlugin(**(memory or {})))
     with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot), \
             dask.config.set(shuffle_config(device)):
         yield client, device
+
+
+def _take_spillable(plugin) -> None:
+    """Where ``plugin`` turns cuDF's spilling on on the workers, turn it on in this process
+    too: their cuDF results arrive as spillable buffers, which cuDF builds only where its
+    spilling is on (nothing here spills unless this process runs out of device memory). cuDF
+    reads the setting when this process makes its first cuDF object; it stays on after."""
+    if not plugin or plugin.config.spill is not True:
+        return
+    if "cudf" in sys.modules:
+        sys.modules["cudf"].set_option("spill", True)
+    else:  # no import (and no GPU context) until this process uses cuDF
+        os.environ["CUDF_SPILL"] = "on"
 
 
 def _recording(client, png):

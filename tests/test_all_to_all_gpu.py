@@ -238,6 +238,35 @@ def test_in_steps_every_row_once_and_partitions_that_stay_cudf_on_a_gpu(one_gpu)
     assert_each_key_in_one_partition(parts, "key")
 
 
+def test_with_cudfs_spilling_a_frame_larger_than_the_pool_shuffles_in_steps():
+    """spill=True and a pool smaller than the frame and its shuffle together: cuDF moves
+    frames to host memory and back as the steps need them (libcudf must get them back on the
+    device); every row once, each key in one partition."""
+    import dask
+
+    from dask_gpu_interop import cluster_client, shuffle
+    from dask_gpu_interop.all_to_all import STEP_KEY
+
+    pool = 256 * 2**20
+    pdf = pandas_frame(rows=6_000_000)
+    with cluster_client(device="gpu", n_workers=1, processes=True,
+                        memory={"pool_size": "128MiB", "maximum_pool_size": "256MiB",
+                                "spill": True}) as (client, _):  # fmt: skip
+        frame = client.persist(gpu_frame(pdf, 8))
+        with dask.config.set({STEP_KEY: "16MB"}):
+            shuffled, stats = shuffle(frame, "key", 12, return_stats=True, client=client)
+        # to pandas on the worker: a client without cuDF's spilling cannot take spillable frames
+        parts = client.compute([dask.delayed(_to_pandas)(p) for p in shuffled.to_delayed()],
+                               sync=True)  # fmt: skip
+    assert 2 * stats.output_bytes > pool  # the frame and its shuffle do not fit the pool
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, "key")
+
+
+def _to_pandas(part):
+    return part.to_pandas()
+
+
 # --------------------------------------------------------------------------- two GPUs
 
 

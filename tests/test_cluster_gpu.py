@@ -73,3 +73,30 @@ def test_each_gpu_worker_process_of_two_sets_its_memory_up_before_it_joins():
         assert list(steps) == ["process", "preloads", "memory", "joined"]
         assert 0 <= steps["process"] < steps["preloads"] <= steps["memory"] <= steps["joined"] \
             <= facts["ready"]
+
+
+SPILLING = """
+import json
+from dask_gpu_interop import cluster_client
+
+def frame():
+    import cudf
+    return cudf.DataFrame({"x": range(1000)})
+
+with cluster_client(device="gpu", n_workers=1, processes=True,
+                    memory={"pool_size": "0.1", "spill": True}) as (client, device):
+    out = client.submit(frame).result()
+    print(json.dumps({"type": type(out).__module__.split(".")[0], "sum": int(out["x"].sum()),
+                      "workers": list(client.run(lambda: __import__("cudf").get_option("spill"))
+                                      .values())}))
+"""
+
+
+def test_a_client_takes_the_cudf_results_of_workers_that_spill():
+    """With cuDF's spilling on the workers, their cuDF results are spillable buffers, which
+    a process builds only with spilling on: the client of cluster_client takes them."""
+    done = subprocess.run([sys.executable, "-c", SPILLING], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts == {"type": "cudf", "sum": 499500, "workers": [True]}

@@ -4,13 +4,14 @@ processes of their own, and what --processes/--no-processes change."""
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 import pytest
 from click.testing import CliRunner
 from distributed import Client
 
-from dask_gpu_interop import cluster, device
+from dask_gpu_interop import GPUMemoryPlugin, cluster, device
 from dask_gpu_interop.options import cluster_options
 
 
@@ -72,3 +73,50 @@ def test_cpu_workers_are_processes_unless_told():
     with cluster.local_cluster("cpu", n_workers=1, threads_per_worker=1,
                                dashboard_address=None) as processes, Client(processes) as client:
         assert os.getpid() not in set(client.run(os.getpid).values())
+
+
+# ------------------------------------------------------------------ cuDF's spilling, client side
+
+
+class _FakeCudf:
+    def __init__(self):
+        self.options = {"spill": False}
+
+    def set_option(self, name, value):
+        self.options[name] = value
+
+
+@pytest.mark.parametrize("spill", [None, False])
+def test_a_client_leaves_cudfs_spilling_alone_unless_the_workers_spill(monkeypatch, spill):
+    _without_cudf_spill(monkeypatch)
+    fake = _FakeCudf()
+    monkeypatch.setitem(sys.modules, "cudf", fake)
+    cluster._take_spillable(GPUMemoryPlugin(spill=spill))
+    cluster._take_spillable(False)  # CPU workers: no plugin
+    assert fake.options["spill"] is False
+    assert "CUDF_SPILL" not in os.environ
+
+
+def test_a_client_of_spilling_workers_turns_cudfs_spilling_on_before_cudf_is_imported(
+        monkeypatch):
+    _without_cudf_spill(monkeypatch)
+    monkeypatch.delitem(sys.modules, "cudf", raising=False)
+    cluster._take_spillable(GPUMemoryPlugin(spill=True))
+    assert os.environ["CUDF_SPILL"] == "on"
+    assert "cudf" not in sys.modules  # nothing imported for it
+
+
+def test_a_client_of_spilling_workers_turns_cudfs_spilling_on_where_cudf_is_imported(
+        monkeypatch):
+    _without_cudf_spill(monkeypatch)
+    fake = _FakeCudf()
+    monkeypatch.setitem(sys.modules, "cudf", fake)
+    cluster._take_spillable(GPUMemoryPlugin(spill=True))
+    assert fake.options["spill"] is True
+
+
+def _without_cudf_spill(monkeypatch):
+    """CUDF_SPILL unset for the test, and as it was after it (set first: monkeypatch restores
+    only what it changed)."""
+    monkeypatch.setenv("CUDF_SPILL", "off")
+    monkeypatch.delenv("CUDF_SPILL")

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from distributed import wait
 
 from dask_gpu_interop import (
     GPUMemoryPlugin,
@@ -129,6 +130,26 @@ def test_a_task_out_of_device_memory_is_explained_to_the_client(framework, optio
         assert "This task alone needs more than the 512.00 MiB its pool may grow to" in text
         assert "managed=True" not in text
     assert snap["tasks"]["prefixes"]["huge"]["errors"] == 1
+
+
+def test_with_cudfs_spilling_held_frames_move_to_host_instead_of_running_out():
+    """spill=True: cuDF's own failure callback spills held frames and retries, where the pool
+    alone would run out (three frames of 128 MiB held, one more asked of a 384 MiB pool)."""
+    require("cudf")
+    with cuda_cluster() as client:
+        client.register_plugin(GPUMemoryPlugin(pool_size="384MiB", maximum_pool_size="384MiB",
+                                               spill=True))  # fmt: skip
+        held = [client.submit(_keep, "cudf", 128 * MiB, key=f"persisted-{i}") for i in range(4)]
+        wait(held)  # held on the worker: a client without cuDF's spilling cannot take them
+        assert all(future.status == "finished" for future in held)
+        spilled = client.run(_cudf_spilled_bytes)
+    assert all(size > 0 for size in spilled.values()), spilled
+
+
+def _cudf_spilled_bytes() -> int:
+    from cudf.core.buffer.spill_manager import get_global_manager
+
+    return sum(buf.size for buf in get_global_manager().buffers() if buf.is_spilled)
 
 
 def test_results_held_on_the_worker_are_named_when_a_task_runs_out():

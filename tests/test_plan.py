@@ -93,6 +93,25 @@ def test_spill_needs_cudf():
     assert plan(make(spill=True), H200, everything).frameworks[-1] == "cudf"
 
 
+def test_cudfs_spilling_gets_the_failure_callback_and_the_stack_none_of_its_own():
+    assert not plan(make(spill=True), H200, everything).failure_callback
+    assert plan(make(spill=False), H200, everything).failure_callback
+    assert plan(make(), H200, everything).failure_callback
+
+
+def test_with_cudfs_spilling_the_pool_leaves_room_on_the_device_unless_told():
+    from dask_gpu_interop.memory.stack import SPILL_POOL_PART
+
+    cap = plan(make(spill=True, pool_size="0.5"), H200, everything).maximum
+    assert cap == pytest.approx(SPILL_POOL_PART * H200.total, rel=1e-3) and cap < H200.total
+    assert plan(make(spill=True, maximum_pool_size="0.97"), H200, everything).maximum \
+        == pytest.approx(0.97 * H200.total, rel=1e-3)  # fmt: skip
+    assert plan(make(pool_size="0.5"), H200, everything).maximum is None
+    # an initial pool above the cap is kept: the cap never refuses what was asked for
+    assert plan(make(spill=True, pool_size="0.95"), H200, everything).maximum \
+        == pytest.approx(0.95 * H200.total, rel=1e-3)  # fmt: skip
+
+
 def test_log_file_is_per_worker(tmp_path):
     p = plan(make(log_directory=str(tmp_path)), H200, everything, "tcp://127.0.0.1:4000")
     assert p.log_file == str(tmp_path / "rmm_log.tcp___127.0.0.1_4000.csv")

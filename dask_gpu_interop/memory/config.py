@@ -193,7 +193,8 @@ class MemoryConfig:
         "device such as '0.8'. Default: half the free memory for device pools, no pool for "
         "managed memory.")
     maximum_pool_size: Size | None = _option(
-        None, SIZE, "Largest the pool may grow to (same forms). Default: the whole device.")
+        None, SIZE, "Largest the pool may grow to (same forms). Default: the whole device; "
+        "with spill, nine tenths of it.")
     pool: bool = _option(
         True, BOOL,
         "Device memory through an RMM pool; False: cudaMalloc and cudaFree for every buffer "
@@ -214,7 +215,10 @@ class MemoryConfig:
         True, BOOL, "Count current and peak bytes (RMM statistics) per worker, framework and task "
         "prefix, for the memory report and the out-of-memory message.")
     spill: bool | None = _option(
-        None, OPTIONAL_BOOL, "cuDF's spilling to host memory. Default: cuDF's own setting.")
+        None, OPTIONAL_BOOL,
+        "cuDF's spilling to host memory: when the pool refuses an allocation, cuDF moves "
+        "frames that no task is using to host memory and tries again. Default: cuDF's own "
+        "setting.")
     log_directory: str | None = _option(
         None, PATH, "A directory for RMM allocation logs, one CSV per worker.")
     jax_memory_fraction: float | None = _option(

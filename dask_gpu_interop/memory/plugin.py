@@ -37,7 +37,8 @@ class GPUMemoryPlugin(WorkerPlugin):
         Initial size of the RMM pool. Default: half the free memory for device pools, no pool
         for managed memory.
     maximum_pool_size : int, float, str or None
-        Largest size the pool may grow to. Default: the whole device.
+        Largest size the pool may grow to. Default: the whole device; with ``spill``, nine
+        tenths of it (what CUDA and libcudf allocate outside the pool does not spill).
     pool : bool
         Device memory through an RMM pool (default). ``False``: cudaMalloc and cudaFree for
         every buffer, still counted, to compare the pool against.
@@ -57,7 +58,11 @@ class GPUMemoryPlugin(WorkerPlugin):
         Count current and peak bytes per worker, framework and task prefix (RMM statistics
         adaptors), for :func:`memory_report` and the out-of-memory message. Default: on.
     spill : bool or None
-        cuDF's spilling to host memory. Default: cuDF's own setting.
+        cuDF's spilling to host memory: when the pool refuses an allocation, cuDF moves frames
+        that no task is using to host memory and tries again, so that the results a worker
+        holds may exceed its GPU. Default: cuDF's own setting. A client of such workers takes
+        their cuDF results only with cuDF's spilling on (:func:`cluster_client` turns it on
+        in its process).
     log_directory : str or None
         A directory for RMM allocation logs, one CSV per worker.
     jax_memory_fraction : float or None

@@ -3,8 +3,9 @@
     base        PoolMemoryResource(CudaMemoryResource | ManagedMemoryResource)
                 | ManagedMemoryResource | CudaAsyncViewMemoryResource(device's default pool)
     [limit]     LimitingResourceAdaptor          async pool with maximum_pool_size
-    failures    FailureCallbackResourceAdaptor   records a refused allocation, for the
-                                                 out-of-memory message (oom.py)
+    [failures]  FailureCallbackResourceAdaptor   records a refused allocation, for the
+                                                 out-of-memory message (oom.py); not with
+                                                 cuDF's spilling, which adds its own
     [log]       LoggingResourceAdaptor           log_directory
     [tasks]     StatisticsResourceAdaptor        statistics: its counters are pushed and popped
                                                  around tasks (tasks.py)
@@ -33,6 +34,10 @@ from .sizes import ALIGNMENT
 
 # Frameworks whose allocator we call ourselves, so they can get their own statistics adaptor.
 OWN_ADAPTOR = ("cupy", "numba")
+#: With cuDF's spilling and no maximum given, the pool may grow to this part of the device:
+#: cuDF spills when the pool refuses, and a pool grown over the whole device would leave
+#: nothing for what CUDA and libcudf allocate outside it (their failures do not spill).
+SPILL_POOL_PART = 0.9
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ class Plan:
     statistics: bool
     frameworks: tuple[str, ...]  # to bind: installed and asked for
     skipped: dict = field(default_factory=dict)  # framework -> why it is not bound
+    # Whether the stack records refused allocations. cuDF's spilling puts a failure callback
+    # of its own (spill, then retry) on the current resource and refuses a stack that has one.
+    failure_callback: bool = True
 
 
 def plan(
@@ -63,6 +71,9 @@ def plan(
     mode = config.mode
     pooled = (mode == "pool" and config.pool) or (mode == "managed" and config.pool_size is not None)
     maximum = config.maximum_pool_size.resolve(device.total) if config.maximum_pool_size else None
+    spill_cap = None
+    if config.spill and maximum is None and mode != "managed" and (pooled or mode == "async"):
+        spill_cap = _align(int(device.total * SPILL_POOL_PART))
     if config.pool_size is not None:
         initial = config.pool_size.resolve(device.total)
     elif pooled:
@@ -73,6 +84,8 @@ def plan(
     else:
         initial = None
 
+    if spill_cap is not None:
+        maximum = max(spill_cap, initial or 0)
     if initial is not None and initial <= 0:
         raise GPUMemorySetupError(f"pool_size resolves to {initial} bytes {where}: give a larger size")
     if mode == "managed":
@@ -141,6 +154,7 @@ def plan(
         statistics=config.statistics,
         frameworks=tuple(chosen),
         skipped=skipped,
+        failure_callback=config.spill is not True,
     )
 
 
@@ -223,7 +237,8 @@ def build(plan_: Plan) -> Stack:
             base = upstream
         mr = base
     failures = FailureLog()
-    mr = rmm.mr.FailureCallbackResourceAdaptor(mr, failures)
+    if plan_.failure_callback:
+        mr = rmm.mr.FailureCallbackResourceAdaptor(mr, failures)
     if plan_.log_file is not None:
         os.makedirs(os.path.dirname(plan_.log_file) or ".", exist_ok=True)
         mr = rmm.mr.LoggingResourceAdaptor(mr, log_file_name=plan_.log_file)
