@@ -143,7 +143,11 @@ def test_with_cudfs_spilling_held_frames_move_to_host_instead_of_running_out():
         wait(held)  # held on the worker: a client without cuDF's spilling cannot take them
         assert all(future.status == "finished" for future in held)
         spilled = client.run(_cudf_spilled_bytes)
+        report = memory_report(client)
     assert all(size > 0 for size in spilled.values()), spilled
+    (snap,) = report.values()  # the memory report says it
+    assert snap["spilled"]["cudf"]["host_bytes"] == next(iter(spilled.values()))
+    assert "off the GPU: cuDF's spilling" in str(report)
 
 
 def _cudf_spilled_bytes() -> int:

@@ -3,6 +3,7 @@ stood in for by a model of it, and the worker is a real distributed worker."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -389,6 +390,57 @@ def test_the_report_lists_prefixes_by_peak_and_says_when_they_overlap():
     assert frame.loc[1, "peak_bytes_mean"] == 1.5 * GiB
     assert prefix_peaks({"tcp://w:1": snapshot["tasks"]}) == [
         ("fit", 5 * GiB, 1, 0), ("load", 2 * GiB, 4, 2)]
+
+
+def _store_worker(device_keys, on_device, disk, sizes):
+    """A worker whose data store keeps device results as dask-cuda's does."""
+    store = SimpleNamespace(device_keys=set(device_keys), device=dict.fromkeys(on_device),
+                            disk=dict.fromkeys(disk))  # fmt: skip
+    tasks = {key: SimpleNamespace(nbytes=size) for key, size in sizes.items()}
+    return SimpleNamespace(data=store, state=SimpleNamespace(tasks=tasks))
+
+
+def test_results_the_store_moved_off_the_gpu_are_counted_with_their_sizes(monkeypatch):
+    from dask_gpu_interop.memory.report import spilled
+
+    monkeypatch.delitem(sys.modules, "cudf", raising=False)
+    worker = _store_worker(["a", "b", "c", "d"], ["a"], ["d"],
+                           {"a": GiB, "b": 2 * GiB, "c": 3 * GiB, "d": 4 * GiB})
+    assert spilled(worker) == {"results": {"host_keys": 2, "host_bytes": 5 * GiB,
+                                           "disk_keys": 1, "disk_bytes": 4 * GiB}}
+    assert spilled(SimpleNamespace(data={"a": 1})) == {}  # distributed's own store: nothing
+
+
+def test_buffers_cudfs_spilling_moved_are_counted_only_where_it_is_on(monkeypatch):
+    from dask_gpu_interop.memory.report import spilled
+
+    buffers = [SimpleNamespace(is_spilled=True, size=GiB), SimpleNamespace(is_spilled=False,
+               size=5 * GiB), SimpleNamespace(is_spilled=True, size=2 * GiB)]  # fmt: skip
+    manager = SimpleNamespace(buffers=lambda: buffers)
+    options = {"spill": True}
+    monkeypatch.setitem(sys.modules, "cudf", SimpleNamespace(get_option=options.get))
+    monkeypatch.setitem(sys.modules, "cudf.core.buffer.spill_manager",
+                        SimpleNamespace(get_global_manager=lambda: manager))  # fmt: skip
+    assert spilled(None) == {"cudf": {"host_buffers": 2, "host_bytes": 3 * GiB}}
+    options["spill"] = False
+    assert spilled(None) == {}
+
+
+def test_the_report_says_what_is_off_the_gpu():
+    snapshot = {
+        "status": "active", "mode": "pool", "device": {"name": "GPU", "total": 80 * GiB},
+        "pool_size": 8 * GiB, "frameworks": {},
+        "spilled": {"cudf": {"host_buffers": 3, "host_bytes": 6 * GiB},
+                    "results": {"host_keys": 2, "host_bytes": GiB, "disk_keys": 0,
+                                "disk_bytes": 0}},
+    }
+    report = MemoryReport({"tcp://w:1": snapshot})
+    assert "off the GPU: cuDF's spilling 6.00 GiB in 3 buffers; results 1.00 GiB (2 keys)" \
+        in str(report)  # fmt: skip
+    row = report.to_frame().loc["tcp://w:1"]
+    assert (row["spilled_cudf_bytes"], row["spilled_results_bytes"]) == (6 * GiB, GiB)
+    del snapshot["spilled"]
+    assert "off the GPU" not in str(MemoryReport({"tcp://w:1": snapshot}))
 
 
 def test_a_worker_without_the_plugin_reports_no_tasks(fake_gpu_worker):

@@ -1,10 +1,11 @@
 """What each worker's GPU memory is doing: resource, pool, current/peak bytes, per framework,
-and per task prefix (peak and what the tasks left allocated)."""
+what was spilled off the GPU, and per task prefix (peak and what the tasks left allocated)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 from .. import device
 from . import state
@@ -71,6 +72,40 @@ def worker_snapshot(dask_worker=None) -> dict:
         out["cuda_pool"] = async_pool_numbers(st.async_pool_handle)
     if current.tasks is not None:
         out["tasks"] = current.tasks.snapshot()
+    moved = spilled(dask_worker)
+    if moved:
+        out["spilled"] = moved
+    return out
+
+
+def spilled(dask_worker=None) -> dict:
+    """What this worker keeps off its GPU: ``"cudf"``, the buffers cuDF's spilling moved to
+    host memory (where it is on); ``"results"``, the device results its data store (dask-cuda's)
+    moved to host memory and to disk. Empty where neither applies."""
+    out = {}
+    data = getattr(dask_worker, "data", None)
+    device_keys, on_device = getattr(data, "device_keys", None), getattr(data, "device", None)
+    if device_keys is not None and on_device is not None:
+        tasks = dask_worker.state.tasks
+        moved = [key for key in list(device_keys) if key not in on_device]
+        disk = getattr(data, "disk", None)
+        on_disk = [key for key in moved if disk is not None and key in disk]
+
+        def size(keys):
+            return sum(getattr(tasks.get(key), "nbytes", 0) or 0 for key in keys)
+
+        out["results"] = {"host_keys": len(moved) - len(on_disk),
+                          "host_bytes": size(moved) - size(on_disk),
+                          "disk_keys": len(on_disk), "disk_bytes": size(on_disk)}  # fmt: skip
+    cudf = sys.modules.get("cudf")
+    if cudf is not None and cudf.get_option("spill"):
+        from cudf.core.buffer.spill_manager import get_global_manager
+
+        manager = get_global_manager()
+        if manager is not None:
+            buffers = [buffer for buffer in manager.buffers() if buffer.is_spilled]
+            out["cudf"] = {"host_buffers": len(buffers),
+                           "host_bytes": sum(buffer.size for buffer in buffers)}  # fmt: skip
     return out
 
 
@@ -112,6 +147,10 @@ class MemoryReport(dict):
             row = {k: snap.get(k) for k in ("name", "status", "mode", "pool_size", *COUNTS)}
             row["worker"] = address
             row["device"] = (snap.get("device") or {}).get("name")
+            moved = snap.get("spilled") or {}
+            row["spilled_cudf_bytes"] = (moved.get("cudf") or {}).get("host_bytes", 0)
+            row["spilled_results_bytes"] = sum((moved.get("results") or {}).get(key, 0)
+                                               for key in ("host_bytes", "disk_bytes"))
             for name, entry in (snap.get("frameworks") or {}).items():
                 row[f"{name}_state"] = entry.get("state")
                 row[f"{name}_current_bytes"] = entry.get("current_bytes")
@@ -189,10 +228,25 @@ def _worker_lines(address: str, snap: dict) -> list[str]:
                 numbers += f", peak {byte_text(entry['peak_bytes'])}"
             numbers += "  "
         lines.append(f"    {name:<8} {entry.get('state', ''):<8} {numbers}{entry.get('detail', '')}")
+    lines.extend(_spilled_lines(snap.get("spilled")))
     lines.extend(_task_lines(snap.get("tasks")))
     for note in snap.get("notes") or ():
         lines.append(f"    note: {note}")
     return lines
+
+
+def _spilled_lines(moved: dict | None) -> list[str]:
+    """One line of what the worker keeps off its GPU, where it keeps anything there."""
+    cudf, results = (moved or {}).get("cudf") or {}, (moved or {}).get("results") or {}
+    parts = []
+    if cudf.get("host_buffers"):
+        parts.append(f"cuDF's spilling {byte_text(cudf['host_bytes'])} in "
+                     f"{cudf['host_buffers']} buffers")  # fmt: skip
+    if results.get("host_keys"):
+        parts.append(f"results {byte_text(results['host_bytes'])} ({results['host_keys']} keys)")
+    if results.get("disk_keys"):
+        parts.append(f"on disk {byte_text(results['disk_bytes'])} ({results['disk_keys']} keys)")
+    return [f"    off the GPU: {'; '.join(parts)}"] if parts else []
 
 
 TASK_LINES = 5
