@@ -28,6 +28,7 @@ from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
+from .serialize import register as register_serializers
 from .shuffle_method import shuffle_config
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
@@ -625,9 +626,12 @@ def _take_spillable(plugin) -> None:
     """Where ``plugin`` turns cuDF's spilling on on the workers, turn it on in this process
     too: their cuDF results arrive as spillable buffers, which cuDF builds only where its
     spilling is on (nothing here spills unless this process runs out of device memory). cuDF
-    reads the setting when this process makes its first cuDF object; it stays on after."""
+    reads the setting when this process makes its first cuDF object; it stays on after. And
+    register cuDF's device serialization here (:mod:`.serialize.cudf`), as the workers do."""
     if not plugin or plugin.config.spill is not True:
         return
+    # and cuDF's device serialization, which a dask-cuda imported since may have set aside
+    register_serializers(["cudf"])
     if "cudf" in sys.modules:
         sys.modules["cudf"].set_option("spill", True)
     else:  # no import (and no GPU context) until this process uses cuDF

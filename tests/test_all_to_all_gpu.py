@@ -315,6 +315,45 @@ def test_in_steps_between_two_gpus_every_row_arrives_once(two_gpus):
 
 
 @pytest.mark.multi_gpu
+@pytest.mark.skipif(importlib.util.find_spec("distributed_ucxx") is None,
+                    reason="needs distributed-ucxx")  # fmt: skip
+def test_with_cudfs_spilling_frames_cross_between_gpus_on_the_devices():
+    """With cuDF's spilling on the workers, a frame that crosses over UCX arrives in device
+    memory (the "cuda" family), not pickled through host memory, where cuDF would hold it as
+    spilled; the shuffle gives every row once."""
+    import dask
+
+    from dask_gpu_interop import cluster_client, shuffle
+
+    if gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    pdf = pandas_frame(rows=400_000)
+    with cluster_client(device="gpu", n_workers=2, protocol="ucx",
+                        memory={"pool_size": "0.2", "spill": True}) as (client, _):  # fmt: skip
+        first, second = sorted(client.nthreads())
+        made = client.submit(_cudf_frame, pdf, workers=[first])
+        arrived = client.submit(_spilled_buffers, made, workers=[second]).result()
+        shuffled = shuffle(gpu_frame(pdf, 8), "key", 6, client=client)
+        parts = client.compute([dask.delayed(_to_pandas)(p) for p in shuffled.to_delayed()],
+                               sync=True)  # fmt: skip
+    assert arrived == 0
+    assert_rows(parts, pdf)
+
+
+def _cudf_frame(pdf):
+    import cudf
+
+    return cudf.from_pandas(pdf)
+
+
+def _spilled_buffers(frame) -> int:
+    """How many of cuDF's buffers on this worker are in host memory."""
+    from cudf.core.buffer.spill_manager import get_global_manager
+
+    return sum(1 for buffer in get_global_manager().buffers() if buffer.is_spilled)
+
+
+@pytest.mark.multi_gpu
 def test_shuffle_merge_between_two_gpus_equals_cudfs_merge(two_gpus):
     import cudf
 

@@ -22,6 +22,7 @@ from . import dask_cuda
 FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "jax": ("jax", "jaxlib"),
+    "cudf": ("cudf",),
 }
 
 _MARK = "_dask_gpu_interop_framework"
