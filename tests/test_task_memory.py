@@ -232,6 +232,15 @@ def test_memory_held_by_the_workers_results_is_told_to_be_released_or_streamed()
                      stored_bytes=None, overlapped=False) == oom.PRESSURE
 
 
+def test_with_cudfs_spilling_on_held_results_are_not_told_to_spill_again():
+    text = _advice(in_use_bytes=70 * GiB, asked_bytes=2 * GiB, task_bytes=5 * GiB,
+                   spilling=True)
+    assert "cuDF's spilling is on and could not move them" in text
+    assert "spill=True" not in text
+    for part in ("Release the results you no longer need", "more GPUs"):
+        assert part in text, (part, text)
+
+
 def test_a_task_that_fits_the_device_but_not_beside_the_rest_may_oversubscribe():
     text = _advice(in_use_bytes=70 * GiB, asked_bytes=12 * GiB, task_bytes=60 * GiB)
     assert ("Use managed=True (--gpu-managed) to oversubscribe the device (slower), or split "
@@ -303,6 +312,7 @@ def fake_gpu_worker(monkeypatch):
     fake = SimpleNamespace(
         owner=plugin.name, mode="pool", tasks=TaskMemory(counters),
         plan=SimpleNamespace(initial=8 * GiB, maximum=10 * GiB),
+        config=SimpleNamespace(spill=None),
         device=SimpleNamespace(total=80 * GiB),
         stack=SimpleNamespace(
             pool=SimpleNamespace(pool_size=lambda: 8 * GiB),

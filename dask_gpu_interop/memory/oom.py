@@ -116,12 +116,14 @@ def explain(
     overlapped: bool,
     task_bytes: int | None = None,
     stored_bytes: int | None = None,
+    spilling: bool = False,
 ) -> str:
     """The one-line message for a task that ran out of device memory.
 
     ``task_bytes``: the most the failed task allocated itself (with the tasks beside it when
     ``overlapped``); ``stored_bytes``: the results the worker keeps on the device, where its
-    data store says. With them the advice fits the cause (see :func:`cause`)."""
+    data store says; ``spilling``: cuDF's spilling is on (and could not make room). With them
+    the advice fits the cause (see :func:`cause`)."""
     where = f"GPU out of memory in task {key!r} on {worker}"
     if asked_bytes:
         where += f" (a request for {format_bytes(asked_bytes)} was refused)"
@@ -150,7 +152,7 @@ def explain(
                   stored_bytes=stored_bytes, overlapped=overlapped)
     advice = _advice(found, mode=mode, maximum_bytes=maximum_bytes, device_total=device_total,
                      in_use_bytes=in_use_bytes, asked_bytes=asked_bytes, task_bytes=task_bytes,
-                     stored_bytes=stored_bytes, overlapped=overlapped)
+                     stored_bytes=stored_bytes, overlapped=overlapped, spilling=spilling)
     return f"{where}: {state}{tasks}. {advice} [{type(exc).__name__}: {_first_line(exc)}]"
 
 
@@ -205,7 +207,7 @@ def cause(*, mode: str, maximum_bytes: int | None, device_total: int | None,
 
 def _advice(found: str, *, mode: str, maximum_bytes: int | None, device_total: int | None,
             in_use_bytes: int | None, asked_bytes: int | None, task_bytes: int | None,
-            stored_bytes: int | None, overlapped: bool) -> str:
+            stored_bytes: int | None, overlapped: bool, spilling: bool = False) -> str:
     smaller = "or split the work into smaller partitions"
     raise_maximum = (maximum_bytes is not None and device_total is not None
                      and maximum_bytes < device_total)
@@ -223,10 +225,12 @@ def _advice(found: str, *, mode: str, maximum_bytes: int | None, device_total: i
         mine = f", this task {format_bytes(task_bytes)}" if task_bytes is not None else ""
         whose = "results this worker keeps" + (
             " and the tasks beside it" if overlapped and not stored_bytes else "")
+        spill = ("cuDF's spilling is on and could not move them (frames whose device memory "
+                 "was handed to another library stay on the device), " if spilling else
+                 "let the worker spill them to host memory (spill=True, --gpu-spill), ")
         return (f"Most of it is not this task's: {format_bytes(held)} held by {whose}{mine}. "
                 "Release the results you no longer need, write them out as they are made "
-                "instead of persisting them, let the worker spill them to host memory "
-                "(spill=True, --gpu-spill), or spread the data over more GPUs.")
+                f"instead of persisting them, {spill}or spread the data over more GPUs.")
     at_once = " run fewer tasks at once per GPU," if overlapped else ""
     if mode == "managed":
         return f"Managed memory already oversubscribes the device: free host memory {smaller}."
