@@ -6,7 +6,7 @@ the library's shuffle_merge against dask's own merge.
                               [--methods library,tasks,p2p] [--p2p-up-to 256MiB]
                               [--protocols ucx,tcp] [--clusters library,dask-cuda]
                               [--repeats 3] [--workers 2] [--device gpu|cpu] [--pool-size 0.6]
-                              [--dry-run] [--out DIR] [--machine 2xH100] [--commit abc1234]
+                              [--spill] [--dry-run] [--out DIR] [--machine 2xH100] [--commit abc1234]
 
 Each worker makes its share of two synthetic tables, as the mortgage data has them but with no
 file layout to lean on: performance rows (loan_id int64, period int32, current_upb float64,

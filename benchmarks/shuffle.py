@@ -5,11 +5,12 @@
                                  [--step-bytes 2GiB]
                                  [--protocols ucx,tcp] [--clusters library,dask-cuda]
                                  [--repeats 3] [--workers 2] [--device gpu|cpu]
-                                 [--pool-size 0.6] [--peer-size 1GiB] [--dry-run]
+                                 [--pool-size 0.6] [--spill] [--peer-size 1GiB] [--dry-run]
                                  [--out DIR] [--machine 2xH100] [--commit abc1234]
 
 For each cluster (``library``: the library's ``cluster_client``, one worker per GPU with the
-GPUMemoryPlugin's pool; ``dask-cuda``: a plain ``LocalCUDACluster(rmm_pool_size=...)``),
+GPUMemoryPlugin's pool; ``dask-cuda``: a plain ``LocalCUDACluster(rmm_pool_size=...)``; with
+``--spill``, cuDF's spilling on their workers, for frames beyond the GPUs),
 protocol and size (bytes per worker), each worker makes its share of a frame of an int64 key
 and three float64 columns (random keys, ``--partitions-per-worker`` partitions each), persisted
 as a frame in memory (as a user's is after ``persist``), which is then shuffled on the key into
@@ -113,9 +114,11 @@ def row_hash_sum(part) -> int:
 
 
 @contextlib.contextmanager
-def cluster(kind: str, device: str, workers: int, protocol: str, pool_size: str | None):
+def cluster(kind: str, device: str, workers: int, protocol: str, pool_size: str | None,
+            spill: bool = False):
     """A client of ``workers`` workers, one thread each: the library's ``cluster_client`` or
-    dask-cuda's own ``LocalCUDACluster`` with its RMM pool."""
+    dask-cuda's own ``LocalCUDACluster`` with its RMM pool; ``spill``: cuDF's spilling on the
+    GPU workers (the plugin's ``spill=True``, dask-cuda's ``enable_cudf_spill``)."""
     if kind == "dask-cuda":
         from dask_cuda import LocalCUDACluster
         from distributed import Client
@@ -123,12 +126,16 @@ def cluster(kind: str, device: str, workers: int, protocol: str, pool_size: str 
         pool = float(pool_size) if pool_size and pool_size.replace(".", "", 1).isdigit() \
             else pool_size  # fmt: skip
         with LocalCUDACluster(n_workers=workers, threads_per_worker=1, protocol=protocol,
-                              rmm_pool_size=pool) as local, Client(local) as client:  # fmt: skip
+                              rmm_pool_size=pool, enable_cudf_spill=spill) as local, \
+                Client(local) as client:  # fmt: skip
             yield client
         return
     from dask_gpu_interop import cluster_client
 
-    memory = {"pool_size": pool_size} if device == "gpu" and pool_size else None
+    memory = None
+    if device == "gpu" and (pool_size or spill):
+        memory = {**({"pool_size": pool_size} if pool_size else {}),
+                  **({"spill": True} if spill else {})}  # fmt: skip
     with cluster_client(device=device, n_workers=workers, threads_per_worker=1,
                         protocol=protocol, memory=memory) as (client, _):  # fmt: skip
         yield client
@@ -290,6 +297,7 @@ def measure(args, run) -> None:
         "partitions": workers * args.partitions_per_worker,
         "repeats": args.repeats,
         "step_bytes": args.step_bytes if "library-steps" in args.methods else None,
+        "spill": args.spill,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "NCCL_"))},
         "frames": {},
         "runs": {},
@@ -310,7 +318,8 @@ def on_each_cluster(args, planned, workers: int, run, measure_size) -> None:
     names = itertools.count()
     for (kind, protocol), group in itertools.groupby(planned, key=lambda p: p[:2]):
         try:
-            with cluster(kind, args.device, workers, protocol, args.pool_size) as client:
+            with cluster(kind, args.device, workers, protocol, args.pool_size,
+                         args.spill) as client:  # fmt: skip
                 client.run(register_serializers)
                 register_serializers()
                 for _, _, size, methods in group:
@@ -390,6 +399,8 @@ def markdown(results: dict) -> str:
         "methods alternated",
         f"- UCX/NCCL environment as found: {results['env'] or 'none set'}",
     ]
+    if results.get("spill"):
+        lines.append("- cuDF's spilling on the workers (--spill)")
     if results.get("step_bytes"):
         lines.append(f"- library-steps: the library's shuffle in steps of "
                      f"{format_bytes(results['step_bytes'])} (gpu-interop.shuffle.step-bytes); "
@@ -476,6 +487,8 @@ def cluster_options(parser) -> None:
                         help="default: one per GPU (--device cpu: 2)")  # fmt: skip
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--pool-size", default="0.6", help="the RMM pool per worker")
+    parser.add_argument("--spill", action="store_true",
+                        help="cuDF's spilling on the GPU workers (for frames beyond the GPUs)")
 
 
 def options(parser) -> None:
@@ -508,6 +521,8 @@ def check_clusters(parser_, args, methods=METHODS) -> None:
         parser_.error("--protocols ucx needs --device gpu (distributed-ucxx); use tcp on CPUs")
     if "dask-cuda" in args.clusters and args.device == "cpu":
         parser_.error("--clusters dask-cuda needs --device gpu; use library on CPUs")
+    if args.spill and args.device == "cpu":
+        parser_.error("--spill is cuDF's spilling on GPU workers; leave it out with --device cpu")
 
 
 def check_arguments(parser_, args) -> None:

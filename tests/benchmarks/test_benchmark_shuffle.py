@@ -153,6 +153,7 @@ def test_shuffle_dry_run_lists_the_runs_and_starts_nothing(capsys):
     (["--repeats", "0"], "--repeats must be at least 1"),
     (["--step-bytes", "lots"], "--step-bytes"),
     (["--step-bytes", "0"], "--step-bytes: a size above zero"),
+    (["--device", "cpu", "--spill"], "--spill is cuDF's spilling on GPU workers"),
 ])
 def test_shuffle_refuses_bad_arguments_before_starting_anything(capsys, argv, words):
     if words is None:  # a CPU run takes TCP without being told
@@ -161,6 +162,41 @@ def test_shuffle_refuses_bad_arguments_before_starting_anything(capsys, argv, wo
     with pytest.raises(SystemExit):
         shuffle.parse(argv)
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pool_size, spill, memory", [
+    ("0.6", False, {"pool_size": "0.6"}),
+    ("0.7", True, {"pool_size": "0.7", "spill": True}),
+    (None, True, {"spill": True}),
+    (None, False, None),
+])
+def test_the_librarys_gpu_cluster_gets_the_pool_and_spilling_asked_for(monkeypatch, pool_size,
+                                                                        spill, memory):
+    import contextlib
+
+    import dask_gpu_interop
+
+    seen = {}
+
+    @contextlib.contextmanager
+    def cluster_client(**options):
+        seen.update(options)
+        yield "client", "gpu"
+
+    monkeypatch.setattr(dask_gpu_interop, "cluster_client", cluster_client)
+    with shuffle.cluster("library", "gpu", 2, "ucx", pool_size, spill) as client:
+        assert client == "client"
+    assert seen["memory"] == memory
+
+
+def test_the_report_says_when_the_workers_spilled():
+    results = {"workers": 2, "device": "gpu", "sizes": [MiB], "partitions": 4, "repeats": 1,
+               "env": {}, "runs": {}, "profiles": {}, "errors": {}, "spill": True,
+               "machine_name": "m", "command": "c", "machine": {}, "commit": "abc",
+               "date": "d"}  # fmt: skip
+    assert "cuDF's spilling on the workers (--spill)" in shuffle.markdown(results)
+    results["spill"] = False
+    assert "spilling" not in shuffle.markdown(results)
 
 
 def test_shuffle_takes_per_worker_as_one_size():
