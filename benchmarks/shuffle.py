@@ -132,12 +132,13 @@ def cluster(kind: str, device: str, workers: int, protocol: str, pool_size: str 
         return
     from dask_gpu_interop import cluster_client
 
-    memory = None
-    if device == "gpu" and (pool_size or spill):
-        memory = {**({"pool_size": pool_size} if pool_size else {}),
-                  **({"spill": True} if spill else {})}  # fmt: skip
+    memory = {}
+    if device == "gpu" and pool_size:
+        memory["pool_size"] = pool_size
+    if device == "gpu" and spill:
+        memory["spill"] = True
     with cluster_client(device=device, n_workers=workers, threads_per_worker=1,
-                        protocol=protocol, memory=memory) as (client, _):  # fmt: skip
+                        protocol=protocol, memory=memory or None) as (client, _):  # fmt: skip
         yield client
 
 

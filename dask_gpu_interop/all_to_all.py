@@ -49,6 +49,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from . import all_to_all_tasks as tasks
+from .device import memory_info
 
 logger = logging.getLogger(__name__)
 
@@ -355,17 +356,10 @@ def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
     unknown = [address for address, size in memory.items() if size is None]
     if gpu and unknown:
         # the scheduler has GPU figures only where distributed's NVML diagnostics run
-        answers = client.run(device_memory_total, workers=unknown, on_error="return")
-        memory.update({address: size for address, size in answers.items()
-                       if isinstance(size, int) and size > 0})  # fmt: skip
+        answers = client.run(memory_info, workers=unknown, on_error="return")
+        memory.update({address: int(answer[1]) for address, answer in answers.items()
+                       if isinstance(answer, tuple) and answer[1] > 0})  # fmt: skip
     return memory
-
-
-def device_memory_total() -> int:
-    """The bytes of the GPU this process uses (run on a worker)."""
-    from .device import memory_info
-
-    return memory_info()[1]
 
 
 def _step(client, plan: Plan, setting: int | None, gpu: bool) -> int | None:

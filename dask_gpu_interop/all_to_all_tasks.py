@@ -299,18 +299,18 @@ def _from_table(table, flat, like, ignore_index: bool):
 
 def _table(frame, held: contextlib.ExitStack):
     """A cuDF frame's (or series') columns as a libcudf table. With cuDF's spilling on, each
-    column is opened as cuDF's own operations open theirs, until ``held`` closes: a spilled
-    column comes back to the device and cannot spill meanwhile (``to_pylibcudf`` would hand
-    libcudf a spilled column's empty device pointer)."""
+    column is opened as cuDF's own operations open theirs (where this cuDF has access
+    contexts), until ``held`` closes: a spilled column comes back to the device and cannot spill
+    meanwhile (``to_pylibcudf`` would hand libcudf a spilled column's empty device pointer)."""
     import pylibcudf as plc
 
-    columns = list(frame._columns)
-    if not (_library(frame).get_option("spill") and columns and hasattr(columns[0], "access")):
-        table = frame.to_pylibcudf()[0]
-        return table if isinstance(table, plc.Table) else plc.Table([table])
-    opened = [held.enter_context(column.access(mode="read", scope="internal"))
-              for column in columns]  # fmt: skip
-    return plc.Table([column.plc_column for column in opened])
+    library = _library(frame)
+    if library.get_option("spill") and hasattr(library.core.column.ColumnBase, "access"):
+        opened = [held.enter_context(column.access(mode="read", scope="internal"))
+                  for column in frame._columns]  # fmt: skip
+        return plc.Table([column.plc_column for column in opened])
+    table = frame.to_pylibcudf()[0]
+    return table if isinstance(table, plc.Table) else plc.Table([table])
 
 
 def _hashed_keys(frame, on: list, casts: dict):

@@ -9,6 +9,8 @@ tests check it on stand-ins shaped like those releases' objects.
 
 from __future__ import annotations
 
+import sys
+
 from distributed.threadpoolexecutor import ThreadPoolExecutor as _DaskThreadPoolExecutor
 
 
@@ -245,6 +247,49 @@ def wrap_default_executor(worker, call) -> bool:
         call, current._max_workers, thread_name_prefix=current._thread_name_prefix)
     current.shutdown(wait=False)
     return True
+
+
+def device_results_moved(worker) -> dict | None:
+    """The device results ``worker``'s data store moved to host memory and to disk:
+    ``{"host_keys", "host_bytes", "disk_keys", "disk_bytes"}`` (sizes from the worker's task
+    states); None where the store does not keep device results apart (a plain dict).
+
+    Private: dask-cuda's ``DeviceHostFile.device_keys`` (every device result it holds),
+    ``.device`` (those still on the device) and ``.disk`` (checked against 26.10).
+    """
+    data = getattr(worker, "data", None)
+    device_keys, on_device = getattr(data, "device_keys", None), getattr(data, "device", None)
+    if device_keys is None or on_device is None:
+        return None
+    tasks = worker.state.tasks
+    moved = [key for key in list(device_keys) if key not in on_device]
+    disk = getattr(data, "disk", None)
+    on_disk = [key for key in moved if disk is not None and key in disk]
+
+    def size(keys):
+        return sum(getattr(tasks.get(key), "nbytes", 0) or 0 for key in keys)
+
+    return {"host_keys": len(moved) - len(on_disk), "host_bytes": size(moved) - size(on_disk),
+            "disk_keys": len(on_disk), "disk_bytes": size(on_disk)}  # fmt: skip
+
+
+def cudf_spilled() -> dict | None:
+    """The buffers cuDF's spilling holds in host memory in this process, ``{"host_buffers",
+    "host_bytes"}``; None where cuDF is not imported or its spilling is off.
+
+    Private: cuDF's ``spill_manager.get_global_manager().buffers()`` and each buffer's
+    ``is_spilled`` and ``size`` (checked against 26.10).
+    """
+    cudf = sys.modules.get("cudf")
+    if cudf is None or not cudf.get_option("spill"):
+        return None
+    from cudf.core.buffer.spill_manager import get_global_manager
+
+    manager = get_global_manager()
+    if manager is None:
+        return None
+    buffers = [buffer for buffer in manager.buffers() if buffer.is_spilled]
+    return {"host_buffers": len(buffers), "host_bytes": sum(buffer.size for buffer in buffers)}
 
 
 def device_data_bytes(worker) -> int | None:

@@ -127,8 +127,8 @@ def test_auto_takes_one_step_while_the_share_is_small_beside_the_workers_memory(
 
 
 class _Info:
-    """A client whose scheduler knows ``workers`` and whose workers' devices answer
-    ``devices`` (an exception for a worker without one); ``asked``: who was asked."""
+    """A client whose scheduler knows ``workers`` and whose workers' devices have ``devices``
+    bytes in all (an exception for a worker without one); ``asked``: who was asked."""
 
     def __init__(self, workers, devices=None):
         self.workers, self.devices, self.asked = workers, devices or {}, []
@@ -139,7 +139,8 @@ class _Info:
     def run(self, function, workers, on_error="raise"):
         assert on_error == "return"
         self.asked += workers
-        return {w: self.devices.get(w, RuntimeError("no GPU")) for w in workers}
+        return {w: (0, self.devices[w]) if w in self.devices else RuntimeError("no GPU")
+                for w in workers}  # (free, total), as device.memory_info answers
 
 
 def test_a_workers_memory_is_its_gpus_for_cudf_and_its_limit_for_pandas():

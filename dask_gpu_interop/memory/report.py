@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
-from .. import device
+from .. import compat, device
 from . import state
 from .sizes import byte_text
 
@@ -82,31 +81,8 @@ def spilled(dask_worker=None) -> dict:
     """What this worker keeps off its GPU: ``"cudf"``, the buffers cuDF's spilling moved to
     host memory (where it is on); ``"results"``, the device results its data store (dask-cuda's)
     moved to host memory and to disk. Empty where neither applies."""
-    out = {}
-    data = getattr(dask_worker, "data", None)
-    device_keys, on_device = getattr(data, "device_keys", None), getattr(data, "device", None)
-    if device_keys is not None and on_device is not None:
-        tasks = dask_worker.state.tasks
-        moved = [key for key in list(device_keys) if key not in on_device]
-        disk = getattr(data, "disk", None)
-        on_disk = [key for key in moved if disk is not None and key in disk]
-
-        def size(keys):
-            return sum(getattr(tasks.get(key), "nbytes", 0) or 0 for key in keys)
-
-        out["results"] = {"host_keys": len(moved) - len(on_disk),
-                          "host_bytes": size(moved) - size(on_disk),
-                          "disk_keys": len(on_disk), "disk_bytes": size(on_disk)}  # fmt: skip
-    cudf = sys.modules.get("cudf")
-    if cudf is not None and cudf.get_option("spill"):
-        from cudf.core.buffer.spill_manager import get_global_manager
-
-        manager = get_global_manager()
-        if manager is not None:
-            buffers = [buffer for buffer in manager.buffers() if buffer.is_spilled]
-            out["cudf"] = {"host_buffers": len(buffers),
-                           "host_bytes": sum(buffer.size for buffer in buffers)}  # fmt: skip
-    return out
+    found = {"results": compat.device_results_moved(dask_worker), "cudf": compat.cudf_spilled()}
+    return {kind: numbers for kind, numbers in found.items() if numbers is not None}
 
 
 class MemoryReport(dict):
