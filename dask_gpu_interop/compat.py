@@ -9,6 +9,7 @@ tests check it on stand-ins shaped like those releases' objects.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from distributed.threadpoolexecutor import ThreadPoolExecutor as _DaskThreadPoolExecutor
@@ -271,6 +272,22 @@ def device_results_moved(worker) -> dict | None:
 
     return {"host_keys": len(moved) - len(on_disk), "host_bytes": size(moved) - size(on_disk),
             "disk_keys": len(on_disk), "disk_bytes": size(on_disk)}  # fmt: skip
+
+
+def cudf_spilling() -> bool:
+    """Whether cuDF's spilling is on in this process: cuDF's option where cuDF is imported,
+    else the ``CUDF_SPILL`` environment variable, read as cuDF reads it ("on", "true" or a
+    number other than 0; "off", "false", "0" or unset: off)."""
+    cudf = sys.modules.get("cudf")
+    if cudf is not None:
+        return bool(cudf.get_option("spill"))
+    value = os.environ.get("CUDF_SPILL", "").strip().lower()
+    if value in ("on", "true"):
+        return True
+    try:
+        return int(value) != 0
+    except ValueError:
+        return False
 
 
 def cudf_spilled() -> dict | None:

@@ -1,5 +1,7 @@
 """The worker-side plan: sizes against the device, frameworks against what is installed."""
 
+import sys
+
 import pytest
 
 from dask_gpu_interop.device import DeviceInfo
@@ -97,6 +99,18 @@ def test_cudfs_spilling_gets_the_failure_callback_and_the_stack_none_of_its_own(
     assert not plan(make(spill=True), H200, everything).failure_callback
     assert plan(make(spill=False), H200, everything).failure_callback
     assert plan(make(), H200, everything).failure_callback
+
+
+@pytest.mark.parametrize("value, spilling", [("on", True), ("True", True), ("1", True),
+                                             ("off", False), ("0", False), ("", False)])
+def test_left_to_cudf_the_stack_follows_cudfs_own_setting(monkeypatch, value, spilling):
+    """spill=None leaves cuDF's spilling as cuDF has it: where CUDF_SPILL turns it on, cuDF
+    puts its own failure callback on the resource, which a stack holding one refuses."""
+    monkeypatch.delitem(sys.modules, "cudf", raising=False)  # cuDF reads the variable
+    monkeypatch.setenv("CUDF_SPILL", value)
+    assert plan(make(), H200, everything).failure_callback is not spilling
+    assert plan(make(spill=False), H200, everything).failure_callback
+    assert plan(make(), H200, only("cupy")).failure_callback  # no cuDF: nothing to spill
 
 
 def test_with_cudfs_spilling_the_pool_leaves_room_on_the_device_unless_told():

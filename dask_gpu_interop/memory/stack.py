@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from dask.utils import format_bytes
 
 from .. import frameworks as fw
+from ..compat import cudf_spilling
 from ..device import DeviceInfo
 from .config import MemoryConfig
 from .errors import GPUMemorySetupError
@@ -71,8 +72,12 @@ def plan(
     mode = config.mode
     pooled = (mode == "pool" and config.pool) or (mode == "managed" and config.pool_size is not None)
     maximum = config.maximum_pool_size.resolve(device.total) if config.maximum_pool_size else None
+    # cuDF's spilling as the plugin sets it, or as cuDF's own setting has it where it is left
+    # (its failure callback then comes with cuDF's first buffer, and refuses one of ours)
+    spilling = config.spill if config.spill is not None else (
+        installed("cudf") and cudf_spilling())
     spill_cap = None
-    if config.spill and maximum is None and mode != "managed" and (pooled or mode == "async"):
+    if spilling and maximum is None and mode != "managed" and (pooled or mode == "async"):
         spill_cap = _align(int(device.total * SPILL_POOL_PART))
     if config.pool_size is not None:
         initial = config.pool_size.resolve(device.total)
@@ -154,7 +159,7 @@ def plan(
         statistics=config.statistics,
         frameworks=tuple(chosen),
         skipped=skipped,
-        failure_callback=config.spill is not True,
+        failure_callback=not spilling,
     )
 
 
