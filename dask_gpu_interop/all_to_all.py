@@ -353,13 +353,23 @@ def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
         size = (worker.get("gpu") or {}).get("memory-total") if gpu else worker.get(
             "memory_limit")
         memory[address] = int(size) if size else None
+    if gpu:
+        memory.update({address: _DEVICE_MEMORY[address] for address, size in memory.items()
+                       if size is None and address in _DEVICE_MEMORY})  # fmt: skip
     unknown = [address for address, size in memory.items() if size is None]
     if gpu and unknown:
         # the scheduler has GPU figures only where distributed's NVML diagnostics run
         answers = client.run(memory_info, workers=unknown, on_error="return")
-        memory.update({address: int(answer[1]) for address, answer in answers.items()
-                       if isinstance(answer, tuple) and answer[1] > 0})  # fmt: skip
+        asked = {address: int(answer[1]) for address, answer in answers.items()
+                 if isinstance(answer, tuple) and answer[1] > 0}  # fmt: skip
+        _DEVICE_MEMORY.update(asked)
+        memory.update(asked)
     return memory
+
+
+#: Each GPU worker's device memory as it said (by address: a worker keeps its device), so
+#: that a worker is asked once, not at every shuffle.
+_DEVICE_MEMORY: dict[str, int] = {}
 
 
 def _step(client, plan: Plan, setting: int | None, gpu: bool) -> int | None:

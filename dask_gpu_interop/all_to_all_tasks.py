@@ -325,6 +325,24 @@ def _hashed_keys(frame, on: list, casts: dict):
     return keys
 
 
+def _key_table(table, names: list, on: list, casts: dict):
+    """The key columns ``on`` of a libcudf ``table`` whose columns are ``names``, those in
+    ``casts`` cast to float64 as :func:`_hashed_keys` casts them (plain columns only: no
+    categories), in libcudf: one cast per key column of the joined table, instead of a
+    frame operation per input partition."""
+    import pylibcudf as plc
+
+    columns = table.columns()
+    float64 = plc.DataType(plc.TypeId.FLOAT64)
+    keys = []
+    for name in on:
+        column = columns[names.index(name)]
+        if name in casts and column.type().id() != plc.TypeId.FLOAT64:
+            column = plc.unary.cast(column, float64)
+        keys.append(column)
+    return plc.Table(keys)
+
+
 def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_index: bool):
     """``(ordered, offsets)`` of cuDF ``frames`` (one, or several whose columns all go through
     a libcudf table unchanged) by libcudf's hash partitioner: the frames' tables concatenated,
@@ -340,12 +358,13 @@ def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_in
     rows = sum(len(f) for f in frames)
     plain = _in_libcudf(frame, ignore_index)
     with contextlib.ExitStack() as held:
-        keys = joined([_table(_hashed_keys(f, on, casts), held) for f in frames])
         if plain:
             flats = [_flat(f, ignore_index) for f in frames]
+            table = joined([_table(flat, held) for flat in flats])
             table, starts = plc.partitioning.hash_partition(
-                joined([_table(flat, held) for flat in flats]), keys, npartitions)
+                table, _key_table(table, list(flats[0].columns), on, casts), npartitions)
         else:  # one frame
+            keys = _table(_hashed_keys(frame, on, casts), held)
             numbers = _library(frame).Series(_array_module(frame).arange(rows, dtype="int64"))
             table, starts = plc.partitioning.hash_partition(
                 _table(numbers, held), keys, npartitions)

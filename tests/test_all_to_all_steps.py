@@ -143,6 +143,14 @@ class _Info:
                 for w in workers}  # (free, total), as device.memory_info answers
 
 
+@pytest.fixture(autouse=True)
+def _no_device_memory_known(monkeypatch):
+    """Each test starts with no worker's device memory remembered."""
+    from dask_gpu_interop import all_to_all
+
+    monkeypatch.setattr(all_to_all, "_DEVICE_MEMORY", {})
+
+
 def test_a_workers_memory_is_its_gpus_for_cudf_and_its_limit_for_pandas():
     fake = _Info({"a": {"memory_limit": 64, "gpu": {"memory-total": 80, "name": "GPU"}},
                   "b": {"memory_limit": 0}})
@@ -158,6 +166,17 @@ def test_a_gpu_the_scheduler_knows_nothing_of_is_asked_on_its_worker():
     fake = _Info({"a": {"memory_limit": 64}, "b": {"memory_limit": 64}, "c": {}},
                  devices={"a": 80, "b": 96})
     assert workers_memory(fake, ("a", "b", "c"), gpu=True) == {"a": 80, "b": 96, "c": None}
+    assert sorted(fake.asked) == ["a", "b", "c"]
+
+
+def test_a_gpu_workers_memory_is_asked_once():
+    """A worker keeps its device: what it said is remembered by its address, and only the
+    workers not asked before (or that had no answer) are asked at the next shuffle."""
+    fake = _Info({"a": {}, "b": {}}, devices={"a": 80})
+    assert workers_memory(fake, ("a", "b"), gpu=True) == {"a": 80, "b": None}
+    fake.devices["b"] = 96
+    assert workers_memory(fake, ("a", "b"), gpu=True) == {"a": 80, "b": 96}
+    assert fake.asked == ["a", "b", "b"]
 
 
 # --------------------------------------------------------------------------- on a cluster
