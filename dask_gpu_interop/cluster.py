@@ -627,10 +627,10 @@ def _take_spillable(plugin) -> None:
     too: their cuDF results arrive as spillable buffers, which cuDF builds only where its
     spilling is on (nothing here spills unless this process runs out of device memory). cuDF
     reads the setting when this process makes its first cuDF object; it stays on after. And
-    register cuDF's device serialization here (:mod:`.serialize.cudf`), as the workers do."""
+    register cuDF's serializers here (:mod:`.serialize.cudf`), as the workers do."""
     if not plugin or plugin.config.spill is not True:
         return
-    # and cuDF's device serialization, which a dask-cuda imported since may have set aside
+    # and cuDF's serializers, which a dask-cuda imported since may have set aside
     register_serializers(["cudf"])
     if "cudf" in sys.modules:
         sys.modules["cudf"].set_option("spill", True)

@@ -318,9 +318,10 @@ def test_in_steps_between_two_gpus_every_row_arrives_once(two_gpus):
 @pytest.mark.skipif(importlib.util.find_spec("distributed_ucxx") is None,
                     reason="needs distributed-ucxx")  # fmt: skip
 def test_with_cudfs_spilling_frames_cross_between_gpus_on_the_devices():
-    """With cuDF's spilling on the workers, a frame that crosses over UCX arrives in device
-    memory (the "cuda" family), not pickled through host memory, where cuDF would hold it as
-    spilled; the shuffle gives every row once."""
+    """With cuDF's spilling on the workers, a frame, and a list of frames (as the shuffle's
+    batches are), that cross over UCX arrive in device memory (the "cuda" family), not
+    pickled through host memory, where cuDF would hold them as spilled; the shuffle gives
+    every row once."""
     import dask
 
     from dask_gpu_interop import cluster_client, shuffle
@@ -333,10 +334,12 @@ def test_with_cudfs_spilling_frames_cross_between_gpus_on_the_devices():
         first, second = sorted(client.nthreads())
         made = client.submit(_cudf_frame, pdf, workers=[first])
         arrived = client.submit(_spilled_buffers, made, workers=[second]).result()
+        listed = client.submit(_cudf_frames, pdf, workers=[first])
+        arrived_listed = client.submit(_spilled_buffers, listed, workers=[second]).result()
         shuffled = shuffle(gpu_frame(pdf, 8), "key", 6, client=client)
         parts = client.compute([dask.delayed(_to_pandas)(p) for p in shuffled.to_delayed()],
                                sync=True)  # fmt: skip
-    assert arrived == 0
+    assert arrived == 0 and arrived_listed == 0
     assert_rows(parts, pdf)
 
 
@@ -344,6 +347,12 @@ def _cudf_frame(pdf):
     import cudf
 
     return cudf.from_pandas(pdf)
+
+
+def _cudf_frames(pdf) -> list:
+    import cudf
+
+    return [cudf.from_pandas(pdf), cudf.from_pandas(pdf.iloc[::2])]
 
 
 def _spilled_buffers(frame) -> int:

@@ -1,7 +1,8 @@
-"""cuDF's device serialization registered where cuDF's spilling left it out (dask-cuda
-registers cuDF's serializers only with spilling off), with stand-ins for cuDF on CPUs: the
-"cuda" family gets cuDF's own device (de)serialization, cuDF's own registration is kept, and
-the registration chains onto the pending one for "cudf" as for the other frameworks."""
+"""cuDF's serialization registered where cuDF's spilling left it out (dask-cuda registers
+cuDF's serializers only with spilling off), with stand-ins for cuDF on CPUs: the "cuda" family
+gets cuDF's own device (de)serialization and the "dask" family its host one, so that a list of
+frames crosses item by item on the device; cuDF's own registration is kept, and the
+registration chains onto the pending one for "cudf" as for the other frameworks."""
 
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ class Serializable:
 
     @classmethod
     def device_deserialize(cls, header, frames):
+        return Frame(bytes(frames[0]))
+
+    def host_serialize(self):
+        return {"type-serialized-name": "Frame", "host": True}, [self.payload]
+
+    @classmethod
+    def host_deserialize(cls, header, frames):
         return Frame(bytes(frames[0]))
 
 
@@ -73,7 +81,24 @@ def test_with_spilling_a_cudf_frame_takes_the_cuda_family_with_cudfs_own_seriali
     out = deserialize(header, frames, deserializers=("cuda", "dask", "pickle"))
     assert isinstance(out, Frame) and out.payload == b"rows"
     assert registry.registered("cudf")
-    assert Serializable not in registered_types(dask_serialize)  # "dask" left as it was
+    header, frames = serialize(Frame(b"rows"), serializers=("dask", "pickle"))  # over TCP
+    assert header["serializer"] == "dask" and header["sub-header"]["host"]
+
+
+def test_with_spilling_a_list_of_cudf_frames_crosses_item_by_item_on_the_device(fake_cudf):
+    """distributed serializes a collection item by item only where its first item has a "dask"
+    serializer; else the whole list is pickled, its frames through host memory."""
+    for dispatch in DISPATCHERS:
+        dispatch.register_lazy("cudf", _cudf_left_out)
+    registry.register(["cudf"])
+    batch = ([Frame(b"a"), Frame(b"b")], [1, 2])  # as the shuffle's batches are
+    header, frames = serialize(batch, serializers=("cuda", "dask", "pickle"))
+    assert header.get("is-collection")
+    (frames_header, _) = header["sub-headers"]
+    assert frames_header.get("is-collection")
+    assert [h["serializer"] for h in frames_header["sub-headers"]] == ["cuda", "cuda"]
+    out = deserialize(header, frames, deserializers=("cuda", "dask", "pickle"))
+    assert [frame.payload for frame in out[0]] == [b"a", b"b"] and list(out[1]) == [1, 2]
 
 
 def test_cudfs_own_registration_is_kept_where_it_ran(fake_cudf):
@@ -97,3 +122,5 @@ def test_registered_at_once_where_cudfs_registrations_already_ran(fake_cudf):
     module = importlib.import_module("dask_gpu_interop.serialize.cudf")
     assert cuda_serialize.dispatch(Frame) is module.device_serialize
     assert cuda_deserialize.dispatch(Frame) is module.device_deserialize
+    assert dask_serialize.dispatch(Frame) is module.host_serialize
+    assert dask_deserialize.dispatch(Frame) is module.host_deserialize
