@@ -143,11 +143,20 @@ def test_with_cudfs_spilling_held_frames_move_to_host_instead_of_running_out():
         wait(held)  # held on the worker: a client without cuDF's spilling cannot take them
         assert all(future.status == "finished" for future in held)
         spilled = client.run(_cudf_spilled_bytes)
+        levels = client.run(_rmm_log_level)
         report = memory_report(client)
     assert all(size > 0 for size in spilled.values()), spilled
+    # the pool's refusals, which cuDF cured by spilling, are not logged as errors
+    assert set(levels.values()) == {"critical"}, levels
     (snap,) = report.values()  # the memory report says it
     assert snap["spilled"]["cudf"]["host_bytes"] == next(iter(spilled.values()))
     assert "off the GPU: cuDF's spilling" in str(report)
+
+
+def _rmm_log_level() -> str:
+    import rmm
+
+    return rmm.get_logging_level().name
 
 
 def _cudf_spilled_bytes() -> int:
