@@ -71,3 +71,14 @@ def test_cudfs_own_spilling_quiets_it_too_and_an_rmm_without_levels_is_left_alon
     del fake_rmm.level_enum  # an RMM that names its levels otherwise
     binding = binder.bind(FakeCudf(), None, _state(spill=True, failure_callback=False))
     assert fake_rmm.level is Level.info and "not logged" not in binding.detail
+
+
+def test_an_rmm_that_refuses_the_level_leaves_the_binding_bound(fake_rmm):
+    def refuse(level):
+        raise TypeError("level must be an instance of the level_enum enum")
+
+    fake_rmm.set_logging_level = refuse
+    binding = binder.bind(FakeCudf(), None, _state(spill=True, failure_callback=False))
+    assert binding.state == "bound" and "not logged" not in binding.detail
+    binder.unbind()  # nothing to put back
+    assert fake_rmm.level is Level.info

@@ -42,6 +42,10 @@ def _quiet_refusals() -> bool:
     levels = getattr(rmm, "level_enum", None)
     if _QUIETED or levels is None or not hasattr(rmm, "set_logging_level"):
         return bool(_QUIETED)
-    _QUIETED.append(rmm.get_logging_level())
-    rmm.set_logging_level(levels.critical)
+    try:
+        before = rmm.get_logging_level()
+        rmm.set_logging_level(levels.critical)
+    except Exception:  # the log's level is a nicety: never a reason for the binding to fail
+        return False
+    _QUIETED.append(before)
     return True
