@@ -346,6 +346,8 @@ def auto_step(share: dict[str, int], memory: dict[str, int | None]) -> int | Non
 def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
     """Each worker's memory: its GPU's (``gpu``), as the scheduler knows it or else as the
     worker's device says, or its memory limit; None where not known."""
+    if gpu and all(address in _DEVICE_MEMORY for address in workers):
+        return {address: _DEVICE_MEMORY[address] for address in workers}
     info = client.scheduler_info(n_workers=-1).get("workers", {})
     memory = {}
     for address in workers:
@@ -356,6 +358,7 @@ def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
     if gpu:
         memory.update({address: _DEVICE_MEMORY[address] for address, size in memory.items()
                        if size is None and address in _DEVICE_MEMORY})  # fmt: skip
+        _DEVICE_MEMORY.update({address: size for address, size in memory.items() if size})
     unknown = [address for address, size in memory.items() if size is None]
     if gpu and unknown:
         # the scheduler has GPU figures only where distributed's NVML diagnostics run
@@ -367,8 +370,8 @@ def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
     return memory
 
 
-#: Each GPU worker's device memory as it said (by address: a worker keeps its device), so
-#: that a worker is asked once, not at every shuffle.
+#: Each GPU worker's device memory as the scheduler or the worker said (by address: a worker
+#: keeps its device), so that it is asked once, not at every shuffle.
 _DEVICE_MEMORY: dict[str, int] = {}
 
 
@@ -475,20 +478,21 @@ def _persisted_partitions(frame) -> list | None:
     return futures
 
 
-def _input_partitions(client, frame) -> list:
-    """The frame's partitions as futures, in order, once they are in memory; an input that
-    failed raises its own error."""
+def _input_partitions(client, frame) -> tuple[list, bool]:
+    """The frame's partitions as futures, in order, once they are in memory, and whether they
+    were computed here (False: the frame was persisted); an input that failed raises its own
+    error."""
     from distributed import wait
 
     persisted = _persisted_partitions(frame)
     if persisted is not None and all(f.client is client for f in persisted):
-        return persisted
+        return persisted, False
     futures = client.compute(frame.to_delayed())
     wait(futures)
     for future in futures:
         if future.status != "finished":
             future.result()  # the input's own error
-    return futures
+    return futures, True
 
 
 def _owners(client, futures, workers: tuple[str, ...]) -> tuple[str, ...]:
@@ -662,12 +666,14 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     casts = hash_casts(frame._meta, on)
     setting = step_setting()
     gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
-    if not client.nthreads():
+    workers = tuple(sorted(client.nthreads()))
+    if not workers:
         raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
     for attempt in range(1, ATTEMPTS + 1):
-        inputs = _input_partitions(client, frame)
+        inputs, computed = _input_partitions(client, frame)
+        if computed or attempt > 1:  # workers may have come or gone meanwhile
+            workers = tuple(sorted(client.nthreads()))
         started = time.perf_counter()
-        workers = tuple(sorted(client.nthreads()))
         plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
                     npartitions=npartitions, sizes=_sizes(client, inputs))  # fmt: skip
         step = _step(client, plan, setting, gpu)

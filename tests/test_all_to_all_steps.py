@@ -134,6 +134,7 @@ class _Info:
         self.workers, self.devices, self.asked = workers, devices or {}, []
 
     def scheduler_info(self, n_workers=-1):
+        self.infos = getattr(self, "infos", 0) + 1
         return {"workers": self.workers}
 
     def run(self, function, workers, on_error="raise"):
@@ -170,13 +171,17 @@ def test_a_gpu_the_scheduler_knows_nothing_of_is_asked_on_its_worker():
 
 
 def test_a_gpu_workers_memory_is_asked_once():
-    """A worker keeps its device: what it said is remembered by its address, and only the
-    workers not asked before (or that had no answer) are asked at the next shuffle."""
-    fake = _Info({"a": {}, "b": {}}, devices={"a": 80})
-    assert workers_memory(fake, ("a", "b"), gpu=True) == {"a": 80, "b": None}
+    """A worker keeps its device: what it or the scheduler said is remembered by its address;
+    only the workers not known (or that had no answer) are asked at the next shuffle, and
+    once all are known, nothing is asked."""
+    fake = _Info({"a": {}, "b": {}, "c": {"gpu": {"memory-total": 64}}}, devices={"a": 80})
+    assert workers_memory(fake, ("a", "b", "c"), gpu=True) == {"a": 80, "b": None, "c": 64}
     fake.devices["b"] = 96
-    assert workers_memory(fake, ("a", "b"), gpu=True) == {"a": 80, "b": 96}
-    assert fake.asked == ["a", "b", "b"]
+    assert workers_memory(fake, ("a", "b", "c"), gpu=True) == {"a": 80, "b": 96, "c": 64}
+    assert fake.asked == ["a", "b", "b"] and fake.infos == 2
+    # every worker known: neither the scheduler nor a worker is asked again
+    assert workers_memory(fake, ("a", "b", "c"), gpu=True) == {"a": 80, "b": 96, "c": 64}
+    assert fake.asked == ["a", "b", "b"] and fake.infos == 2
 
 
 # --------------------------------------------------------------------------- on a cluster
