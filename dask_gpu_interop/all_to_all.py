@@ -660,8 +660,6 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     on = key_columns(frame, on)
     npartitions = output_partitions(frame, npartitions)
     client = _client(client)
-    import dask.dataframe as dd
-
     meta = frame._meta.reset_index(drop=True) if ignore_index else frame._meta
     casts = hash_casts(frame._meta, on)
     setting = step_setting()
@@ -702,9 +700,23 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     if return_stats or logger.isEnabledFor(logging.INFO):
         stats = _stats(client, plan, frame.npartitions, outputs, token, seconds)
         logger.info("%s", stats)
-    out = dd.from_delayed(outputs, meta=meta, divisions=None, verify_meta=False,
-                          prefix=f"{PREFIX}-{token}")  # fmt: skip
+    out = _persisted_frame(outputs, meta, f"{PREFIX}-{token}")
     return (out, stats) if return_stats else out
+
+
+def _persisted_frame(futures: list, meta, prefix: str):
+    """A dask DataFrame of ``futures`` (partitions in memory), as ``persist`` makes one, so
+    that a later shuffle of it takes its partitions as they are (:func:`_persisted_partitions`)
+    instead of computing them again; where dask has no ``from_graph``, one of delayed
+    partitions."""
+    import dask.dataframe as dd
+
+    from_graph = getattr(dd, "from_graph", None)
+    if from_graph is None:
+        return dd.from_delayed(futures, meta=meta, divisions=None, verify_meta=False,
+                               prefix=prefix)  # fmt: skip
+    return from_graph({future.key: future for future in futures}, meta,
+                      (None,) * (len(futures) + 1), [future.key for future in futures], prefix)
 
 
 # --------------------------------------------------------------------------- merge

@@ -375,6 +375,25 @@ def test_a_persisted_inputs_partitions_are_taken_from_its_graph_in_order(client,
     assert_same_rows(partitions_of(client, shuffled), blocks)
 
 
+def test_a_shuffled_frame_shuffled_again_is_taken_as_it_is_in_memory(client, monkeypatch):
+    """The output is a persisted frame: shuffling it again (on another key, or merging it)
+    takes its partitions as they are, and computes nothing again."""
+    blocks = frame(4)
+    once = shuffle(dask_frame(blocks), "key", 3)
+    assert once.npartitions == 3 and once.divisions == (None,) * 4
+
+    def no_compute(*args, **kwargs):
+        raise AssertionError("the shuffled frame was computed again")
+
+    monkeypatch.setattr(client, "compute", no_compute)
+    twice = shuffle(once, "x", 5)
+    monkeypatch.undo()
+    parts = partitions_of(client, twice)
+    assert len(parts) == 5
+    assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, "x")
+
+
 def test_workers_leaving_every_attempt_end_in_one_shuffle_error(client, monkeypatch):
     from dask_gpu_interop import ShuffleError, all_to_all
 
