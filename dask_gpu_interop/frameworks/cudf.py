@@ -2,9 +2,9 @@
 
 With cuDF's spilling on, a refusal of the pool is no error: cuDF's failure callback moves
 frames to host memory and the allocation is tried again. RMM logs each refusal as an error
-line all the same (thousands where a frame larger than the GPU goes through), so while cuDF
-handles them RMM's log keeps to critical messages; a refusal that spilling cannot cure still
-reaches the task as an out-of-memory error, explained by the plugin.
+line all the same, one for every allocation a frame larger than the GPU needed cured, so while
+cuDF handles them RMM's log keeps to critical messages; a refusal that spilling cannot cure
+still reaches the task as an out-of-memory error, explained by the plugin.
 """
 
 from __future__ import annotations
