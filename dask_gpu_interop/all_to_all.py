@@ -615,8 +615,9 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     Returns
     -------
     dask.dataframe.DataFrame or (dask.dataframe.DataFrame, ShuffleStats)
-        The shuffled frame, backed by the output partitions in memory: the input's columns
-        and types, divisions unknown.
+        The shuffled frame, backed by the output partitions in memory (a persisted frame,
+        as ``persist`` gives one: shuffling or merging it again starts from them): the
+        input's columns and types, divisions unknown.
 
     Raises
     ------
