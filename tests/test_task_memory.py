@@ -311,8 +311,7 @@ def fake_gpu_worker(monkeypatch):
     failures = oom.FailureLog()
     fake = SimpleNamespace(
         owner=plugin.name, mode="pool", tasks=TaskMemory(counters),
-        plan=SimpleNamespace(initial=8 * GiB, maximum=10 * GiB),
-        config=SimpleNamespace(spill=None),
+        plan=SimpleNamespace(initial=8 * GiB, maximum=10 * GiB, failure_callback=True),
         device=SimpleNamespace(total=80 * GiB),
         stack=SimpleNamespace(
             pool=SimpleNamespace(pool_size=lambda: 8 * GiB),

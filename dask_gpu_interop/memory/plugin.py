@@ -234,7 +234,7 @@ class GPUMemoryPlugin(WorkerPlugin):
             overlapped=record.overlapped,
             task_bytes=record.peak_bytes,
             stored_bytes=compat.device_data_bytes(worker),
-            spilling=current.config.spill is True,
+            spilling=not current.plan.failure_callback,  # cuDF's spilling, as the plan has it
         )
         logger.error("%s", message)
         if not compat.replace_task_error(worker, key, oom.GPUOutOfMemoryError(message)):
