@@ -349,8 +349,12 @@ def test_a_device_out_of_memory_reaches_the_client_explained(fake_gpu_worker):
     assert isinstance(info.value, MemoryError)
 
 
-def test_results_held_on_the_worker_are_named_in_the_clients_error(fake_gpu_worker):
-    client, counters, _ = fake_gpu_worker
+@pytest.mark.parametrize("spilling", [False, True])
+def test_results_held_on_the_worker_are_named_in_the_clients_error(fake_gpu_worker, spilling):
+    """The advice follows cuDF's spilling as the worker's plan has it (the plugin's spill=, or
+    cuDF's own setting where the plugin leaves it)."""
+    client, counters, fake = fake_gpu_worker
+    fake.plan.failure_callback = not spilling
     held = client.submit(keeps, 6 * GiB, key="persisted-0")
     held.result()
     with pytest.raises(GPUOutOfMemoryError) as info:
@@ -359,6 +363,8 @@ def test_results_held_on_the_worker_are_named_in_the_clients_error(fake_gpu_work
     assert "6.00 GiB in use" in text
     assert ("Most of it is not this task's: 5.00 GiB held by results this worker keeps, this "
             "task 1.00 GiB.") in text, text
+    assert ("cuDF's spilling is on and could not move them" in text) is spilling, text
+    assert ("let the worker spill them to host memory" in text) is not spilling, text
     counters.free(6 * GiB)
 
 
