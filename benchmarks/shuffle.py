@@ -26,8 +26,8 @@ as many partitions and kept in memory, by each method in turn:
 The first run of each method at each size is checked, untimed: every row once (the count, and
 a checksum of every row's hash against the input's), no key in two partitions. The timed runs
 of the methods then alternate, round by round in a rotated order. One more run of the
-library's shuffle, untimed, records the task stream: when each step ran (split, batch, concat)
-and when the concat tasks fetched their batches (the transfers), from the shuffle's start.
+library's shuffle, untimed, records the task stream: when each step ran (split, batch, output)
+and when the output tasks fetched their batches (the transfers), from the shuffle's start.
 
 Figures: the frame's bytes over the time (as issue 41 counts its GB/s), and the bytes that
 cross between workers ((W-1)/W of the frame with keys spread evenly) over the time, held
@@ -228,7 +228,7 @@ def shuffle_once(client, frame, method: str, step_bytes: int | None = None):
 def step_times(stream: list[dict], start: float) -> dict:
     """When each step of the library's shuffle ran, from its task stream: per step the first
     start and last stop (seconds from ``start``), the tasks' summed busy time and count; and
-    the same for the concat tasks' fetches of their batches ("transfer")."""
+    the same for the output tasks' fetches of their batches ("transfer")."""
     from dask.utils import key_split
 
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -241,7 +241,7 @@ def step_times(stream: list[dict], start: float) -> dict:
             action = startstop.get("action")
             if action == "compute":
                 spans.setdefault(step, []).append((startstop["start"], startstop["stop"]))
-            elif action == "transfer" and step == "concat":
+            elif action == "transfer" and step == "output":
                 spans.setdefault("transfer", []).append((startstop["start"], startstop["stop"]))
     return {
         step: {"first": min(a for a, _ in runs) - start, "last": max(b for _, b in runs) - start,
@@ -456,8 +456,8 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
         return []
     lines = ["", "The library's steps in one more run (task stream; seconds from the call: "
              "first start-last stop, and the tasks' summed busy time):", "",
-             "| per worker | whole s | split | batch | transfers | concat | output | crossing GB/s "
-             "over the transfers |", "| ---: | ---: | --- | --- | --- | --- | --- | ---: |"]
+             "| per worker | whole s | split | batch | transfers | output | crossing GB/s over the "
+             "transfers |", "| ---: | ---: | --- | --- | --- | --- | ---: |"]
     for size, profile in sorted(profiles.items()):
         steps = profile["steps"]
 
@@ -469,8 +469,7 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
         speed = (rate(profile["crossing_bytes"] / (moving["last"] - moving["first"]) / 1e9)
                  if moving and moving["last"] > moving["first"] else "-")
         lines.append(f"| {format_bytes(size)} | {profile['seconds']:.3f} | {cell('split')} | "
-                     f"{cell('batch')} | {cell('transfer')} | {cell('concat')} | "
-                     f"{cell('output')} | {speed} |")
+                     f"{cell('batch')} | {cell('transfer')} | {cell('output')} | {speed} |")
     return lines
 
 

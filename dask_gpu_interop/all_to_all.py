@@ -17,16 +17,17 @@ any other tasks:
    :mod:`.all_to_all_tasks`);
 3. ``gpu-shuffle-batch``: on each source worker, one task per destination worker takes the
    slice of each group bound for that worker's output partitions (a view, nothing copied);
-4. ``gpu-shuffle-concat``: one task on each destination worker concatenates every batch
-   bound for it, output partition by output partition; dask fetches each batch once;
-5. ``gpu-shuffle-output``: one task per output partition, its slice of that concatenation.
+4. ``gpu-shuffle-output``: one task per output partition, on its destination worker,
+   concatenates its rows from every batch bound for that worker; dask fetches each batch
+   once per worker, and frees it once that worker's output partitions are made.
 
 A worker whose share is large beside its memory (:data:`ONE_STEP_PART`; or as
-``gpu-interop.shuffle.step-bytes`` in dask config says) goes through steps 2 to 4 a part at a
-time: a split per group of its input partitions, a batch per split and destination output
+``gpu-interop.shuffle.step-bytes`` in dask config says) goes through steps 2 and 3 a part at a
+time: a split per group of its input partitions, and a batch per split and destination output
 group, a copy run before the next split (so that each split and its inputs are freed as soon
-as its batches exist), and a concatenation per output group. Each piece is then a key of its
-own, which a worker's spilling can move to host memory while it waits.
+as its batches exist); an output group's partitions are made from its batches alone. Each
+piece is then a key of its own, which a worker's spilling can move to host memory while it
+waits.
 
 Every task is pinned to its worker (a restriction that work stealing cannot lift, so that
 nothing crosses between workers beyond the batches). When a worker of the plan leaves the
@@ -34,9 +35,8 @@ cluster mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks
 cancelled and it starts again on the workers present, from the input (what was lost with the
 worker is computed again from its lineage), up to ``ATTEMPTS`` times; every task is a pure
 function of its inputs, so the result is the same, every row once. A split's memory lives
-on in its batches (slices of it) until every destination has concatenated its own; what is
-received is freed then; the output partitions are slices of their worker's concatenation,
-which lives as long as one of them does. On GPU workers dask-cuda's spilling moves to host
+on in its batches (slices of it) until every destination has made its output partitions from
+them; what is received is freed then. On GPU workers dask-cuda's spilling moves to host
 memory what does not fit.
 """
 
@@ -54,7 +54,7 @@ from .device import memory_info
 logger = logging.getLogger(__name__)
 
 #: The task prefix of every task of the all-to-all: ``gpu-shuffle-split``, ``-batch``,
-#: ``-concat``, ``-output`` (the memory report's per-task view groups by these; dask's ``key_split`` would
+#: ``-output`` (the memory report's per-task view groups by these; dask's ``key_split`` would
 #: drop an eight-letter word starting with a-f, such as "assemble", as if it were hex).
 PREFIX = "gpu-shuffle"
 MERGE_HOWS = ("inner", "left", "right", "outer")
@@ -62,12 +62,12 @@ MERGE_HOWS = ("inner", "left", "right", "outer")
 ATTEMPTS = 3
 #: Seconds between two looks at the cluster's workers while a shuffle runs.
 POLL_SECONDS = 0.5
-#: dask config: the bytes each split and concatenation of a worker works on at once, "auto"
-#: or a size ("1GiB"); with a size, a worker's share is split and concatenated in steps of
-#: about that much, each a task of its own.
+#: dask config: the bytes each split of a worker, and each run of its output partitions, works
+#: on at once, "auto" or a size ("1GiB"); with a size, a worker's share is split and gathered
+#: in steps of about that much, each a task of its own.
 STEP_KEY = "gpu-interop.shuffle.step-bytes"
 #: With "auto", a worker's share (what it holds of the input, or gets of the output) goes
-#: through one split and one concatenation while it is at most this part of the worker's
+#: through one split and one run of outputs while it is at most this part of the worker's
 #: memory (the GPU's for cuDF partitions, the worker's memory limit for pandas ones) ...
 ONE_STEP_PART = 1 / 8
 #: ... and else in steps of this part of it (at most ``tasks.GROUP_BYTES``), so that what a
@@ -159,9 +159,9 @@ class Plan:
     ``workers`` are every worker, sorted; ``owners[i]`` holds input partition ``i``. Output
     partitions go to the workers in contiguous runs (:meth:`outputs_of`), so that each
     split's rows bound for one worker are one slice of it. With ``step_bytes`` (and the input
-    partitions' ``sizes``), a worker's share is split and concatenated in steps of about that
+    partitions' ``sizes``), a worker's share is split and gathered in steps of about that
     many bytes, each a task of its own (:meth:`input_groups`, :meth:`output_groups`); without,
-    in one split and one concatenation per worker.
+    in one split and one run of outputs per worker.
     """
 
     workers: tuple[str, ...]
@@ -182,7 +182,7 @@ class Plan:
                 -(-(worker + 1) * self.npartitions // count))  # fmt: skip
 
     def destination(self, partition: int) -> int:
-        """The index in ``workers`` of the worker that concatenates output ``partition``."""
+        """The index in ``workers`` of the worker that makes output ``partition``."""
         return partition * len(self.workers) // self.npartitions
 
     def inputs_on(self, worker: int) -> list[int]:
@@ -207,9 +207,9 @@ class Plan:
         return runs + [run] if run else runs
 
     def output_groups(self, worker: int) -> list[tuple[int, int]]:
-        """The output partitions of ``workers[worker]`` in the runs ``(first, stop)``
-        concatenated together: one run, or runs of about ``step_bytes`` each (by the input's
-        bytes spread evenly over the output partitions)."""
+        """The output partitions of ``workers[worker]`` in the runs ``(first, stop)`` that
+        each batch bound for it holds: one run, or runs of about ``step_bytes`` each (by the
+        input's bytes spread evenly over the output partitions)."""
         first, stop = self.outputs_of(worker)
         per_output = sum(self.sizes) / self.npartitions
         if self.step_bytes is None or stop <= first or not per_output:
@@ -244,16 +244,16 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
 
     ``inputs`` are the input partitions (futures, or any key the scheduler knows) in order.
     Each source worker splits its input groups (:meth:`Plan.input_groups`); one batch per
-    split group and destination output group takes what the split holds for it; each
-    destination concatenates an output group from every batch bound for it. In steps
-    (``plan.step_bytes``), a batch is a copy, and the batches of a split run before the next
-    split, so that each split (and its inputs) is freed as soon as its batches exist; in one
-    step per worker a batch is a view of the split.
+    split group and destination output group takes what the split holds for it; each output
+    partition of a destination's output group is concatenated from every batch bound for
+    that group. In steps (``plan.step_bytes``), a batch is a copy, and the batches of a split
+    run before the next split, so that each split (and its inputs) is freed as soon as its
+    batches exist; in one step per worker a batch is a view of the split.
     """
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-    split_name, batch_name, concat_name, output_name = (
-        f"{PREFIX}-{step}-{token}" for step in ("split", "batch", "concat", "output"))
+    split_name, batch_name, output_name = (
+        f"{PREFIX}-{step}-{token}" for step in ("split", "batch", "output"))
     copy = plan.step_bytes is not None
     groups = {s: plan.input_groups(s) for s in plan.sources}
     runs = {d: plan.output_groups(d) for d in plan.destinations}
@@ -277,22 +277,15 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
         dependencies[batches] = {name}
         batch_layers.add(batches)
     for d in plan.destinations:
-        worker = plan.workers[d]
-        name = f"{concat_name}-on-{d}"
-        layers[name] = MaterializedLayer(
-            {(concat_name, d, h): (tasks.concat, [(batch_name, s, g, d, h)
-                                                  for s in plan.sources
-                                                  for g in range(len(groups[s]))],
-                                   ignore_index)
-             for h in range(len(runs[d]))},
-            annotations=_restricted(worker))  # fmt: skip
-        dependencies[name] = set(batch_layers)
         outputs = f"{output_name}-on-{d}"
         layers[outputs] = MaterializedLayer(
-            {(output_name, j): (tasks.output, (concat_name, d, h), j - first, ignore_index)
+            {(output_name, j): (tasks.output, [(batch_name, s, g, d, h)
+                                               for s in plan.sources
+                                               for g in range(len(groups[s]))],
+                                j - first, ignore_index)
              for h, (first, stop) in enumerate(runs[d]) for j in range(first, stop)},
-            annotations=_restricted(worker))  # fmt: skip
-        dependencies[outputs] = {name}
+            annotations=_restricted(plan.workers[d]))  # fmt: skip
+        dependencies[outputs] = set(batch_layers)
     keys = [(output_name, j) for j in range(plan.npartitions)]
     return HighLevelGraph(layers, dependencies), keys
 
@@ -552,7 +545,7 @@ def _failed_step(traceback) -> str:
 
     for frame in tb.extract_tb(traceback) if traceback is not None else ():
         if (os.path.basename(frame.filename) == os.path.basename(tasks.__file__)
-                and frame.name in ("split", "batch", "concat", "output")):
+                and frame.name in ("split", "batch", "output")):
             return f"{PREFIX}-{frame.name}"
     return PREFIX
 
@@ -636,7 +629,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     Notes
     -----
     Memory: in one step, each worker holds its input partitions ordered by output partition
-    until every destination has concatenated its batches, what it receives, and its output
+    until every destination has made its output partitions, what it receives, and its output
     partitions: about three times its share of the frame at the peak, above an input that you
     keep. A worker whose share is more than an eighth of its memory (its GPU's for cuDF
     partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
@@ -646,7 +639,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     give the workers cuDF's spilling (``GPUMemoryPlugin(spill=True)``, or ``memory={"spill":
     True}`` to :func:`cluster_client`): cuDF then moves frames no task is using to host memory
     when the pool runs out, and the shuffle's steps bring back what they read. The tasks'
-    prefixes, ``gpu-shuffle-split``, ``-batch``, ``-concat`` and ``-output``, show each
+    prefixes, ``gpu-shuffle-split``, ``-batch`` and ``-output``, show each
     step's device memory in :func:`memory_report`.
 
     Examples

@@ -13,16 +13,17 @@
   partitions (a contiguous run of them): one slice of each group, a view, nothing copied. The
   batch is what crosses between the two workers (over UCX with the "cuda" serializers, device
   to device, the slices' bytes only).
-- :func:`concat`: on a destination worker, every batch bound for it, concatenated once output
-  partition by output partition (in groups, as the split does), with where each output
-  partition's rows are; on cuDF in libcudf, without a frame per piece.
-- :func:`output`: one output partition, a slice of the concatenation (a view).
+- :func:`output`: on a destination worker, one output partition: its rows from every batch
+  bound for that worker (in the batches' order), concatenated; on cuDF in libcudf, without a
+  frame per piece.
 
-One task per worker for the split and for the concatenation, instead of one per partition
-(or one per step of a worker's share where it is large beside the worker's memory: the plan
-says which): the GPU's work is the same, the per-task costs (Python, scheduling) are paid once
-per worker or step. cuDF frames go through libcudf (pylibcudf) tables where every column's type
-round-trips (numbers, booleans, datetimes, strings); others take the frames' own methods.
+One task per worker for the split, instead of one per input partition (or one per step of a
+worker's share where it is large beside the worker's memory: the plan says which): the GPU's
+work is the same, the per-task costs (Python, scheduling) are paid once per worker or step.
+Each output partition is concatenated by its own task, straight from the batches: no step of
+its own sits between the transfers and the output partitions. cuDF frames go through libcudf
+(pylibcudf) tables where every column's type round-trips (numbers, booleans, datetimes,
+strings); others take the frames' own methods.
 Nothing here imports a GPU library at module level: cuDF partitions bring CuPy and pylibcudf
 with them.
 """
@@ -63,9 +64,9 @@ def partition_ids(frame, on: list, casts: dict, npartitions: int):
     return values.astype(np.int32, copy=False)
 
 
-#: Inputs are concatenated, and outputs gathered, in groups of at most this many bytes (a
-#: group of one partition may be larger): each group one libcudf call, and what a step holds
-#: beside its inputs bounded.
+#: A worker's input partitions are concatenated in groups of at most this many bytes (a group
+#: of one partition may be larger): each group one libcudf call, and what a split holds beside
+#: its inputs bounded.
 GROUP_BYTES = 2 * 2**30
 #: ... and of at most this many rows, the most a libcudf column holds.
 GROUP_ROWS = 2**31 - 1
@@ -156,42 +157,18 @@ def batch(split_groups: tuple, first: int, stop: int, copy: bool = False) -> tup
     return frames, offsets
 
 
-def concat(batches: list, ignore_index: bool) -> tuple[list, list]:
-    """``(frames, places)``: every output partition of a destination worker, its rows from
-    each of ``batches`` (in the batches' order) concatenated, output partition by output
-    partition, in groups (:func:`groups`); ``places[j]`` is ``(group, start, stop)``, where
-    output partition ``j`` (counted from the worker's first) is among ``frames``."""
-    parts = len(batches[0][1][0]) - 1
-    pieces = [[] for _ in range(parts)]  # per output partition: (frame, start, stop)
+def output(batches: list, position: int, ignore_index: bool):
+    """Output partition ``position`` (counted from the first of the run of output partitions
+    that ``batches`` hold, as :func:`batch` made them): its rows from each of ``batches``, in
+    the batches' order, concatenated (a slice of the batch, a view, where one batch holds them
+    all)."""
+    pieces = []
     for frames, offsets in batches:
         for frame, bounds in zip(frames, offsets, strict=True):
-            for j in range(parts):
-                if bounds[j + 1] > bounds[j]:
-                    pieces[j].append((frame, int(bounds[j]), int(bounds[j + 1])))
-    per_row = {id(frame): _nbytes(frame) / max(len(frame), 1)
-               for frames, _ in batches for frame in frames}  # fmt: skip
-    sizes = [(sum(stop - start for _, start, stop in run),
-              int(sum((stop - start) * per_row[id(frame)] for frame, start, stop in run)))
-             for run in pieces]  # fmt: skip
-    frames, places = [], []
-    like = batches[0][0][0]
-    for run in groups(sizes):
-        group = [piece for j in run for piece in pieces[j]]
-        frames.append(_concatenated(group, like, ignore_index))
-        row = 0
-        for j in run:
-            places.append((len(frames) - 1, row, row + sizes[j][0]))
-            row += sizes[j][0]
-    return frames, places
-
-
-def output(concatenated: tuple, position: int, ignore_index: bool):
-    """Output partition ``position`` (counted from its worker's first): a slice (a view) of
-    :func:`concat`'s frames."""
-    frames, places = concatenated
-    group, start, stop = places[position]
-    out = frames[group].iloc[start:stop]
-    return out.reset_index(drop=True) if ignore_index else out
+            start, stop = int(bounds[position]), int(bounds[position + 1])
+            if stop > start:
+                pieces.append((frame, start, stop))
+    return _concatenated(pieces, batches[0][0][0], ignore_index)
 
 
 def _concatenated(pieces: list, like, ignore_index: bool):
@@ -214,18 +191,18 @@ def _concat_in_libcudf(pieces: list, ignore_index: bool):
     view; one slicing call per frame), and one concatenation of them all."""
     import pylibcudf as plc
 
-    flats, bounds = {}, {}
+    frames, bounds = {}, {}
     for frame, start, stop in pieces:
-        if id(frame) not in flats:
-            flats[id(frame)] = (frame, _flat(frame, ignore_index))
+        frames.setdefault(id(frame), frame)
         bounds.setdefault(id(frame), []).extend((start, stop))
     with contextlib.ExitStack() as held:
-        views = {key: iter(plc.copying.slice(_table(flat, held), bounds[key]))
-                 for key, (_, flat) in flats.items()}  # fmt: skip
+        views = {key: iter(plc.copying.slice(_table(frame, held, index=not ignore_index),
+                                             bounds[key]))
+                 for key, frame in frames.items()}  # fmt: skip
         tables = [next(views[id(frame)]) for frame, _, _ in pieces]
         joined = plc.concatenate.concatenate(tables)
-    like, flat = flats[id(pieces[0][0])]
-    return _from_table(joined, flat, like, ignore_index)
+    like = pieces[0][0]
+    return _from_table(joined, _flat_names(like, ignore_index), like, ignore_index)
 
 
 # --------------------------------------------------------------------------- cuDF in libcudf
@@ -259,58 +236,73 @@ def _in_libcudf_together(frames: list, ignore_index: bool) -> bool:
     """Whether cuDF ``frames`` can be concatenated as libcudf tables: each goes through one
     (:func:`_in_libcudf`), and all have the same columns and types (index included, unless
     ``ignore_index``), where cuDF's own concatenation would reconcile them."""
-    def types(frame):
-        index = [] if ignore_index else (list(frame.index.dtypes) if frame.index.nlevels > 1
-                                         else [frame.index.dtype])
-        return list(frame.columns), list(frame.dtypes) + index
-
-    first = types(frames[0])
-    return (_in_libcudf(frames[0], ignore_index)
-            and all(types(frame) == first for frame in frames[1:]))  # fmt: skip
+    if not _in_libcudf(frames[0], ignore_index):
+        return False
+    first = _types(frames[0], ignore_index)
+    return all(_types(frame, ignore_index) == first for frame in frames[1:])
 
 
-def _flat(frame, ignore_index: bool):
-    """``frame`` with its index levels as its first columns (or without its index)."""
-    return frame.reset_index(drop=True) if ignore_index else frame.reset_index()
+def _types(frame, ignore_index: bool) -> tuple:
+    """A cuDF frame's column names and types, and its index's types unless ``ignore_index``,
+    read from its columns (an output task compares every batch's frames: without building a
+    pandas series of them each time)."""
+    index = frame.index
+    levels = () if ignore_index else (tuple(dtype for _, dtype in index._dtypes)
+                                      if index.nlevels > 1 else (index.dtype,))
+    return tuple(frame._dtypes), levels
 
 
-def _from_table(table, flat, like, ignore_index: bool):
-    """A cuDF frame of libcudf ``table``, whose columns are ``flat``'s; the index of ``like``
-    (its levels ``flat``'s first columns) set again, with its names. One level becomes the
-    index as it is (``set_index`` would cost more than the rest together)."""
+def _flat_names(frame, ignore_index: bool) -> list:
+    """The names of :func:`_table`'s columns for ``frame`` with its index (or without): as
+    ``reset_index`` names them, the index levels first."""
+    names = list(frame.columns)
     if ignore_index:
-        return type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
+        return names
+    index = frame.index
+    if index.nlevels == 1:
+        return ["index" if index.name is None else index.name, *names]
+    return [f"level_{i}" if name is None else name for i, name in enumerate(index.names)
+            ] + names  # fmt: skip
+
+
+def _from_table(table, names: list, like, ignore_index: bool):
+    """A cuDF frame of libcudf ``table``, whose columns are ``names`` (:func:`_flat_names`);
+    the index of ``like`` (its levels the first columns) set again, with its names. One level
+    becomes the index as it is (``set_index`` would cost more than the rest together)."""
+    if ignore_index:
+        return type(like).from_pylibcudf(table, {"columns": names})
     levels = like.index.nlevels
     if levels == 1:
         import pylibcudf as plc
 
         columns = table.columns()
-        out = type(like).from_pylibcudf(plc.Table(columns[1:]),
-                                        {"columns": list(flat.columns[1:])})
+        out = type(like).from_pylibcudf(plc.Table(columns[1:]), {"columns": names[1:]})
         library = _library(like)
         out.index = library.Index(library.Series.from_pylibcudf(columns[0]),
                                   name=like.index.name)
         return out
-    out = type(like).from_pylibcudf(table, {"columns": list(flat.columns)})
-    out = out.set_index(list(flat.columns[:levels]))
+    out = type(like).from_pylibcudf(table, {"columns": names})
+    out = out.set_index(names[:levels])
     out.index.names = like.index.names
     return out
 
 
-def _table(frame, held: contextlib.ExitStack):
-    """A cuDF frame's (or series') columns as a libcudf table. With cuDF's spilling on, each
-    column is opened as cuDF's own operations open theirs (where this cuDF has access
-    contexts), until ``held`` closes: a spilled column comes back to the device and cannot spill
-    meanwhile (``to_pylibcudf`` would hand libcudf a spilled column's empty device pointer)."""
+def _table(frame, held: contextlib.ExitStack, index: bool = False):
+    """A cuDF frame's (or series') columns as a libcudf table (a view), with ``index`` its
+    index levels first (:func:`_flat_names` names them), without building a frame for it.
+    With cuDF's spilling on, each column is opened as cuDF's own operations open theirs
+    (where this cuDF has access contexts), until ``held`` closes: a spilled column comes back
+    to the device and cannot spill meanwhile (``to_pylibcudf`` would hand libcudf a spilled
+    column's empty device pointer)."""
     import pylibcudf as plc
 
+    columns = (*(frame.index._columns if index else ()), *frame._columns)
     library = _library(frame)
     if library.get_option("spill") and hasattr(library.core.column.ColumnBase, "access"):
         opened = [held.enter_context(column.access(mode="read", scope="internal"))
-                  for column in frame._columns]  # fmt: skip
+                  for column in columns]  # fmt: skip
         return plc.Table([column.plc_column for column in opened])
-    table = frame.to_pylibcudf()[0]
-    return table if isinstance(table, plc.Table) else plc.Table([table])
+    return plc.Table([column.to_pylibcudf() for column in columns])
 
 
 def _hashed_keys(frame, on: list, casts: dict):
@@ -359,10 +351,10 @@ def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_in
     plain = _in_libcudf(frame, ignore_index)
     with contextlib.ExitStack() as held:
         if plain:
-            flats = [_flat(f, ignore_index) for f in frames]
-            table = joined([_table(flat, held) for flat in flats])
+            names = _flat_names(frame, ignore_index)
+            table = joined([_table(f, held, index=not ignore_index) for f in frames])
             table, starts = plc.partitioning.hash_partition(
-                table, _key_table(table, list(flats[0].columns), on, casts), npartitions)
+                table, _key_table(table, names, on, casts), npartitions)
         else:  # one frame
             keys = _table(_hashed_keys(frame, on, casts), held)
             numbers = _library(frame).Series(_array_module(frame).arange(rows, dtype="int64"))
@@ -372,6 +364,6 @@ def _split_cudf(frames: list, on: list, casts: dict, npartitions: int, ignore_in
     offsets[:len(starts)] = starts
     offsets[len(starts):] = rows
     if plain:
-        return _from_table(table, flats[0], frame, ignore_index), offsets
+        return _from_table(table, names, frame, ignore_index), offsets
     order = _library(frame).Series.from_pylibcudf(table.columns()[0])
     return frame.take(order), offsets

@@ -98,7 +98,7 @@ def test_a_plan_with_an_input_on_no_known_worker_is_refused():
         Plan(workers=("a", "b"), owners=("a", "gone"), npartitions=2)
 
 
-def test_the_graph_has_a_split_and_a_concat_per_worker_a_batch_per_pair_an_output_per_part():
+def test_the_graph_has_a_split_per_worker_a_batch_per_pair_an_output_per_partition():
     plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
     graph, keys = build_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"], {},
                               False)  # fmt: skip
@@ -108,24 +108,30 @@ def test_the_graph_has_a_split_and_a_concat_per_worker_a_batch_per_pair_an_outpu
         for key in layer:
             tasks_by_prefix.setdefault(key_split(key), []).append(key)
             restrictions[key] = layer.annotations
-    assert sorted(tasks_by_prefix) == ["gpu-shuffle-batch", "gpu-shuffle-concat",
-                                       "gpu-shuffle-output", "gpu-shuffle-split"]
+    assert sorted(tasks_by_prefix) == ["gpu-shuffle-batch", "gpu-shuffle-output",
+                                       "gpu-shuffle-split"]
     # sources a and c, each splitting its inputs in one task
     assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-split"]) == [(0, 0), (2, 0)]
     split_a = graph.to_dict()[(tasks_by_prefix["gpu-shuffle-split"][0][0], 0, 0)]
     assert [i for i in range(5) if f"in-{i}" in str(split_a)] == [0, 1, 3]
-    # destinations a, b, c (outputs 0-1, 2, 3): one batch per pair, one concat each
+    # destinations a, b, c (outputs 0-1, 2, 3): one batch per pair
     assert sorted((k[1], k[3]) for k in tasks_by_prefix["gpu-shuffle-batch"]) == [
         (0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
-    assert sorted(k[1:] for k in tasks_by_prefix["gpu-shuffle-concat"]) == [(0, 0), (1, 0),
-                                                                          (2, 0)]
     assert keys == [(k[0], j) for j, k in enumerate(sorted(tasks_by_prefix["gpu-shuffle-output"]))]
+    # each output partition made from the batches bound for its worker, from every source,
+    # at its place among them (outputs 0 and 1 are the first and second of a's run)
+    tasks_of = graph.to_dict()
+    for j, key in enumerate(keys):
+        d = plan.destination(j)
+        task = tasks_of[key]
+        assert sorted(k[1:] for k in task[1]) == [(0, 0, d, 0), (2, 0, d, 0)]
+        assert task[2] == j - plan.outputs_of(d)[0]
     for key, annotated in restrictions.items():
         assert annotated["allow_other_workers"] is False  # pinned: never stolen
         name = key_split(key)
         if name == "gpu-shuffle-output":
             assert annotated["workers"] == [plan.workers[plan.destination(key[1])]]
-        else:  # split and batch on their source, concat on its destination
+        else:  # split and batch on their source
             assert annotated["workers"] == [plan.workers[key[1]]]
 
 
@@ -180,8 +186,7 @@ def test_partition_ids_are_dasks_own_hash_partitioning():
 
 
 @pytest.mark.parametrize("group_bytes", [1 << 40, 1])
-def test_batch_concat_and_output_put_every_row_of_a_partition_together(monkeypatch,
-                                                                       group_bytes):
+def test_batch_and_output_put_every_row_of_a_partition_together(monkeypatch, group_bytes):
     monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
     blocks = frame(4, rows=200)
     sources = [tasks.split(blocks[:3], ["key"], {}, 5, False),
@@ -190,15 +195,12 @@ def test_batch_concat_and_output_put_every_row_of_a_partition_together(monkeypat
     batches = [tasks.batch(groups, 1, 4) for groups in sources]
     for (frames, offsets), groups in zip(batches, sources, strict=True):
         assert len(frames) == len(groups[0]) and all(len(o) == 4 for o in offsets)
-    concatenated = tasks.concat(batches, False)
-    if group_bytes == 1:
-        assert len(concatenated[0]) == 3  # an output partition per group
     for j in range(1, 4):
-        got = tasks.output(concatenated, j - 1, False)
+        got = tasks.output(batches, j - 1, False)
         want = pd.concat([o.iloc[s[j]:s[j + 1]] for groups in sources
                           for o, s in zip(*groups, strict=True)])
         pd.testing.assert_frame_equal(got, want)
-        assert list(tasks.output(concatenated, j - 1, True).index) == list(range(len(want)))
+        assert list(tasks.output(batches, j - 1, True).index) == list(range(len(want)))
 
 
 def test_a_batch_of_empty_slices_keeps_one_so_the_types_travel():
@@ -206,7 +208,7 @@ def test_a_batch_of_empty_slices_keeps_one_so_the_types_travel():
     groups = tasks.split([block, block], ["key"], {}, 3, False)
     frames, offsets = tasks.batch(groups, 0, 3)
     assert len(frames) == 1 and len(frames[0]) == 0 and list(offsets[0]) == [0, 0, 0, 0]
-    out = tasks.output(tasks.concat([(frames, offsets)], True), 1, True)
+    out = tasks.output([(frames, offsets)], 1, True)
     assert len(out) == 0 and list(out.dtypes) == list(block.dtypes)
 
 
@@ -333,12 +335,11 @@ def test_each_task_runs_on_the_worker_the_plan_gives_it():
             seen.add(step)
             if step == "gpu-shuffle-output":
                 assert worker == stats.workers[plan.destination(key[1])], key
-            elif step in ("gpu-shuffle-batch", "gpu-shuffle-concat"):
+            elif step == "gpu-shuffle-batch":
                 assert worker == stats.workers[key[1]], key
             elif step == "gpu-shuffle-split":
                 assert worker == stats.workers[key[1]] and worker in holders, key
-        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-concat",
-                "gpu-shuffle-output"} <= seen
+        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-output"} <= seen
         assert len(partitions_of(client, shuffled)) == 7
 
 

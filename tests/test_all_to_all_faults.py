@@ -49,7 +49,7 @@ class DieOnce(WorkerPlugin):
 
 @pytest.mark.parametrize("steps", ["auto", "60 kB"], ids=["one step", "in steps"])
 @pytest.mark.parametrize("step", ["gpu-shuffle-split", "gpu-shuffle-batch",
-                                  "gpu-shuffle-concat", "gpu-shuffle-output"])
+                                  "gpu-shuffle-output"])
 def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, step, steps,
                                                                    caplog):
     caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")

@@ -148,36 +148,49 @@ def test_an_int_key_meets_an_equal_float_key_in_a_cudf_split():
     assert where[0] == where[1] and len(set(where[0].values())) == 9
 
 
+INDEXES = {  # the index levels travel as the first columns of libcudf's tables
+    "named": lambda pdf: pdf.rename_axis("row"),
+    "unnamed": lambda pdf: pdf,
+    "two levels": lambda pdf: pdf.set_index([pdf.index.rename("row"), pdf["n"].rename(None)]),
+}
+
+
 @pytest.mark.parametrize("group_bytes", [1 << 40, 1])  # one group per worker; one per part
 @pytest.mark.parametrize("ignore_index", [False, True])
-def test_cudf_splits_batches_and_concat_in_libcudf_equal_cudfs_own(monkeypatch, ignore_index,
-                                                                  group_bytes):
+@pytest.mark.parametrize("index", sorted(INDEXES))
+def test_cudf_splits_batches_and_outputs_in_libcudf_equal_cudfs_own(monkeypatch, ignore_index,
+                                                                   group_bytes, index):
     import cudf
 
     from dask_gpu_interop import all_to_all_tasks as tasks
 
     monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
-    pdf = pandas_frame(rows=10_000).rename_axis("row")
+    pdf = INDEXES[index](pandas_frame(rows=10_000))
     frame = cudf.from_pandas(pdf)
+    assert tasks._in_libcudf(frame, ignore_index)
     parts = [frame.iloc[i::3] for i in range(3)]
     sources = [tasks.split(parts[:2], ["key"], {"key": "float64"}, 4, ignore_index),
                tasks.split(parts[2:], ["key"], {"key": "float64"}, 4, ignore_index)]
     assert [len(frames) for frames, _ in sources] == ([1, 1] if group_bytes > 1 else [2, 1])
     batches = [tasks.batch(groups, 1, 4) for groups in sources]
-    concatenated = tasks.concat(batches, ignore_index)
+    outputs = []
     for position in range(3):
         j = 1 + position
-        got = tasks.output(concatenated, position, ignore_index)
+        got = tasks.output(batches, position, ignore_index)
         pieces = [ordered.iloc[int(offsets[j]):int(offsets[j + 1])]
                   for groups in sources for ordered, offsets in zip(*groups, strict=True)]
         want = cudf.concat(pieces, ignore_index=ignore_index)
         assert len(want) > 0
         pd.testing.assert_frame_equal(got.to_pandas(), want.to_pandas())
-    # every row once, each key in one output partition
-    outputs = [tasks.output(concatenated, p, ignore_index).to_pandas() for p in range(3)]
+        outputs.append(got.to_pandas())
+    # every row once, each key in one output partition, the index as it was
     _, whole = tasks.order_by_partition(frame, ["key"], {"key": "float64"}, 4, True)
     assert sum(len(o) for o in outputs) == int(whole[4] - whole[1])  # outputs 1-3 of the frame
     assert_each_key_in_one_partition(outputs, "key")
+    if not ignore_index:
+        rows = pd.concat(outputs)
+        assert rows.index.names == pdf.index.names
+        pd.testing.assert_frame_equal(rows, pdf.loc[rows.index])
 
 
 def test_a_cudf_frame_of_categories_is_split_by_the_same_hash(one_gpu):
@@ -210,7 +223,6 @@ def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu):
     frame = memory_report(one_gpu).tasks_frame().set_index("prefix")
     assert frame.loc["gpu-shuffle-split", "tasks"] >= 1  # one per worker
     assert frame.loc["gpu-shuffle-batch", "tasks"] >= 1
-    assert frame.loc["gpu-shuffle-concat", "tasks"] >= 1
     assert frame.loc["gpu-shuffle-output", "tasks"] >= 4
     assert frame.loc["gpu-shuffle-split", "peak_bytes_max"] > 0  # the split's ordered copy
     del shuffled

@@ -78,15 +78,15 @@ def test_in_steps_the_graph_has_a_split_per_group_a_batch_per_pair_of_steps_copi
             found.setdefault(key_split(key), []).append(key)
     assert sorted(k[1:] for k in found["gpu-shuffle-split"]) == [(0, 0), (0, 1), (1, 0)]
     # outputs: 75 bytes each, a step of 100 takes one: two runs on each destination
-    assert sorted(k[1:] for k in found["gpu-shuffle-concat"]) == [(0, 0), (0, 1), (1, 0),
-                                                                 (1, 1)]
     assert len(found["gpu-shuffle-batch"]) == 3 * 4  # every split group to every run
     tasks_of = graph.to_dict()
     for key in found["gpu-shuffle-batch"]:
         assert tasks_of[key][-1] is True  # a copy: the split is freed once its batches exist
-    concat = tasks_of[(found["gpu-shuffle-concat"][0][0], 1, 1)]
-    assert sorted(k[1:] for k in concat[1]) == [(0, 0, 1, 1), (0, 1, 1, 1), (1, 0, 1, 1)]
     assert len(keys) == 4 and [k[1] for k in keys] == [0, 1, 2, 3]
+    # output 3, the second run of destination b: from that run's batch of every split group
+    last = tasks_of[keys[3]]
+    assert sorted(k[1:] for k in last[1]) == [(0, 0, 1, 1), (0, 1, 1, 1), (1, 0, 1, 1)]
+    assert last[2] == 0  # the first (only) partition of its run
 
 
 def test_shares_are_what_a_worker_holds_or_gets_whichever_is_more():
@@ -195,8 +195,8 @@ def test_in_steps_every_row_arrives_once_and_every_key_in_one_partition(client):
     assert_same_rows(parts, blocks)
     assert_each_key_in_one_partition(parts, "key")
     ran = [key_split(task["key"]) for task in stream.data]
-    # several splits and concatenations per worker, where one step makes one each
-    assert ran.count("gpu-shuffle-split") > 2 and ran.count("gpu-shuffle-concat") > 2
+    # several splits per worker, where one step makes one each
+    assert ran.count("gpu-shuffle-split") > 2 and ran.count("gpu-shuffle-output") == 10
     with dask.config.set({STEP_KEY: "auto"}):
         one = partitions_of(client, shuffle(dask_frame(blocks), "key", 10))
     for a, b in zip(parts, one, strict=True):  # the same rows in each output partition
@@ -263,7 +263,7 @@ def test_in_steps_a_worker_allocates_less_at_once_than_in_one_step():
         in_steps = _most_above_start(client, "1 MB")
     share = 4 * dask.sizeof.sizeof(_block(0))
     # one step holds a worker's inputs, their ordered copy (alive in its batches until every
-    # destination has concatenated), what arrives and its concatenation: about 3 shares; in
+    # destination has made its outputs), what arrives and the outputs: about 3 shares; in
     # steps each input group and its split are freed once its batches are copied out
     assert one_step > 2.2 * share
     assert in_steps < 0.7 * one_step

@@ -39,12 +39,11 @@ def test_shuffle_on_cpus_checks_every_method_and_times_the_librarys_steps(tmp_pa
     assert min(library["received"]) >= 0.5 * shuffle.crossing_bytes(frame_bytes, 2)
     profile = results["profiles"][shuffle.entry_key("library", "tcp", MiB, "library")]
     steps = profile["steps"]
-    assert set(steps) == {"split", "batch", "concat", "output", "transfer"}
-    # one split and one concatenation per worker, one output task per output partition
-    assert steps["split"]["count"] == 2 and steps["concat"]["count"] == 2
-    assert steps["output"]["count"] == 4
-    assert steps["split"]["first"] <= steps["batch"]["first"] <= steps["concat"]["last"]
-    assert steps["concat"]["first"] <= steps["output"]["last"]
+    assert set(steps) == {"split", "batch", "output", "transfer"}
+    # one split per worker, one output task per output partition
+    assert steps["split"]["count"] == 2 and steps["output"]["count"] == 4
+    assert steps["split"]["first"] <= steps["batch"]["first"] <= steps["output"]["last"]
+    assert steps["transfer"]["first"] <= steps["output"]["last"]
     # the task stream's times are the workers' (distributed shifts them by its estimate of the
     # clocks' offset): within the call, give or take that estimate
     assert 0 < steps["output"]["last"] <= profile["seconds"] + 0.05
@@ -95,11 +94,11 @@ def test_steps_are_read_from_the_task_stream():
         task((f"gpu-shuffle-split-{token}", 0), 100.1, 100.3),
         task((f"gpu-shuffle-split-{token}", 1), 100.2, 100.5),
         task((f"gpu-shuffle-batch-{token}", 0, 1), 100.5, 100.51),
-        task((f"gpu-shuffle-concat-{token}", 0), 100.8, 100.9, transfer=(100.55, 100.75)),
+        task((f"gpu-shuffle-output-{token}", 0), 100.8, 100.9, transfer=(100.55, 100.75)),
         task(("other-thing", 0), 99.0, 101.0),
     ]
     steps = shuffle.step_times(stream, start=100.0)
-    assert set(steps) == {"split", "batch", "concat", "transfer"}
+    assert set(steps) == {"split", "batch", "output", "transfer"}
     assert steps["split"] == pytest.approx({"first": 0.1, "last": 0.5, "busy": 0.5, "count": 2})
     assert steps["transfer"] == pytest.approx({"first": 0.55, "last": 0.75, "busy": 0.2,
                                                "count": 1})
