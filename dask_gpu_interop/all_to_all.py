@@ -70,9 +70,11 @@ STEP_KEY = "gpu-interop.shuffle.step-bytes"
 #: through one split and one run of outputs while it is at most this part of the worker's
 #: memory (the GPU's for cuDF partitions, the worker's memory limit for pandas ones) ...
 ONE_STEP_PART = 1 / 8
-#: ... and else in steps of this part of it (at most ``tasks.GROUP_BYTES``), so that what a
-#: step holds beside the rest stays small, and the rest can spill to host memory.
+#: ... and else in steps of this part of it (at most :data:`STEP_MOST`), so that what a step
+#: holds beside the rest stays small, and the rest can spill to host memory.
 STEP_PART = 1 / 16
+#: The largest step "auto" takes.
+STEP_MOST = 2 * 2**30
 #: With "auto", shares up to this size never ask the workers' memory (a round trip).
 SMALL_SHARE = 256 * 2**20
 
@@ -328,12 +330,12 @@ def shares(plan: Plan) -> dict[str, int]:
 def auto_step(share: dict[str, int], memory: dict[str, int | None]) -> int | None:
     """The step for "auto": None (one step per worker) while every worker's share is at most
     :data:`ONE_STEP_PART` of its memory (or its memory is not known); else
-    :data:`STEP_PART` of the smallest such worker's memory, at most ``tasks.GROUP_BYTES``."""
+    :data:`STEP_PART` of the smallest such worker's memory, at most :data:`STEP_MOST`."""
     over = [memory[w] for w, size in share.items()
             if memory.get(w) and size > ONE_STEP_PART * memory[w]]
     if not over:
         return None
-    return max(1, min(tasks.GROUP_BYTES, int(min(over) * STEP_PART)))
+    return max(1, min(STEP_MOST, int(min(over) * STEP_PART)))
 
 
 def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
@@ -694,23 +696,34 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     if return_stats or logger.isEnabledFor(logging.INFO):
         stats = _stats(client, plan, frame.npartitions, outputs, token, seconds)
         logger.info("%s", stats)
-    out = _persisted_frame(outputs, meta, f"{PREFIX}-{token}")
+    out = _persisted_frame(outputs, meta, token)
     return (out, stats) if return_stats else out
 
 
-def _persisted_frame(futures: list, meta, prefix: str):
+def _persisted_frame(futures: list, meta, token: str):
     """A dask DataFrame of ``futures`` (partitions in memory), as ``persist`` makes one, so
     that a later shuffle of it takes its partitions as they are (:func:`_persisted_partitions`)
-    instead of computing them again; where dask has no ``from_graph``, one of delayed
-    partitions."""
+    instead of computing them again; named by the shuffle's ``token``, where dask's own
+    ``from_graph`` would tokenize the meta (for a cuDF frame, a hash on the device and a copy
+    to the host). Where dask has no such graph expression, one of delayed partitions."""
     import dask.dataframe as dd
 
+    layer = {future.key: future for future in futures}
+    keys = [future.key for future in futures]
+    divisions = (None,) * (len(futures) + 1)
+    try:
+        from dask.dataframe.dask_expr import new_collection
+        from dask.dataframe.dask_expr.io.io import FromGraph
+
+        return new_collection(FromGraph(layer=layer, _meta=meta, divisions=divisions,
+                                        keys=keys, name_prefix=PREFIX, _determ_token=token))
+    except (ImportError, TypeError):
+        pass
     from_graph = getattr(dd, "from_graph", None)
     if from_graph is None:
         return dd.from_delayed(futures, meta=meta, divisions=None, verify_meta=False,
-                               prefix=prefix)  # fmt: skip
-    return from_graph({future.key: future for future in futures}, meta,
-                      (None,) * (len(futures) + 1), [future.key for future in futures], prefix)
+                               prefix=f"{PREFIX}-{token}")  # fmt: skip
+    return from_graph(layer, meta, divisions, keys, f"{PREFIX}-{token}")
 
 
 # --------------------------------------------------------------------------- merge

@@ -66,8 +66,10 @@ def partition_ids(frame, on: list, casts: dict, npartitions: int):
 
 #: A worker's input partitions are concatenated in groups of at most this many bytes (a group
 #: of one partition may be larger): each group one libcudf call, and what a split holds beside
-#: its inputs bounded.
-GROUP_BYTES = 2 * 2**30
+#: its inputs bounded. Large, so that a worker's share is one group wherever the plan takes one
+#: step: each output partition then has one piece per source worker to concatenate (libcudf
+#: copies up to four pieces a column with plain copies, more with a kernel of its own).
+GROUP_BYTES = 8 * 2**30
 #: ... and of at most this many rows, the most a libcudf column holds.
 GROUP_ROWS = 2**31 - 1
 

@@ -395,6 +395,29 @@ def test_a_shuffled_frame_shuffled_again_is_taken_as_it_is_in_memory(client, mon
     assert_each_key_in_one_partition(parts, "x")
 
 
+def test_the_output_is_named_by_the_shuffles_token_without_tokenizing_its_meta(client,
+                                                                             monkeypatch):
+    """Tokenizing a cuDF meta costs a hash on the device and a copy to the host: the output
+    frame takes the shuffle's own token instead."""
+    from dask.tokenize import normalize_token
+
+    from dask_gpu_interop import all_to_all
+
+    class Meta(pd.DataFrame):
+        pass
+
+    def refuse(meta):
+        raise AssertionError("the meta was tokenized")
+
+    monkeypatch.setitem(normalize_token._lookup, Meta, refuse)
+    blocks = frame(3)
+    futures = client.scatter(blocks)
+    out = all_to_all._persisted_frame(futures, Meta(blocks[0].iloc[:0]), "ab" * 16)
+    assert out._name == "gpu-shuffle-" + "ab" * 16 and out.npartitions == 3
+    assert_same_rows(partitions_of(client, out), blocks)
+    assert all_to_all._persisted_partitions(out) == futures  # shuffled again as it is
+
+
 def test_workers_leaving_every_attempt_end_in_one_shuffle_error(client, monkeypatch):
     from dask_gpu_interop import ShuffleError, all_to_all
 

@@ -13,10 +13,10 @@ import pytest
 from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin, get_task_stream
 
-from dask_gpu_interop import all_to_all_tasks as tasks
 from dask_gpu_interop import shuffle
 from dask_gpu_interop.all_to_all import (
     STEP_KEY,
+    STEP_MOST,
     Plan,
     auto_step,
     build_graph,
@@ -120,8 +120,9 @@ def test_auto_takes_one_step_while_the_share_is_small_beside_the_workers_memory(
     gib = 2**30
     assert auto_step({"a": 8 * gib, "b": 8 * gib}, {"a": 80 * gib, "b": 80 * gib}) is None
     # a share beyond an eighth of a worker's memory: steps of a sixteenth, at most 2 GiB
+    assert STEP_MOST == 2 * gib
     assert auto_step({"a": 11 * gib, "b": 4 * gib},
-                     {"a": 80 * gib, "b": 80 * gib}) == tasks.GROUP_BYTES
+                     {"a": 80 * gib, "b": 80 * gib}) == STEP_MOST
     assert auto_step({"a": 10 * gib}, {"a": 16 * gib}) == gib
     assert auto_step({"a": 10 * gib}, {"a": None}) is None  # memory not known: one step
 
