@@ -9,8 +9,8 @@ data crosses between workers once per pair of workers, in one batch, over distri
 comms (device to device over UCX with the "cuda" serializers), scheduled by distributed like
 any other tasks:
 
-1. the input is persisted, and :meth:`distributed.Client.who_has` says where each partition
-   is;
+1. the input is persisted, and the scheduler says (in one round trip) which workers there
+   are, where each partition is and its size;
 2. ``gpu-shuffle-split``: one task on each worker holding input partitions concatenates them
    (in groups of a bounded size) and orders each group's rows by output partition (a hash
    of the key columns: libcudf's partitioner on cuDF, dask's own on pandas,
@@ -379,14 +379,30 @@ def _step(client, plan: Plan, setting: int | None, gpu: bool) -> int | None:
     return auto_step(share, workers_memory(client, plan.workers, gpu))
 
 
-def _sizes(client, futures) -> tuple[int, ...]:
-    """Each input partition's bytes as the scheduler knows them; 0 for all where it does not
+def _cluster_state(client, futures) -> tuple[dict, dict, tuple[int, ...]]:
+    """``(nthreads, held, sizes)``: each worker's threads, the workers holding each of
+    ``futures`` (by key), and each one's bytes, as the scheduler knows them, asked at once
+    (one round trip instead of three). ``sizes`` are 0 for all where the scheduler does not
     know one (a key it is forgetting as the shuffle starts again): the plan takes one step."""
-    try:
-        known = client.nbytes(keys=[f.key for f in futures], summary=False)
-    except KeyError:
-        return (0,) * len(futures)
-    return tuple(int(known.get(f.key) or 0) for f in futures)
+    import asyncio
+
+    keys = list({future.key: None for future in futures})
+
+    async def ask():
+        return await asyncio.gather(client.scheduler.ncores(),
+                                    client.scheduler.who_has(keys=keys),
+                                    client.scheduler.nbytes(keys=keys, summary=False),
+                                    return_exceptions=True)  # fmt: skip
+
+    nthreads, held, known = client.sync(ask)
+    for answer in (nthreads, held):
+        if isinstance(answer, BaseException):
+            raise answer
+    if isinstance(known, KeyError):
+        return nthreads, held, (0,) * len(futures)
+    if isinstance(known, BaseException):
+        raise known
+    return nthreads, held, tuple(int(known.get(f.key) or 0) for f in futures)
 
 
 # --------------------------------------------------------------------------- checks
@@ -473,28 +489,34 @@ def _persisted_partitions(frame) -> list | None:
     return futures
 
 
-def _input_partitions(client, frame) -> tuple[list, bool]:
-    """The frame's partitions as futures, in order, once they are in memory, and whether they
-    were computed here (False: the frame was persisted); an input that failed raises its own
-    error."""
+#: What a shuffle on a cluster without workers says.
+NO_WORKER = "shuffle: no worker is connected to the cluster; start workers first"
+
+
+def _input_partitions(client, frame) -> list:
+    """The frame's partitions as futures, in order, once they are in memory (a persisted
+    frame's as they are; else computed, where the cluster has workers); an input that failed
+    raises its own error."""
     from distributed import wait
 
     persisted = _persisted_partitions(frame)
     if persisted is not None and all(f.client is client for f in persisted):
-        return persisted, False
+        return persisted
+    if not client.nthreads():  # computing would wait for workers forever
+        raise ValueError(NO_WORKER)
     futures = client.compute(frame.to_delayed())
     wait(futures)
     for future in futures:
         if future.status != "finished":
             future.result()  # the input's own error
-    return futures, True
+    return futures
 
 
-def _owners(client, futures, workers: tuple[str, ...]) -> tuple[str, ...]:
+def _owners(held: dict, futures, workers: tuple[str, ...]) -> tuple[str, ...]:
     """The worker of ``workers`` holding each of ``futures`` (the first by address where
-    several do). One held nowhere among them (lost with a worker since, or held by one that
-    just left) gets a worker in turn: the scheduler computes or fetches it for its split."""
-    held = client.who_has(futures)
+    several do, as ``held`` says by key). One held nowhere among them (lost with a worker
+    since, or held by one that just left) gets a worker in turn: the scheduler computes or
+    fetches it for its split."""
     present = set(workers)
     owners = []
     for future in futures:
@@ -660,16 +682,15 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     casts = hash_casts(frame._meta, on)
     setting = step_setting()
     gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
-    workers = tuple(sorted(client.nthreads()))
-    if not workers:
-        raise ValueError("shuffle: no worker is connected to the cluster; start workers first")
     for attempt in range(1, ATTEMPTS + 1):
-        inputs, computed = _input_partitions(client, frame)
-        if computed or attempt > 1:  # workers may have come or gone meanwhile
-            workers = tuple(sorted(client.nthreads()))
+        inputs = _input_partitions(client, frame)
         started = time.perf_counter()
-        plan = Plan(workers=workers, owners=_owners(client, inputs, workers),
-                    npartitions=npartitions, sizes=_sizes(client, inputs))  # fmt: skip
+        nthreads, held, sizes = _cluster_state(client, inputs)
+        workers = tuple(sorted(nthreads))
+        if not workers:
+            raise ValueError(NO_WORKER)
+        plan = Plan(workers=workers, owners=_owners(held, inputs, workers),
+                    npartitions=npartitions, sizes=sizes)  # fmt: skip
         step = _step(client, plan, setting, gpu)
         if step is not None:
             plan = replace(plan, step_bytes=step)
