@@ -19,6 +19,8 @@ as many partitions and kept in memory, by each method in turn:
 - ``library``: ``dask_gpu_interop.shuffle`` (one batch per pair of workers);
 - ``library-steps``: the same in steps of ``--step-bytes`` (``gpu-interop.shuffle.step-bytes``),
   as a worker's share large beside its memory goes (not in the default methods);
+- ``library-direct``: the same with the direct exchange (``gpu-interop.shuffle.exchange:
+  direct``: each split sends its batches itself; not in the default methods);
 - ``tasks``, ``p2p``: dask's own ``frame.shuffle("key", shuffle_method=...)``, persisted.
   P2P goes through host memory and is slow on GPUs: it runs only at sizes up to
   ``--p2p-up-to``.
@@ -57,7 +59,7 @@ ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
 METHODS = ("library", "tasks", "p2p")
 #: ``--methods`` of the shuffle: dask's and the library's, and the library's in steps.
-SHUFFLE_METHODS = ("library", "library-steps", "tasks", "p2p")
+SHUFFLE_METHODS = ("library", "library-steps", "library-direct", "tasks", "p2p")
 CLUSTERS = ("library", "dask-cuda")
 
 
@@ -86,9 +88,12 @@ def make_partition(index: int, rows: int, device: str):
 
 
 def received_since(start: float, dask_worker=None) -> int:
-    """Bytes this worker logged as received from other workers since ``start`` (time.time)."""
+    """Bytes this worker logged as received from other workers since ``start`` (time.time):
+    in its transfer log, and in the library's shuffle inbox (the direct exchange)."""
     log = list(getattr(dask_worker, "transfer_incoming_log", []))
-    return sum(int(e.get("total") or 0) for e in log if e.get("start", 0) >= start)
+    inbox = getattr(dask_worker, "plugins", {}).get("gpu-shuffle-inbox")
+    direct = inbox.received_since(start) if inbox is not None else 0
+    return sum(int(e.get("total") or 0) for e in log if e.get("start", 0) >= start) + direct
 
 
 def register_serializers() -> bool:
@@ -209,12 +214,13 @@ def shuffle_once(client, frame, method: str, step_bytes: int | None = None):
     from distributed import wait
 
     import dask_gpu_interop
-    from dask_gpu_interop.all_to_all import STEP_KEY
+    from dask_gpu_interop.all_to_all import EXCHANGE_KEY, STEP_KEY
 
     start_wall = time.time()
     started = time.perf_counter()
-    if method in ("library", "library-steps"):
-        steps = {STEP_KEY: step_bytes if method == "library-steps" else "auto"}
+    if method.startswith("library"):
+        steps = {STEP_KEY: step_bytes if method == "library-steps" else "auto",
+                 EXCHANGE_KEY: "direct" if method == "library-direct" else "batches"}
         with dask.config.set(steps):
             out = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions)
     else:
@@ -250,13 +256,15 @@ def step_times(stream: list[dict], start: float) -> dict:
     }
 
 
-def profile_once(client, frame) -> dict:
+def profile_once(client, frame, exchange: str = "batches") -> dict:
     """One untimed run of the library's shuffle with the task stream recorded."""
+    import dask
     from distributed import get_task_stream
 
     import dask_gpu_interop
+    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
 
-    with get_task_stream(client=client) as stream:
+    with get_task_stream(client=client) as stream, dask.config.set({EXCHANGE_KEY: exchange}):
         start = time.time()
         out, stats = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions,
                                               return_stats=True)  # fmt: skip
@@ -358,12 +366,14 @@ def measure_size(client, args, kind, protocol, size, methods, names, results) ->
         except Exception as err:  # one failure must not lose the other rows
             entry["error"] = f"{type(err).__name__}: {err}"
             say(f"{kind} {protocol} {format_bytes(size)} {method} failed: {entry['error']}")
-    if "library" in methods and "error" not in entries["library"]:
+    for method, exchange in (("library", "batches"), ("library-direct", "direct")):
+        if method not in methods or "error" in entries[method]:
+            continue
         try:
-            results["profiles"][entry_key(kind, protocol, size, "library")] = profile_once(
-                client, frame(next(names)))
+            results["profiles"][entry_key(kind, protocol, size, method)] = profile_once(
+                client, frame(next(names)), exchange)
         except Exception as err:
-            entries["library"]["profile_error"] = f"{type(err).__name__}: {err}"
+            entries[method]["profile_error"] = f"{type(err).__name__}: {err}"
     del frame, made
 
 
@@ -450,26 +460,30 @@ def table_row(results: dict, key: str, workers: int, both: float | None) -> str:
 
 
 def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[str]:
-    profiles = {split_key(k)[2]: p for k, p in (results.get("profiles") or {}).items()
+    profiles = {(split_key(k)[2], split_key(k)[3]): p
+                for k, p in (results.get("profiles") or {}).items()
                 if split_key(k)[:2] == (kind, protocol)}  # fmt: skip
     if not profiles:
         return []
     lines = ["", "The library's steps in one more run (task stream; seconds from the call: "
-             "first start-last stop, and the tasks' summed busy time):", "",
-             "| per worker | whole s | split | batch | transfers | output | crossing GB/s over the "
-             "transfers |", "| ---: | ---: | --- | --- | --- | --- | ---: |"]
-    for size, profile in sorted(profiles.items()):
+             "first start-last stop, and the tasks' summed busy time; with the direct "
+             "exchange a send task splits and sends its batches itself):", "",
+             "| per worker | method | whole s | split | batch | send | transfers | output | "
+             "crossing GB/s over the transfers |",
+             "| ---: | --- | ---: | --- | --- | --- | --- | --- | ---: |"]
+    for (size, method), profile in sorted(profiles.items()):
         steps = profile["steps"]
 
         def cell(step, steps=steps):
             s = steps.get(step)
             return f"{s['first']:.3f}-{s['last']:.3f} ({s['busy']:.3f}, {s['count']})" if s else "-"
 
-        moving = steps.get("transfer")
+        moving = steps.get("transfer") if "batch" in steps else None  # direct: in the sends
         speed = (rate(profile["crossing_bytes"] / (moving["last"] - moving["first"]) / 1e9)
                  if moving and moving["last"] > moving["first"] else "-")
-        lines.append(f"| {format_bytes(size)} | {profile['seconds']:.3f} | {cell('split')} | "
-                     f"{cell('batch')} | {cell('transfer')} | {cell('output')} | {speed} |")
+        lines.append(f"| {format_bytes(size)} | {method} | {profile['seconds']:.3f} | "
+                     f"{cell('split')} | {cell('batch')} | {cell('send')} | "
+                     f"{cell('transfer')} | {cell('output')} | {speed} |")
     return lines
 
 
@@ -555,7 +569,8 @@ def dry_run(args) -> str:
                 if args.device == "gpu" else "")]  # fmt: skip
     shuffles = 0
     for kind, protocol, size, methods in runs_planned(args):
-        count = len(methods) * (args.repeats + 1) + ("library" in methods)
+        count = len(methods) * (args.repeats + 1) + sum(
+            m in methods for m in ("library", "library-direct"))
         shuffles += count
         lines.append(f"{kind} cluster, {protocol}: {format_bytes(size)} per worker: "
                      f"{', '.join(methods)} ({count} shuffles)")  # fmt: skip

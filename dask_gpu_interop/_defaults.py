@@ -31,10 +31,14 @@ WORKER_DEFAULTS = {
 }
 
 SHUFFLE_DEFAULTS = {
-    # The bytes each split and concatenation of the all-to-all works on at once on a worker:
-    # "auto" (the whole share while it is small beside the worker's memory, else steps of a
-    # part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all).
+    # The bytes each split and run of output partitions of the all-to-all works on at once
+    # on a worker: "auto" (the whole share while it is small beside the worker's memory, else
+    # steps of a part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all).
     "step-bytes": "auto",
+    # How its batches cross between workers: "batches" (tasks of their own, which dask moves)
+    # or "direct" (each split sends them itself; where a share takes one step)
+    # (dask_gpu_interop.all_to_all_inbox).
+    "exchange": "batches",
 }
 
 

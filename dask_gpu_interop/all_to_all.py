@@ -66,6 +66,11 @@ POLL_SECONDS = 0.5
 #: on at once, "auto" or a size ("1GiB"); with a size, a worker's share is split and gathered
 #: in steps of about that much, each a task of its own.
 STEP_KEY = "gpu-interop.shuffle.step-bytes"
+#: dask config: how the batches cross between workers, "batches" (tasks of their own, which
+#: dask moves as it moves any data) or "direct" (each split sends its batches to their workers
+#: itself, :mod:`.all_to_all_inbox`; where a worker's share takes one step).
+EXCHANGE_KEY = "gpu-interop.shuffle.exchange"
+EXCHANGES = ("batches", "direct")
 #: With "auto", a worker's share (what it holds of the input, or gets of the output) goes
 #: through one split and one run of outputs while it is at most this part of the worker's
 #: memory (the GPU's for cuDF partitions, the worker's memory limit for pandas ones) ...
@@ -292,6 +297,69 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
     return HighLevelGraph(layers, dependencies), keys
 
 
+def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
+                       ignore_index: bool):
+    """The all-to-all with the direct exchange (:mod:`.all_to_all_inbox`), as a
+    ``HighLevelGraph``, and the output partitions' keys in order: one ``gpu-shuffle-send``
+    task per source worker (its split, and its batches sent), and one ``gpu-shuffle-output``
+    per output partition, which waits for every send. In one step per worker only."""
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    from . import all_to_all_inbox as inbox
+
+    if plan.step_bytes is not None:
+        raise ValueError("the direct exchange takes one step per worker")
+    send_name, output_name = (f"{PREFIX}-{step}-{token}" for step in ("send", "output"))
+    runs = {d: plan.output_groups(d) for d in plan.destinations}
+    targets = [(f"{d}/{h}", plan.workers[d], first, stop)
+               for d in plan.destinations for h, (first, stop) in enumerate(runs[d])]
+    layers, dependencies = {}, {}
+    sends = []
+    for s in plan.sources:
+        name = f"{send_name}-on-{s}"
+        layers[name] = MaterializedLayer(
+            {(send_name, s): (inbox.split_and_send, [inputs[i] for i in plan.inputs_on(s)],
+                              on, casts, plan.npartitions, ignore_index, token, s, targets)},
+            annotations=_restricted(plan.workers[s]))  # fmt: skip
+        dependencies[name] = set()
+        sends.append((send_name, s))
+    for d in plan.destinations:
+        name = f"{output_name}-on-{d}"
+        layers[name] = MaterializedLayer(
+            {(output_name, j): (inbox.output_from_inbox, token, f"{d}/{h}", j - first,
+                                stop - first, ignore_index, *sends)
+             for h, (first, stop) in enumerate(runs[d]) for j in range(first, stop)},
+            annotations=_restricted(plan.workers[d]))  # fmt: skip
+        dependencies[name] = {f"{send_name}-on-{s}" for s in plan.sources}
+    keys = [(output_name, j) for j in range(plan.npartitions)]
+    return HighLevelGraph(layers, dependencies), keys
+
+
+#: Schedulers (by address) whose workers have the direct exchange's inbox plugin, as this
+#: process registered it: registered once per scheduler, not at every shuffle.
+_INBOX_ON: set = set()
+
+
+def _drop_inboxes(client, token: str) -> None:
+    """The shuffle ``token``'s batches out of every worker's inbox (it stopped before its
+    output partitions took them)."""
+    from . import all_to_all_inbox as inbox
+
+    try:
+        client.run(inbox.drop, token, on_error="ignore")
+    except Exception:  # noqa: BLE001 - a cluster going away has nothing left to drop
+        logger.debug("could not empty the inboxes of shuffle %s", token, exc_info=True)
+
+
+def _register_inbox(client) -> None:
+    from . import all_to_all_inbox as inbox
+
+    address = client.scheduler.address
+    if address not in _INBOX_ON:
+        client.register_plugin(inbox.ShuffleInbox(), name=inbox.NAME)
+        _INBOX_ON.add(address)
+
+
 # --------------------------------------------------------------------------- steps
 
 
@@ -312,6 +380,19 @@ def step_setting() -> int | None:
         raise ValueError(f"{STEP_KEY}={value!r} in dask config: give a size such as 1GiB, or "
                          "auto")
     return size
+
+
+def exchange_setting() -> str:
+    """``gpu-interop.shuffle.exchange`` from dask config, "batches" by default; ValueError in
+    one line for anything else."""
+    import dask
+
+    value = dask.config.get(EXCHANGE_KEY, "batches")
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name not in EXCHANGES:
+        raise ValueError(f"{EXCHANGE_KEY}={value!r} in dask config: choose one of "
+                         f"{', '.join(EXCHANGES)}")  # fmt: skip
+    return name
 
 
 def shares(plan: Plan) -> dict[str, int]:
@@ -567,17 +648,23 @@ def _failed_step(traceback) -> str:
     its frames in the tasks' module is the task's own function."""
     import traceback as tb
 
+    steps = {(os.path.basename(tasks.__file__), "split"): "split",
+             (os.path.basename(tasks.__file__), "batch"): "batch",
+             (os.path.basename(tasks.__file__), "output"): "output",
+             ("all_to_all_inbox.py", "split_and_send"): "send",
+             ("all_to_all_inbox.py", "output_from_inbox"): "output"}
     for frame in tb.extract_tb(traceback) if traceback is not None else ():
-        if (os.path.basename(frame.filename) == os.path.basename(tasks.__file__)
-                and frame.name in ("split", "batch", "output")):
-            return f"{PREFIX}-{frame.name}"
+        step = steps.get((os.path.basename(frame.filename), frame.name))
+        if step:
+            return f"{PREFIX}-{step}"
     return PREFIX
 
 
 def received(token: str, dask_worker=None) -> list[tuple[str, int]]:
     """On a worker: ``(source, bytes)`` of each transfer of the shuffle ``token``'s keys into
-    it, from its transfer log."""
-    out = []
+    it, from its transfer log, and of each batch its inbox took (the direct exchange)."""
+    inbox = getattr(dask_worker, "plugins", {}).get("gpu-shuffle-inbox")
+    out = list(inbox.received(token)) if inbox is not None else []
     for entry in list(getattr(dask_worker, "transfer_incoming_log", ())):
         nbytes = sum(int(size or 0) for key, size in entry.get("keys", {}).items()
                      if token in str(key[0] if isinstance(key, tuple) else key))
@@ -642,7 +729,8 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         ``frame`` is not a dask DataFrame.
     ValueError
         ``on`` names no column of the frame, ``npartitions`` is not a positive whole number,
-        ``gpu-interop.shuffle.step-bytes`` is neither "auto" nor a size, or no client runs,
+        ``gpu-interop.shuffle.step-bytes`` is neither "auto" nor a size,
+        ``gpu-interop.shuffle.exchange`` neither "batches" nor "direct", or no client runs,
         or its cluster has no worker.
     ShuffleError
         A task of the shuffle failed, data it needed was lost and could not be computed
@@ -658,7 +746,9 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     keep. A worker whose share is more than an eighth of its memory (its GPU's for cuDF
     partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
     2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
-    in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. Where the frame
+    in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. With
+    ``gpu-interop.shuffle.exchange: direct`` (default ``batches``), each split sends its
+    batches to their workers itself, where a share takes one step (:mod:`.all_to_all_inbox`). Where the frame
     and its shuffle together do not fit the GPUs (a frame you keep, and its shuffled copy),
     give the workers cuDF's spilling (``GPUMemoryPlugin(spill=True)``, or ``memory={"spill":
     True}`` to :func:`cluster_client`): cuDF then moves frames no task is using to host memory
@@ -681,6 +771,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     meta = frame._meta.reset_index(drop=True) if ignore_index else frame._meta
     casts = hash_casts(frame._meta, on)
     setting = step_setting()
+    exchange = exchange_setting()
     gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
     for attempt in range(1, ATTEMPTS + 1):
         inputs = _input_partitions(client, frame)
@@ -695,16 +786,32 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         if step is not None:
             plan = replace(plan, step_bytes=step)
         token = uuid.uuid4().hex
-        graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
+        direct = exchange == "direct" and plan.step_bytes is None
+        if direct:
+            _register_inbox(client)
+        graph, keys = (build_direct_graph if direct else build_graph)(
+            plan, inputs, token, on, casts, ignore_index)
         outputs = client.get(graph, keys, sync=False)
         # the graph holds the inputs too: the scheduler releases them once split, unless the
         # caller holds them
         del inputs, graph
         try:
-            _wait(outputs, client, plan.workers)
+            try:
+                _wait(outputs, client, plan.workers)
+            except ShuffleError:
+                # a batch sent to a worker that left fails its send: as a worker left
+                gone = set(plan.workers) - set(client.nthreads())
+                if not gone:
+                    raise
+                raise _WorkersLeft(", ".join(sorted(gone))) from None
             break
-        except _WorkersLeft as left:
+        except BaseException as stopped:
             client.cancel(outputs)
+            if direct:  # what reached the inboxes of this attempt, or reaches them later
+                _drop_inboxes(client, token)
+            if not isinstance(stopped, _WorkersLeft):
+                raise
+            left = stopped
             if attempt == ATTEMPTS:
                 raise ShuffleError(
                     f"workers left the cluster during each of {ATTEMPTS} attempts at the "

@@ -1,7 +1,8 @@
 """The all-to-all (dask_gpu_interop.shuffle) on cuDF partitions and GPU workers: every row
 once, every key in one partition, libcudf's split and concatenation against cuDF's own
 (indexes, an int key meeting an equal float key), partitions that stay cuDF frames, the per-task memory report of each step; with two GPUs,
-over TCP and UCX, what crossed between the workers, a join, and a worker killed in the middle.
+over TCP and UCX, what crossed between the workers (with either exchange), a join, and a
+worker killed in the middle.
 Skipped without a GPU (two for the multi_gpu tests)."""
 
 from __future__ import annotations
@@ -301,6 +302,25 @@ def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus):
     pdf = pandas_frame(rows=400_000)
     shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
                               client=two_gpus)
+    workers = sorted(two_gpus.nthreads())
+    assert set(stats.crossed) <= {(workers[0], workers[1]), (workers[1], workers[0])}
+    assert 0.3 * stats.output_bytes < stats.crossing_bytes < 0.7 * stats.output_bytes
+    parts = gathered(two_gpus, shuffled)
+    assert_rows(parts, pdf)
+    assert_each_key_in_one_partition(parts, ["key", "name"])
+
+
+@pytest.mark.multi_gpu
+def test_the_direct_exchange_between_two_gpus_gives_every_row_once(two_gpus):
+    import dask
+
+    from dask_gpu_interop import shuffle
+    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
+
+    pdf = pandas_frame(rows=400_000)
+    with dask.config.set({EXCHANGE_KEY: "direct"}):
+        shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
+                                  client=two_gpus)
     workers = sorted(two_gpus.nthreads())
     assert set(stats.crossed) <= {(workers[0], workers[1]), (workers[1], workers[0])}
     assert 0.3 * stats.output_bytes < stats.crossing_bytes < 0.7 * stats.output_bytes

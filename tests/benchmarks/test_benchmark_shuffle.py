@@ -50,7 +50,7 @@ def test_shuffle_on_cpus_checks_every_method_and_times_the_librarys_steps(tmp_pa
     table = (tmp_path / "shuffle-cpu-test.md").read_text()
     assert "### library cluster, TCP" in table and "| 1.00 MiB | library |" in table
     assert table.count("| ok |") == 5 and "FAILED" not in table
-    assert "The library's steps" in table and "| 256.00 kiB |" in table
+    assert "The library's steps" in table and "| 256.00 kiB | library | " in table
 
 
 def test_the_librarys_shuffle_in_steps_is_a_method_of_its_own(tmp_path):
@@ -66,6 +66,30 @@ def test_the_librarys_shuffle_in_steps_is_a_method_of_its_own(tmp_path):
         assert len(run["seconds"]) == 1
     table = (tmp_path / "shuffle-cpu-test.md").read_text()
     assert "| 1.00 MiB | library-steps |" in table and "in steps of 200.00 kiB" in table
+
+
+def test_the_librarys_direct_exchange_is_a_method_of_its_own_with_its_steps(tmp_path):
+    shuffle.main(["--device", "cpu", "--protocols", "tcp", "--sizes", "1MiB",
+                  "--methods", "library,library-direct", "--partitions-per-worker", "3",
+                  "--repeats", "1", "--out", str(tmp_path), "--machine", "cpu-test"])  # fmt: skip
+    results = json.loads((tmp_path / "shuffle-cpu-test.json").read_text())
+    assert not results["errors"]
+    for method in ("library", "library-direct"):
+        run = results["runs"][shuffle.entry_key("library", "tcp", MiB, method)]
+        assert run["check"]["rows_ok"] and run["check"]["checksum_ok"], (method, run)
+        # two workers: about half crosses, logged by the transfers or by the inboxes
+        assert min(run["received"]) >= 0.4 * shuffle.crossing_bytes(
+            results["frames"][str(MiB)]["bytes"], 2), (method, run)
+    direct = results["profiles"][shuffle.entry_key("library", "tcp", MiB, "library-direct")]
+    # the output tasks fetch only the sends' small results: the batches went in the sends
+    assert set(direct["steps"]) - {"transfer"} == {"send", "output"}
+    assert direct["steps"]["send"]["count"] == 2 and direct["steps"]["output"]["count"] == 6
+    assert direct["crossing_bytes"] > 0
+    table = (tmp_path / "shuffle-cpu-test.md").read_text()
+    assert "| 1.00 MiB | library-direct |" in table
+    steps_row = next(line for line in table.split("The library's steps")[1].splitlines()
+                     if line.startswith("| 1.00 MiB | library-direct | "))
+    assert steps_row.endswith("| - |")  # no transfer speed: the sends carried the batches
 
 
 def test_shuffle_check_catches_a_key_split_across_partitions_and_a_changed_row():

@@ -1,0 +1,205 @@
+"""The all-to-all's direct exchange (:mod:`.all_to_all`, ``gpu-interop.shuffle.exchange:
+direct``), on the workers: each source worker's split sends its batches to their destination
+workers itself, and each destination keeps them in an inbox until its output partitions are
+made from them.
+
+- :class:`ShuffleInbox`: a worker plugin; its handler ``gpu_shuffle_receive`` takes a batch
+  sent by a peer (over distributed's own comms: device to device over UCX with the "cuda"
+  serializers) and keeps it by shuffle, run of output partitions and source.
+- :func:`split_and_send`: a source worker's input partitions split (:func:`.all_to_all_tasks.
+  split`), and one batch per run of output partitions sent to its worker at once (kept in
+  the worker's own inbox where it is the destination). Its result is what it sent to whom, a
+  small dict: the output partitions depend on every source's, so that they run once every
+  batch has arrived.
+- :func:`output_from_inbox`: one output partition, concatenated from the batches of its run
+  (:func:`.all_to_all_tasks.output`); the run's batches leave the inbox with its last output
+  partition.
+- :func:`drop`: a shuffle's batches out of a worker's inbox, where it stopped before its end.
+
+Compared with the batch tasks (``exchange: batches``), no step sits between a split and its
+transfers, and no scheduler round trip: the transfers start as each split ends. What is in an
+inbox is out of dask's sight (its memory limits and spilling): the plan takes this exchange
+only where a worker's share takes one step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from distributed import WorkerPlugin
+
+from . import all_to_all_tasks as tasks
+
+#: The name the plugin is registered under on every worker.
+NAME = "gpu-shuffle-inbox"
+#: The worker handler that receives a batch from a peer.
+HANDLER = "gpu_shuffle_receive"
+#: Shuffles whose received bytes each worker remembers (for the shuffle's statistics), and
+#: stopped shuffles whose late batches it turns away.
+LOGGED = 64
+
+
+class ShuffleInbox(WorkerPlugin):
+    """A worker plugin: the batches sent to this worker, by shuffle token, run of output
+    partitions and source worker, until the run's output partitions are made; and the bytes
+    received from each peer, for the last :data:`LOGGED` shuffles."""
+
+    name = NAME
+    idempotent = True  # registered once: registering again would empty the inboxes
+
+    def setup(self, worker):
+        self._lock = threading.Lock()
+        self._boxes: dict = {}  # token -> run -> {source: batch}
+        self._left: dict = {}  # (token, run) -> output partitions still to make
+        self._received: dict = {}  # token -> [(source address, bytes)]
+        self._dropped: dict = {}  # tokens dropped: what arrives for them later is not kept
+        worker.handlers[HANDLER] = self.receive
+
+    def teardown(self, worker):
+        worker.handlers.pop(HANDLER, None)
+        with self._lock:
+            self._boxes.clear()
+            self._left.clear()
+
+    def receive(self, token: str, run, source: int, batch, sender: str | None = None,
+                nbytes: int = 0) -> str:
+        """Handler: keep ``batch`` from source ``source`` (``sender``: its address)."""
+        self.put(token, run, source, batch)
+        with self._lock:
+            log = self._received.setdefault(token, [])
+            log.append((sender, int(nbytes), time.time()))
+            while len(self._received) > LOGGED:
+                self._received.pop(next(iter(self._received)))
+        return "OK"
+
+    def put(self, token: str, run, source: int, batch) -> None:
+        with self._lock:
+            if token not in self._dropped:  # a send that ends after its shuffle stopped
+                self._boxes.setdefault(token, {}).setdefault(run, {})[source] = batch
+
+    def batches(self, token: str, run) -> list:
+        """The batches of ``run``, by source in order; KeyError where there are none."""
+        with self._lock:
+            box = self._boxes[token][run]
+            return [box[source] for source in sorted(box)]
+
+    def made(self, token: str, run, count: int) -> None:
+        """One more of ``run``'s ``count`` output partitions is made: the run's batches leave
+        the inbox with its last."""
+        with self._lock:
+            left = self._left.get((token, run), count) - 1
+            if left > 0:
+                self._left[(token, run)] = left
+                return
+            self._left.pop((token, run), None)
+            runs = self._boxes.get(token, {})
+            runs.pop(run, None)
+            if not runs:
+                self._boxes.pop(token, None)
+
+    def drop(self, token: str) -> int:
+        """The shuffle ``token``'s batches out of the inbox; how many runs held some."""
+        with self._lock:
+            self._dropped[token] = None
+            while len(self._dropped) > LOGGED:
+                self._dropped.pop(next(iter(self._dropped)))
+            runs = self._boxes.pop(token, {})
+            for key in [key for key in self._left if key[0] == token]:
+                del self._left[key]
+            return len(runs)
+
+    def received(self, token: str) -> list[tuple[str, int]]:
+        """``(sender, bytes)`` of each batch of the shuffle ``token`` taken from a peer."""
+        with self._lock:
+            return [(sender, nbytes) for sender, nbytes, _ in self._received.get(token, ())]
+
+    def received_since(self, start: float) -> int:
+        """Bytes taken from peers since ``start`` (``time.time()``), every shuffle together."""
+        with self._lock:
+            return sum(nbytes for log in self._received.values()
+                       for _, nbytes, when in log if when >= start)  # fmt: skip
+
+
+def _inbox(worker) -> ShuffleInbox:
+    try:
+        return worker.plugins[NAME]
+    except KeyError:
+        raise RuntimeError(f"the worker {worker.address} has no {NAME} plugin: the shuffle "
+                           "registers it before it starts; a worker that joined since "
+                           "gets it from the scheduler") from None  # fmt: skip
+
+
+def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bool,
+                   token: str, source: int, runs: list) -> dict:
+    """Split a source worker's input partitions (:func:`.all_to_all_tasks.split`) and send
+    each run's batch to its worker at once; ``runs`` are ``(run, address, first, stop)``,
+    ``run`` naming the run of output partitions ``first`` to ``stop - 1`` on worker
+    ``address``. Returns ``{address: bytes}`` sent to each other worker."""
+    from dask.sizeof import sizeof
+    from distributed import get_worker
+    from distributed.protocol import to_serialize
+    from distributed.utils import sync
+
+    worker = get_worker()
+    inbox = _inbox(worker)
+    groups = tasks.split(parts, on, casts, npartitions, ignore_index)
+    del parts
+    sent: dict = {}
+    calls = []
+    for run, address, first, stop in runs:
+        batch = tasks.batch(groups, first, stop)
+        if address == worker.address:
+            inbox.put(token, run, source, batch)
+            continue
+        nbytes = int(sum(sizeof(frame) for frame in batch[0]))
+        sent[address] = sent.get(address, 0) + nbytes
+        calls.append((address, dict(token=token, run=run, source=source,
+                                    batch=to_serialize(batch), sender=worker.address,
+                                    nbytes=nbytes)))  # fmt: skip
+
+    async def send_all():
+        import asyncio
+
+        answers = await asyncio.gather(*(getattr(worker.rpc(address), HANDLER)(**message)
+                                         for address, message in calls))  # fmt: skip
+        for (address, _), answer in zip(calls, answers, strict=True):
+            if answer != "OK":
+                raise RuntimeError(f"worker {address} did not take the batch: {answer!r}")
+
+    if calls:
+        sync(worker.loop, send_all)
+    return sent
+
+
+def output_from_inbox(token: str, run, position: int, count: int, ignore_index: bool,
+                      *sends) -> object:
+    """Output partition ``position`` of ``run`` (which has ``count``), concatenated from the
+    run's batches in the worker's inbox; ``sends`` are the sources' :func:`split_and_send`
+    results, on which it waits (their values are not read)."""
+    from distributed import get_worker
+
+    inbox = _inbox(get_worker())
+    try:
+        batches = inbox.batches(token, run)
+    except KeyError:
+        raise RuntimeError("this output partition's batches are no longer on its worker (made "
+                           "before and released, or the worker started again): shuffle the "
+                           "input again") from None  # fmt: skip
+    out = tasks.output(batches, position, ignore_index)
+    inbox.made(token, run, count)
+    return out
+
+
+def drop(token: str, dask_worker=None) -> int:
+    """On a worker: the shuffle ``token``'s batches out of its inbox (none where it has no
+    inbox)."""
+    inbox = dask_worker.plugins.get(NAME)
+    return inbox.drop(token) if inbox is not None else 0
+
+
+def received(token: str, dask_worker=None) -> list[tuple[str, int]]:
+    """On a worker: ``(source, bytes)`` of each batch of the shuffle ``token`` that its inbox
+    took from a peer."""
+    inbox = dask_worker.plugins.get(NAME)
+    return inbox.received(token) if inbox is not None else []

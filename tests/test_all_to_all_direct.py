@@ -1,0 +1,191 @@
+"""The all-to-all's direct exchange (``gpu-interop.shuffle.exchange: direct``) on pandas
+partitions and CPU worker processes: each split sends its batches to their workers' inboxes
+itself. Its graph, its result, its inboxes emptied, its setting, its fallback in steps, and a
+worker killed in the middle of it."""
+
+from __future__ import annotations
+
+import os
+
+import dask
+import pytest
+from dask.utils import key_split
+from distributed import Client, LocalCluster, get_task_stream
+
+from dask_gpu_interop import all_to_all_inbox as inbox
+from dask_gpu_interop import shuffle
+from dask_gpu_interop.all_to_all import EXCHANGE_KEY, STEP_KEY, Plan, build_direct_graph
+
+from .test_all_to_all import (
+    NO_GPU,
+    assert_each_key_in_one_partition,
+    assert_same_rows,
+    dask_frame,
+    frame,
+    partitions_of,
+)
+from .test_all_to_all_faults import DieOnce
+
+DIRECT = {EXCHANGE_KEY: "direct"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None,
+                      env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
+        yield client
+
+
+def boxes(dask_worker=None):
+    found = dask_worker.plugins.get(inbox.NAME)
+    return None if found is None else (len(found._boxes), len(found._left))
+
+
+def test_the_direct_graph_has_a_send_per_source_and_outputs_that_wait_for_every_send():
+    plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
+    graph, keys = build_direct_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"],
+                                     {}, False)  # fmt: skip
+    tasks_of = graph.to_dict()
+    found = {}
+    annotations = {}
+    for layer in graph.layers.values():
+        for key in layer:
+            found.setdefault(key_split(key), []).append(key)
+            annotations[key] = layer.annotations
+    assert sorted(found) == ["gpu-shuffle-output", "gpu-shuffle-send"]
+    sends = sorted(found["gpu-shuffle-send"])
+    assert [k[1] for k in sends] == [0, 2]  # sources a and c
+    # a's send splits its inputs 0, 1 and 3 and sends to every destination's run
+    send_a = tasks_of[sends[0]]
+    assert send_a[1] == ["in-0", "in-1", "in-3"]
+    assert send_a[-1] == [("0/0", "a", 0, 2), ("1/0", "b", 2, 3), ("2/0", "c", 3, 4)]
+    assert keys == [(k[0], j) for j, k in enumerate(sorted(found["gpu-shuffle-output"]))]
+    for j, key in enumerate(keys):
+        d = plan.destination(j)
+        task = tasks_of[key]
+        first, stop = plan.outputs_of(d)
+        assert task[2:6] == (f"{d}/0", j - first, stop - first, False)
+        assert sorted(task[6:]) == sends  # every send, so every batch has arrived
+        assert annotations[key]["workers"] == [plan.workers[d]]
+    for key in sends:
+        assert annotations[key] == {"workers": [plan.workers[key[1]]],
+                                    "allow_other_workers": False}
+    with pytest.raises(ValueError, match="one step"):
+        build_direct_graph(Plan(workers=("a",), owners=("a",), npartitions=2, sizes=(10,),
+                                step_bytes=5), ["in-0"], "0f" * 16, ["key"], {}, False)
+
+
+@pytest.mark.parametrize("npartitions", [None, 5, 1])
+@pytest.mark.parametrize("ignore_index", [False, True])
+def test_the_direct_exchange_gives_every_row_once_each_key_in_one_partition(
+        client, npartitions, ignore_index):
+    blocks = frame(7, rows=800, empty=(2,))
+    with dask.config.set(DIRECT), get_task_stream(client=client) as stream:
+        shuffled = shuffle(dask_frame(blocks), ["key", "name"], npartitions,
+                           ignore_index=ignore_index)
+    parts = partitions_of(client, shuffled)
+    assert len(parts) == (npartitions or 7)
+    if ignore_index:
+        parts = [p.rename_axis(None) for p in parts]
+        assert all(list(p.index) == list(range(len(p))) for p in parts)
+        got = sorted(tuple(r) for p in parts for r in p.itertuples(index=False))
+        want = sorted(tuple(r) for b in blocks for r in b.itertuples(index=False))
+        assert got == want
+    else:
+        assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, ["key", "name"])
+    ran = {key_split(task["key"]) for task in stream.data}
+    assert {"gpu-shuffle-send", "gpu-shuffle-output"} <= ran
+    assert "gpu-shuffle-batch" not in ran and "gpu-shuffle-split" not in ran
+    # every batch left its inbox with its run's last output partition
+    assert set(client.run(boxes).values()) == {(0, 0)}
+
+
+def test_the_direct_exchange_says_what_crossed_between_workers(client):
+    blocks = frame(6, rows=2_000)
+    with dask.config.set(DIRECT):
+        shuffled, stats = shuffle(dask_frame(blocks), "key", 6, return_stats=True)
+    assert 0.3 * stats.output_bytes < stats.crossing_bytes < stats.output_bytes
+    assert all(source != destination for source, destination in stats.crossed)
+    assert {s for s, _ in stats.crossed} <= set(stats.workers)
+    assert_same_rows(partitions_of(client, shuffled), blocks)
+
+
+def test_in_steps_the_direct_exchange_leaves_it_to_the_batch_tasks(client):
+    blocks = frame(8, rows=400)
+    with dask.config.set({**DIRECT, STEP_KEY: "40 kB"}), \
+            get_task_stream(client=client) as stream:  # fmt: skip
+        parts = partitions_of(client, shuffle(dask_frame(blocks), "key", 6))
+    ran = {key_split(task["key"]) for task in stream.data}
+    assert "gpu-shuffle-batch" in ran and "gpu-shuffle-send" not in ran
+    assert_same_rows(parts, blocks)
+
+
+def test_an_unknown_exchange_is_refused_in_one_line_before_any_work(client):
+    with dask.config.set({EXCHANGE_KEY: "carrier pigeon"}), \
+            get_task_stream(client=client) as stream:  # fmt: skip
+        with pytest.raises(ValueError, match="choose one of batches, direct") as refused:
+            shuffle(dask_frame(frame(2, rows=10)), "key")
+    assert "\n" not in str(refused.value) and EXCHANGE_KEY in str(refused.value)
+    assert stream.data == []
+
+
+def test_an_output_whose_batches_are_gone_says_so(client):
+    future = client.submit(inbox.output_from_inbox, "f" * 32, "0/0", 0, 1, False, pure=False)
+    with pytest.raises(RuntimeError, match="no longer on its worker"):
+        future.result()
+
+
+class _Worker:
+    def __init__(self):
+        self.handlers = {}
+
+
+def test_a_batch_arriving_after_its_shuffle_stopped_is_turned_away():
+    worker = _Worker()
+    box = inbox.ShuffleInbox()
+    box.setup(worker)
+    assert worker.handlers[inbox.HANDLER] == box.receive
+    assert box.receive("t1", "0/0", 1, "batch-1", sender="w1", nbytes=10) == "OK"
+    box.put("t1", "0/0", 0, "batch-0")
+    assert box.batches("t1", "0/0") == ["batch-0", "batch-1"]  # by source
+    assert box.received("t1") == [("w1", 10)]
+    assert box.drop("t1") == 1
+    box.put("t1", "0/0", 2, "late")  # a send that ended after the shuffle stopped
+    with pytest.raises(KeyError):
+        box.batches("t1", "0/0")
+    # a run's batches leave with its last output partition
+    box.put("t2", "1/0", 0, "b")
+    box.made("t2", "1/0", 2)
+    assert box.batches("t2", "1/0") == ["b"]
+    box.made("t2", "1/0", 2)
+    assert box._boxes == {} and box._left == {}
+    box.teardown(worker)
+    assert inbox.HANDLER not in worker.handlers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["gpu-shuffle-send", "gpu-shuffle-output"])
+def test_a_worker_killed_mid_direct_exchange_changes_nothing_in_the_result(tmp_path, step,
+                                                                          caplog):
+    caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")
+    marker = tmp_path / "died"
+    blocks = frame(12, rows=3_000)
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                      dashboard_address=None, env=NO_GPU) as cluster, \
+            Client(cluster) as client, dask.config.set(DIRECT):  # fmt: skip
+        source = dask_frame(blocks).persist()
+        client.wait_for_workers(3)
+        pids = set(client.run(os.getpid).values())
+        client.register_plugin(DieOnce(str(marker), step))
+        shuffled = shuffle(source, ["key", "name"], npartitions=9)
+        parts = partitions_of(client, shuffled)
+        assert marker.exists(), f"no worker died at {step}: the test did not test anything"
+        client.wait_for_workers(3, timeout=60)
+        assert set(client.run(os.getpid).values()) != pids  # one was replaced
+        # nothing of the stopped attempt is left in an inbox
+        assert set(client.run(boxes).values()) <= {(0, 0), None}
+    assert "left the cluster mid-shuffle: shuffling again" in caplog.text
+    assert len(parts) == 9
+    assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, ["key", "name"])
