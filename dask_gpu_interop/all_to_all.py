@@ -335,8 +335,9 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
     return HighLevelGraph(layers, dependencies), keys
 
 
-#: Schedulers (by address) whose workers have the direct exchange's inbox plugin, as this
-#: process registered it: registered once per scheduler, not at every shuffle.
+#: Clients (by id and scheduler address) that registered the direct exchange's inbox plugin:
+#: once per client and scheduler, not at every shuffle (the scheduler gives it to workers
+#: that join later; registering it again is refused, as it is idempotent).
 _INBOX_ON: set = set()
 
 
@@ -354,10 +355,10 @@ def _drop_inboxes(client, token: str) -> None:
 def _register_inbox(client) -> None:
     from . import all_to_all_inbox as inbox
 
-    address = client.scheduler.address
-    if address not in _INBOX_ON:
+    key = (client.id, client.scheduler.address)
+    if key not in _INBOX_ON:
         client.register_plugin(inbox.ShuffleInbox(), name=inbox.NAME)
-        _INBOX_ON.add(address)
+        _INBOX_ON.add(key)
 
 
 # --------------------------------------------------------------------------- steps
