@@ -16,11 +16,12 @@ and three float64 columns (random keys, ``--partitions-per-worker`` partitions e
 as a frame in memory (as a user's is after ``persist``), which is then shuffled on the key into
 as many partitions and kept in memory, by each method in turn:
 
-- ``library``: ``dask_gpu_interop.shuffle`` (one batch per pair of workers);
+- ``library``: ``dask_gpu_interop.shuffle`` (one batch per pair of workers, each split
+  sending its batches itself);
 - ``library-steps``: the same in steps of ``--step-bytes`` (``gpu-interop.shuffle.step-bytes``),
   as a worker's share large beside its memory goes (not in the default methods);
-- ``library-direct``: the same with the direct exchange (``gpu-interop.shuffle.exchange:
-  direct``: each split sends its batches itself; not in the default methods);
+- ``library-batches``: the same with ``gpu-interop.shuffle.exchange: batches`` (the batches
+  tasks of their own, which dask moves; not in the default methods);
 - ``tasks``, ``p2p``: dask's own ``frame.shuffle("key", shuffle_method=...)``, persisted.
   P2P goes through host memory and is slow on GPUs: it runs only at sizes up to
   ``--p2p-up-to``.
@@ -28,7 +29,7 @@ as many partitions and kept in memory, by each method in turn:
 The first run of each method at each size is checked, untimed: every row once (the count, and
 a checksum of every row's hash against the input's), no key in two partitions. The timed runs
 of the methods then alternate, round by round in a rotated order. One more run of the
-library's shuffle, untimed, records the task stream: when each step ran (split, batch, output)
+library's shuffle, untimed, records the task stream: when each step ran (send, or split and batch; output)
 and when the output tasks fetched their batches (the transfers), from the shuffle's start.
 
 Figures: the frame's bytes over the time (as issue 41 counts its GB/s), and the bytes that
@@ -59,7 +60,7 @@ ROW_BYTES = 32  # int64 key + three float64 columns
 KEYS = 1 << 22  # distinct keys: many rows share one, so "one partition per key" is tested
 METHODS = ("library", "tasks", "p2p")
 #: ``--methods`` of the shuffle: dask's and the library's, and the library's in steps.
-SHUFFLE_METHODS = ("library", "library-steps", "library-direct", "tasks", "p2p")
+SHUFFLE_METHODS = ("library", "library-steps", "library-batches", "tasks", "p2p")
 CLUSTERS = ("library", "dask-cuda")
 
 
@@ -220,7 +221,7 @@ def shuffle_once(client, frame, method: str, step_bytes: int | None = None):
     started = time.perf_counter()
     if method.startswith("library"):
         steps = {STEP_KEY: step_bytes if method == "library-steps" else "auto",
-                 EXCHANGE_KEY: "direct" if method == "library-direct" else "batches"}
+                 EXCHANGE_KEY: "batches" if method == "library-batches" else "direct"}
         with dask.config.set(steps):
             out = dask_gpu_interop.shuffle(frame, "key", npartitions=frame.npartitions)
     else:
@@ -256,7 +257,7 @@ def step_times(stream: list[dict], start: float) -> dict:
     }
 
 
-def profile_once(client, frame, exchange: str = "batches") -> dict:
+def profile_once(client, frame, exchange: str = "direct") -> dict:
     """One untimed run of the library's shuffle with the task stream recorded."""
     import dask
     from distributed import get_task_stream
@@ -366,7 +367,7 @@ def measure_size(client, args, kind, protocol, size, methods, names, results) ->
         except Exception as err:  # one failure must not lose the other rows
             entry["error"] = f"{type(err).__name__}: {err}"
             say(f"{kind} {protocol} {format_bytes(size)} {method} failed: {entry['error']}")
-    for method, exchange in (("library", "batches"), ("library-direct", "direct")):
+    for method, exchange in (("library", "direct"), ("library-batches", "batches")):
         if method not in methods or "error" in entries[method]:
             continue
         try:
@@ -466,8 +467,8 @@ def step_lines(results: dict, kind: str, protocol: str, workers: int) -> list[st
     if not profiles:
         return []
     lines = ["", "The library's steps in one more run (task stream; seconds from the call: "
-             "first start-last stop, and the tasks' summed busy time; with the direct "
-             "exchange a send task splits and sends its batches itself):", "",
+             "first start-last stop, and the tasks' summed busy time; a send task splits "
+             "and sends its batches itself, where batch tasks do not):", "",
              "| per worker | method | whole s | split | batch | send | transfers | output | "
              "crossing GB/s over the transfers |",
              "| ---: | --- | ---: | --- | --- | --- | --- | --- | ---: |"]
@@ -570,7 +571,7 @@ def dry_run(args) -> str:
     shuffles = 0
     for kind, protocol, size, methods in runs_planned(args):
         count = len(methods) * (args.repeats + 1) + sum(
-            m in methods for m in ("library", "library-direct"))
+            m in methods for m in ("library", "library-batches"))
         shuffles += count
         lines.append(f"{kind} cluster, {protocol}: {format_bytes(size)} per worker: "
                      f"{', '.join(methods)} ({count} shuffles)")  # fmt: skip

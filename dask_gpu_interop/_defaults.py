@@ -35,10 +35,10 @@ SHUFFLE_DEFAULTS = {
     # on a worker: "auto" (the whole share while it is small beside the worker's memory, else
     # steps of a part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all).
     "step-bytes": "auto",
-    # How its batches cross between workers: "batches" (tasks of their own, which dask moves)
-    # or "direct" (each split sends them itself; where a share takes one step)
-    # (dask_gpu_interop.all_to_all_inbox).
-    "exchange": "batches",
+    # How its batches cross between workers: "direct" (each split sends them itself, where a
+    # share takes one step; dask_gpu_interop.all_to_all_inbox) or "batches" (tasks of their
+    # own, which dask moves as it moves any data; what steps always take).
+    "exchange": "direct",
 }
 
 

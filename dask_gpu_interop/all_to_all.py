@@ -6,23 +6,30 @@
 dask's task shuffle moves one piece per pair of input and output partitions, each a transfer
 of its own; its p2p shuffle turns every partition into Arrow tables in host memory. Here the
 data crosses between workers once per pair of workers, in one batch, over distributed's own
-comms (device to device over UCX with the "cuda" serializers), scheduled by distributed like
-any other tasks:
+comms (device to device over UCX with the "cuda" serializers):
 
 1. the input is persisted, and the scheduler says (in one round trip) which workers there
    are, where each partition is and its size;
-2. ``gpu-shuffle-split``: one task on each worker holding input partitions concatenates them
-   (in groups of a bounded size) and orders each group's rows by output partition (a hash
-   of the key columns: libcudf's partitioner on cuDF, dask's own on pandas,
-   :mod:`.all_to_all_tasks`);
-3. ``gpu-shuffle-batch``: on each source worker, one task per destination worker takes the
-   slice of each group bound for that worker's output partitions (a view, nothing copied);
-4. ``gpu-shuffle-output``: one task per output partition, on its destination worker,
-   concatenates its rows from every batch bound for that worker; dask fetches each batch
-   once per worker, and frees it once that worker's output partitions are made.
+2. ``gpu-shuffle-send``: one task on each worker holding input partitions concatenates them
+   and orders their rows by output partition (a hash of the key columns: libcudf's
+   partitioner on cuDF, dask's own on pandas, :mod:`.all_to_all_tasks`), then sends each
+   destination worker the slice bound for its output partitions, to all at once, into that
+   worker's inbox (:mod:`.all_to_all_inbox`): the transfers start as each split ends, with
+   no task or scheduler round trip between;
+3. ``gpu-shuffle-output``: one task per output partition, on its destination worker, once
+   every send has ended, concatenates its rows from the batches in its worker's inbox.
+
+With ``gpu-interop.shuffle.exchange: batches`` in dask config, the batches are tasks of
+their own that dask schedules and moves like any other data, in three steps:
+``gpu-shuffle-split`` (the split above), ``gpu-shuffle-batch`` (on each source worker, one
+task per destination worker takes the slice bound for that worker's output partitions, a
+view, nothing copied), and ``gpu-shuffle-output`` (each output partition concatenated from
+every batch bound for its worker, which dask fetches once per worker and frees once that
+worker's output partitions are made).
 
 A worker whose share is large beside its memory (:data:`ONE_STEP_PART`; or as
-``gpu-interop.shuffle.step-bytes`` in dask config says) goes through steps 2 and 3 a part at a
+``gpu-interop.shuffle.step-bytes`` in dask config says) always takes the batch tasks, which
+dask's memory limits and spilling see, and goes through the split and batch steps a part at a
 time: a split per group of its input partitions, and a batch per split and destination output
 group, a copy run before the next split (so that each split and its inputs are freed as soon
 as its batches exist); an output group's partitions are made from its batches alone. Each
@@ -66,9 +73,9 @@ POLL_SECONDS = 0.5
 #: on at once, "auto" or a size ("1GiB"); with a size, a worker's share is split and gathered
 #: in steps of about that much, each a task of its own.
 STEP_KEY = "gpu-interop.shuffle.step-bytes"
-#: dask config: how the batches cross between workers, "batches" (tasks of their own, which
-#: dask moves as it moves any data) or "direct" (each split sends its batches to their workers
-#: itself, :mod:`.all_to_all_inbox`; where a worker's share takes one step).
+#: dask config: how the batches cross between workers, "direct" (the default: each split sends
+#: its batches to their workers itself, :mod:`.all_to_all_inbox`; where a worker's share takes
+#: one step) or "batches" (tasks of their own, which dask moves as it moves any data).
 EXCHANGE_KEY = "gpu-interop.shuffle.exchange"
 EXCHANGES = ("batches", "direct")
 #: With "auto", a worker's share (what it holds of the input, or gets of the output) goes
@@ -384,11 +391,11 @@ def step_setting() -> int | None:
 
 
 def exchange_setting() -> str:
-    """``gpu-interop.shuffle.exchange`` from dask config, "batches" by default; ValueError in
+    """``gpu-interop.shuffle.exchange`` from dask config, "direct" by default; ValueError in
     one line for anything else."""
     import dask
 
-    value = dask.config.get(EXCHANGE_KEY, "batches")
+    value = dask.config.get(EXCHANGE_KEY, "direct")
     name = value.strip().lower() if isinstance(value, str) else value
     if name not in EXCHANGES:
         raise ValueError(f"{EXCHANGE_KEY}={value!r} in dask config: choose one of "
@@ -578,7 +585,10 @@ NO_WORKER = "shuffle: no worker is connected to the cluster; start workers first
 def _input_partitions(client, frame) -> list:
     """The frame's partitions as futures, in order, once they are in memory (a persisted
     frame's as they are; else computed, where the cluster has workers); an input that failed
-    raises its own error."""
+    raises its own error, one that cannot be made again (lost with a worker, without lineage)
+    a ShuffleError."""
+    from concurrent.futures import CancelledError
+
     from distributed import wait
 
     persisted = _persisted_partitions(frame)
@@ -587,8 +597,16 @@ def _input_partitions(client, frame) -> list:
     if not client.nthreads():  # computing would wait for workers forever
         raise ValueError(NO_WORKER)
     futures = client.compute(frame.to_delayed())
-    wait(futures)
-    for future in futures:
+    try:
+        wait(futures)
+    except CancelledError:  # distributed says it in many lines: ours follows, in one
+        pass
+    for i, future in enumerate(futures):
+        if future.status == "cancelled":  # what it needed is gone: no lineage to make it again
+            raise ShuffleError(
+                f"the shuffle's input partition {i} was cancelled: data it needed was lost "
+                "with a worker and cannot be computed again (scattered data, for one): make "
+                "the input again and shuffle it")
         if future.status != "finished":
             future.result()  # the input's own error
     return futures
@@ -748,8 +766,9 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
     2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
     in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. With
-    ``gpu-interop.shuffle.exchange: direct`` (default ``batches``), each split sends its
-    batches to their workers itself, where a share takes one step (:mod:`.all_to_all_inbox`). Where the frame
+    Where a share takes one step, each split sends its batches to their workers itself
+    (:mod:`.all_to_all_inbox`); ``gpu-interop.shuffle.exchange: batches`` makes them tasks of
+    their own that dask moves, as steps always do. Where the frame
     and its shuffle together do not fit the GPUs (a frame you keep, and its shuffled copy),
     give the workers cuDF's spilling (``GPUMemoryPlugin(spill=True)``, or ``memory={"spill":
     True}`` to :func:`cluster_client`): cuDF then moves frames no task is using to host memory

@@ -18,7 +18,7 @@ from distributed import Client, LocalCluster, get_task_stream, wait
 import dask_gpu_interop
 from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
 from dask_gpu_interop import all_to_all_tasks as tasks
-from dask_gpu_interop.all_to_all import Plan, build_graph, hash_casts
+from dask_gpu_interop.all_to_all import EXCHANGE_KEY, Plan, build_graph, hash_casts
 
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 
@@ -315,9 +315,13 @@ def test_nothing_but_the_output_is_left_in_memory(client):
     del shuffled
 
 
-def test_each_task_runs_on_the_worker_the_plan_gives_it():
+@pytest.mark.parametrize("exchange,steps", [
+    ("direct", {"gpu-shuffle-send", "gpu-shuffle-output"}),
+    ("batches", {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-output"})])
+def test_each_task_runs_on_the_worker_the_plan_gives_it(exchange, steps):
     # work stealing may move a loosely restricted task to an idle worker: off, the plan shows
-    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+    with dask.config.set({"distributed.scheduler.work-stealing": False,
+                          EXCHANGE_KEY: exchange}), \
             LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                          dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
         source = dask_frame(frame(6, rows=500)).persist()
@@ -337,9 +341,9 @@ def test_each_task_runs_on_the_worker_the_plan_gives_it():
                 assert worker == stats.workers[plan.destination(key[1])], key
             elif step == "gpu-shuffle-batch":
                 assert worker == stats.workers[key[1]], key
-            elif step == "gpu-shuffle-split":
+            elif step in ("gpu-shuffle-split", "gpu-shuffle-send"):
                 assert worker == stats.workers[key[1]] and worker in holders, key
-        assert {"gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-output"} <= seen
+        assert steps <= seen
         assert len(partitions_of(client, shuffled)) == 7
 
 
@@ -517,13 +521,16 @@ def test_the_inputs_own_error_comes_through(client):
         shuffle(source, "key")
 
 
-def test_a_failing_task_is_one_shuffle_error_naming_it(client):
+@pytest.mark.parametrize("exchange,step", [("direct", "gpu-shuffle-send"),
+                                           ("batches", "gpu-shuffle-split")])
+def test_a_failing_task_is_one_shuffle_error_naming_it(client, exchange, step):
     def not_a_frame():
         return {"key": [1, 2, 3]}  # a partition that is no DataFrame: its split fails
 
     source = dd.from_delayed([dask.delayed(not_a_frame)()], meta=frame(1, rows=0)[0],
                              verify_meta=False)  # fmt: skip
-    with pytest.raises(ShuffleError, match="gpu-shuffle-split task failed") as failed:
+    with pytest.raises(ShuffleError, match=f"{step} task failed") as failed, \
+            dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
         shuffle(source, "key", npartitions=2)
     assert "TypeError" in str(failed.value) and "\n" not in str(failed.value)
 

@@ -1,7 +1,8 @@
-"""A worker killed in the middle of the all-to-all (dask_gpu_interop.shuffle), in one step per
-worker or in steps: the shuffle starts again on the workers present (what the dead one held
-computed again from its lineage), and the result is the same as without the fault: every row
-once, every key in one partition."""
+"""A worker killed in the middle of the all-to-all (dask_gpu_interop.shuffle) with its batch
+tasks (``exchange: batches``), in one step per worker or in steps: the shuffle starts again on
+the workers present (what the dead one held computed again from its lineage), and the result
+is the same as without the fault: every row once, every key in one partition. The direct
+exchange's faults: tests/test_all_to_all_direct.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from dask_gpu_interop import ShuffleError, shuffle
-from dask_gpu_interop.all_to_all import STEP_KEY
+from dask_gpu_interop.all_to_all import EXCHANGE_KEY, STEP_KEY
 from tests.test_all_to_all import (
     NO_GPU,
     assert_each_key_in_one_partition,
@@ -57,7 +58,8 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, ste
     blocks = frame(12, rows=3_000)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                       dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client, dask.config.set({STEP_KEY: steps}):  # fmt: skip
+            Client(cluster) as client, \
+            dask.config.set({STEP_KEY: steps, EXCHANGE_KEY: "batches"}):  # fmt: skip
         source = dask_frame(blocks).persist()
         client.wait_for_workers(3)
         pids = set(client.run(os.getpid).values())
@@ -73,14 +75,16 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, ste
     assert_each_key_in_one_partition(parts, ["key", "name"])
 
 
-def test_data_lost_for_good_is_one_clear_error(tmp_path):
+@pytest.mark.parametrize("exchange,step", [("batches", "gpu-shuffle-split"),
+                                           ("direct", "gpu-shuffle-send")])
+def test_data_lost_for_good_is_one_clear_error(tmp_path, exchange, step):
     blocks = frame(12, rows=1_000)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                       dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client:  # fmt: skip
+            Client(cluster) as client, dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
         # scattered partitions have no lineage: lost with their worker, nothing can make them
         source = dd.from_delayed(client.scatter(blocks), meta=blocks[0].iloc[:0])
-        client.register_plugin(DieOnce(str(tmp_path / "died"), "gpu-shuffle-split"))
+        client.register_plugin(DieOnce(str(tmp_path / "died"), step))
         with pytest.raises(ShuffleError) as failed:
             shuffle(source, "key")
     assert (tmp_path / "died").exists()

@@ -217,15 +217,23 @@ def test_a_cudf_frame_of_categories_is_split_by_the_same_hash(one_gpu):
     assert_each_key_in_one_partition(parts, "key")
 
 
-def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu):
-    from dask_gpu_interop import memory_report, shuffle
+@pytest.mark.parametrize("exchange,split,others", [
+    ("direct", "gpu-shuffle-send", ["gpu-shuffle-output"]),
+    ("batches", "gpu-shuffle-split", ["gpu-shuffle-batch", "gpu-shuffle-output"])])
+def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu, exchange, split, others):
+    import dask
 
-    shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4, client=one_gpu)
+    from dask_gpu_interop import memory_report, shuffle
+    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
+
+    with dask.config.set({EXCHANGE_KEY: exchange}):
+        shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4, client=one_gpu)
     frame = memory_report(one_gpu).tasks_frame().set_index("prefix")
-    assert frame.loc["gpu-shuffle-split", "tasks"] >= 1  # one per worker
-    assert frame.loc["gpu-shuffle-batch", "tasks"] >= 1
+    assert frame.loc[split, "tasks"] >= 1  # one per worker
+    assert frame.loc[split, "peak_bytes_max"] > 0  # the split's ordered copy
+    for prefix in others:
+        assert frame.loc[prefix, "tasks"] >= 1
     assert frame.loc["gpu-shuffle-output", "tasks"] >= 4
-    assert frame.loc["gpu-shuffle-split", "peak_bytes_max"] > 0  # the split's ordered copy
     del shuffled
 
 
@@ -311,14 +319,14 @@ def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus):
 
 
 @pytest.mark.multi_gpu
-def test_the_direct_exchange_between_two_gpus_gives_every_row_once(two_gpus):
+def test_the_batch_tasks_between_two_gpus_give_every_row_once(two_gpus):
     import dask
 
     from dask_gpu_interop import shuffle
     from dask_gpu_interop.all_to_all import EXCHANGE_KEY
 
     pdf = pandas_frame(rows=400_000)
-    with dask.config.set({EXCHANGE_KEY: "direct"}):
+    with dask.config.set({EXCHANGE_KEY: "batches"}):
         shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
                                   client=two_gpus)
     workers = sorted(two_gpus.nthreads())
@@ -413,19 +421,25 @@ def test_shuffle_merge_between_two_gpus_equals_cudfs_merge(two_gpus):
 
 
 @pytest.mark.multi_gpu
-def test_a_gpu_worker_killed_mid_shuffle_changes_nothing(tmp_path):
+@pytest.mark.parametrize("exchange,step", [("direct", "gpu-shuffle-send"),
+                                           ("batches", "gpu-shuffle-batch")])
+def test_a_gpu_worker_killed_mid_shuffle_changes_nothing(tmp_path, exchange, step):
     if gpu_count() < 2:
         pytest.skip("needs 2 GPUs")
+    import dask
+
     from dask_gpu_interop import cluster_client, shuffle
+    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
     from tests.test_all_to_all_faults import DieOnce
 
     pdf = pandas_frame(rows=400_000)
     protocol = "ucx" if importlib.util.find_spec("distributed_ucxx") else "tcp"
     with cluster_client(device="gpu", n_workers=2, protocol=protocol,
-                        memory={"pool_size": "0.2"}) as (client, _):  # fmt: skip
+                        memory={"pool_size": "0.2"}) as (client, _), \
+            dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
         source = client.persist(gpu_frame(pdf, 8))
         pids = set(client.run(os.getpid).values())
-        client.register_plugin(DieOnce(str(tmp_path / "died"), "gpu-shuffle-batch"))
+        client.register_plugin(DieOnce(str(tmp_path / "died"), step))
         parts = gathered(client, shuffle(source, "key", 6, client=client))
         assert (tmp_path / "died").exists(), "no worker died: the test did not test anything"
         client.wait_for_workers(2, timeout=120)

@@ -39,11 +39,10 @@ def test_shuffle_on_cpus_checks_every_method_and_times_the_librarys_steps(tmp_pa
     assert min(library["received"]) >= 0.5 * shuffle.crossing_bytes(frame_bytes, 2)
     profile = results["profiles"][shuffle.entry_key("library", "tcp", MiB, "library")]
     steps = profile["steps"]
-    assert set(steps) == {"split", "batch", "output", "transfer"}
-    # one split per worker, one output task per output partition
-    assert steps["split"]["count"] == 2 and steps["output"]["count"] == 4
-    assert steps["split"]["first"] <= steps["batch"]["first"] <= steps["output"]["last"]
-    assert steps["transfer"]["first"] <= steps["output"]["last"]
+    assert set(steps) - {"transfer"} == {"send", "output"}
+    # one send per worker, one output task per output partition, after every send
+    assert steps["send"]["count"] == 2 and steps["output"]["count"] == 4
+    assert steps["send"]["first"] <= steps["send"]["last"] <= steps["output"]["last"]
     # the task stream's times are the workers' (distributed shifts them by its estimate of the
     # clocks' offset): within the call, give or take that estimate
     assert 0 < steps["output"]["last"] <= profile["seconds"] + 0.05
@@ -68,28 +67,33 @@ def test_the_librarys_shuffle_in_steps_is_a_method_of_its_own(tmp_path):
     assert "| 1.00 MiB | library-steps |" in table and "in steps of 200.00 kiB" in table
 
 
-def test_the_librarys_direct_exchange_is_a_method_of_its_own_with_its_steps(tmp_path):
+def test_the_librarys_shuffle_sends_from_its_splits_and_its_batch_tasks_are_a_method(tmp_path):
     shuffle.main(["--device", "cpu", "--protocols", "tcp", "--sizes", "1MiB",
-                  "--methods", "library,library-direct", "--partitions-per-worker", "3",
+                  "--methods", "library,library-batches", "--partitions-per-worker", "3",
                   "--repeats", "1", "--out", str(tmp_path), "--machine", "cpu-test"])  # fmt: skip
     results = json.loads((tmp_path / "shuffle-cpu-test.json").read_text())
     assert not results["errors"]
-    for method in ("library", "library-direct"):
+    for method in ("library", "library-batches"):
         run = results["runs"][shuffle.entry_key("library", "tcp", MiB, method)]
         assert run["check"]["rows_ok"] and run["check"]["checksum_ok"], (method, run)
         # two workers: about half crosses, logged by the transfers or by the inboxes
         assert min(run["received"]) >= 0.4 * shuffle.crossing_bytes(
             results["frames"][str(MiB)]["bytes"], 2), (method, run)
-    direct = results["profiles"][shuffle.entry_key("library", "tcp", MiB, "library-direct")]
-    # the output tasks fetch only the sends' small results: the batches went in the sends
-    assert set(direct["steps"]) - {"transfer"} == {"send", "output"}
-    assert direct["steps"]["send"]["count"] == 2 and direct["steps"]["output"]["count"] == 6
-    assert direct["crossing_bytes"] > 0
+    profiles = {method: results["profiles"][shuffle.entry_key("library", "tcp", MiB, method)]
+                for method in ("library", "library-batches")}  # fmt: skip
+    # by default the output tasks fetch only the sends' small results: the sends carried the
+    # batches; with batch tasks the outputs fetch the batches
+    assert set(profiles["library"]["steps"]) - {"transfer"} == {"send", "output"}
+    assert profiles["library"]["steps"]["send"]["count"] == 2
+    assert profiles["library"]["steps"]["output"]["count"] == 6
+    assert set(profiles["library-batches"]["steps"]) == {"split", "batch", "transfer", "output"}
+    assert all(p["crossing_bytes"] > 0 for p in profiles.values())
     table = (tmp_path / "shuffle-cpu-test.md").read_text()
-    assert "| 1.00 MiB | library-direct |" in table
-    steps_row = next(line for line in table.split("The library's steps")[1].splitlines()
-                     if line.startswith("| 1.00 MiB | library-direct | "))
-    assert steps_row.endswith("| - |")  # no transfer speed: the sends carried the batches
+    steps_rows = {method: next(line for line in table.split("The library's steps")[1].splitlines()
+                               if line.startswith(f"| 1.00 MiB | {method} | "))
+                  for method in profiles}  # fmt: skip
+    assert steps_rows["library"].endswith("| - |")  # no transfer speed: the sends carried them
+    assert not steps_rows["library-batches"].endswith("| - |")
 
 
 def test_shuffle_check_catches_a_key_split_across_partitions_and_a_changed_row():
