@@ -16,8 +16,10 @@ comms (device to device over UCX with the "cuda" serializers):
    destination worker the slice bound for its output partitions, to all at once, into that
    worker's inbox (:mod:`.all_to_all_inbox`): the transfers start as each split ends, with
    no task or scheduler round trip between;
-3. ``gpu-shuffle-output``: one task per output partition, on its destination worker, once
-   every send has ended, concatenates its rows from the batches in its worker's inbox.
+3. ``gpu-shuffle-output``: one task per output partition, on its destination worker, after
+   that worker's own send, waits in the inbox for every other source's batch and
+   concatenates its rows from them as the last arrives (no scheduler round trip between);
+   the client watches the sends beside the outputs, so that a failed send ends the shuffle.
 
 With ``gpu-interop.shuffle.exchange: batches`` in dask config, the batches are tasks of
 their own that dask schedules and moves like any other data, in three steps:
@@ -308,20 +310,21 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
                        ignore_index: bool):
     """The all-to-all with the direct exchange (:mod:`.all_to_all_inbox`), as a
     ``HighLevelGraph``, and the output partitions' keys in order: one ``gpu-shuffle-send``
-    task per source worker (its split, and its batches sent), and one ``gpu-shuffle-output``
-    per output partition, which waits for every send. In one step per worker only."""
+    task per source worker (its split, and its batches sent; keys :func:`send_keys`), and one
+    ``gpu-shuffle-output`` per output partition, which depends on its own worker's send
+    alone and waits in the inbox for the other sources' batches. In one step per worker
+    only."""
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
     from . import all_to_all_inbox as inbox
 
     if plan.step_bytes is not None:
         raise ValueError("the direct exchange takes one step per worker")
-    send_name, output_name = (f"{PREFIX}-{step}-{token}" for step in ("send", "output"))
+    send_name, output_name = f"{PREFIX}-send-{token}", f"{PREFIX}-output-{token}"
     runs = {d: plan.output_groups(d) for d in plan.destinations}
     targets = [(f"{d}/{h}", plan.workers[d], first, stop)
                for d in plan.destinations for h, (first, stop) in enumerate(runs[d])]
     layers, dependencies = {}, {}
-    sends = []
     for s in plan.sources:
         name = f"{send_name}-on-{s}"
         layers[name] = MaterializedLayer(
@@ -329,17 +332,25 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
                               on, casts, plan.npartitions, ignore_index, token, s, targets)},
             annotations=_restricted(plan.workers[s]))  # fmt: skip
         dependencies[name] = set()
-        sends.append((send_name, s))
+    sources = len(plan.sources)
     for d in plan.destinations:
         name = f"{output_name}-on-{d}"
+        local = [(send_name, d)] if d in plan.sources else []
         layers[name] = MaterializedLayer(
             {(output_name, j): (inbox.output_from_inbox, token, f"{d}/{h}", j - first,
-                                stop - first, ignore_index, *sends)
+                                stop - first, ignore_index, sources, *local)
              for h, (first, stop) in enumerate(runs[d]) for j in range(first, stop)},
             annotations=_restricted(plan.workers[d]))  # fmt: skip
-        dependencies[name] = {f"{send_name}-on-{s}" for s in plan.sources}
+        dependencies[name] = {f"{send_name}-on-{d}"} if local else set()
     keys = [(output_name, j) for j in range(plan.npartitions)]
     return HighLevelGraph(layers, dependencies), keys
+
+
+def send_keys(plan: Plan, token: str) -> list:
+    """The keys of the direct exchange's send tasks (:func:`build_direct_graph`), which the
+    client watches beside the output partitions: an output partition waits for the other
+    workers' batches without depending on their sends, so their failures show there."""
+    return [(f"{PREFIX}-send-{token}", s) for s in plan.sources]
 
 
 #: Clients (by id and scheduler address) that registered the direct exchange's inbox plugin:
@@ -631,10 +642,13 @@ class _WorkersLeft(Exception):
 
 
 def _wait(futures, client=None, workers=()) -> None:
-    """Until every output partition is in memory; ShuffleError for the first that is not, and
-    _WorkersLeft as soon as one of ``workers`` is no longer in ``client``'s cluster."""
+    """Until every one of ``futures`` (the output partitions, and the sends that they wait
+    for without depending on them) is in memory; ShuffleError for the first that failed, or
+    else the first that is not in memory, as soon as one failed; _WorkersLeft as soon as one
+    of ``workers`` is no longer in ``client``'s cluster."""
     from concurrent.futures import CancelledError
 
+    from dask.utils import key_split
     from distributed import wait
 
     try:
@@ -646,16 +660,22 @@ def _wait(futures, client=None, workers=()) -> None:
                 gone = set(workers) - set(client.nthreads())
                 if gone:
                     raise _WorkersLeft(", ".join(sorted(gone))) from None
+                if any(future.status == "error" for future in futures):
+                    break  # the others may wait for it forever
     except CancelledError:  # distributed says it in many lines: ours follows, in one
         pass
     for future in futures:
-        if future.status == "finished":
-            continue
         if future.status == "error":
             cause = future.exception()
+            where = (f"output partition {future.key[1]}"
+                     if key_split(future.key) == f"{PREFIX}-output"
+                     else f"source worker {future.key[1]}")  # fmt: skip
             raise ShuffleError(
-                f"the shuffle's {_failed_step(future.traceback())} task failed (for output "
-                f"partition {future.key[1]}): {type(cause).__name__}: {cause}") from cause
+                f"the shuffle's {_failed_step(future.traceback())} task failed (for {where}): "
+                f"{type(cause).__name__}: {cause}") from cause
+    for future in futures:
+        if future.status == "finished":
+            continue
         raise ShuffleError(
             f"the shuffle's output partition {future.key[1]} was {future.status}: data it "
             "needed was lost with a worker and cannot be computed again (scattered data, for "
@@ -811,13 +831,15 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
             _register_inbox(client)
         graph, keys = (build_direct_graph if direct else build_graph)(
             plan, inputs, token, on, casts, ignore_index)
-        outputs = client.get(graph, keys, sync=False)
+        watched = send_keys(plan, token) if direct else []
+        futures = client.get(graph, keys + watched, sync=False)
+        outputs = futures[:len(keys)]
         # the graph holds the inputs too: the scheduler releases them once split, unless the
         # caller holds them
         del inputs, graph
         try:
             try:
-                _wait(outputs, client, plan.workers)
+                _wait(futures, client, plan.workers)
             except ShuffleError:
                 # a batch sent to a worker that left fails its send: as a worker left
                 gone = set(plan.workers) - set(client.nthreads())
@@ -826,7 +848,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
                 raise _WorkersLeft(", ".join(sorted(gone))) from None
             break
         except BaseException as stopped:
-            client.cancel(outputs)
+            client.cancel(futures)
             if direct:  # what reached the inboxes of this attempt, or reaches them later
                 _drop_inboxes(client, token)
             if not isinstance(stopped, _WorkersLeft):
@@ -839,6 +861,9 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
                     "ends") from None
             logger.warning("worker %s left the cluster mid-shuffle: shuffling again on the "
                            "%d workers present", left, len(client.nthreads()))
+    for future in futures[len(outputs):]:  # the sends' small results: no longer needed
+        future.release()
+    del futures
     seconds = time.perf_counter() - started
     stats = None
     if return_stats or logger.isEnabledFor(logging.INFO):

@@ -12,14 +12,20 @@ made from them.
   small dict: the output partitions depend on every source's, so that they run once every
   batch has arrived.
 - :func:`output_from_inbox`: one output partition, concatenated from the batches of its run
-  (:func:`.all_to_all_tasks.output`); the run's batches leave the inbox with its last output
-  partition.
+  (:func:`.all_to_all_tasks.output`) once every source's has arrived; it depends on no other
+  worker's task, so no scheduler round trip and no fetch stands between the last batch's
+  arrival and the concatenation. While it waits it leaves the worker's thread pool
+  (distributed's ``secede``), so that the worker's other tasks (another shuffle's send, for
+  one) run meanwhile. The run's batches leave the inbox with its last output partition.
 - :func:`drop`: a shuffle's batches out of a worker's inbox, where it stopped before its end.
 
 Compared with the batch tasks (``exchange: batches``), no step sits between a split and its
-transfers, and no scheduler round trip: the transfers start as each split ends. What is in an
-inbox is out of dask's sight (its memory limits and spilling): the plan takes this exchange
-only where a worker's share takes one step.
+transfers, and no scheduler round trip: the transfers start as each split ends, and the
+concatenations as the last batch arrives. What is in an inbox is out of dask's sight (its
+memory limits and spilling): the plan takes this exchange only where a worker's share takes
+one step. A waiting output partition ends with an error when its shuffle is stopped
+(:func:`drop`, which the client calls when a task failed or a worker left) or its task
+cancelled.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ HANDLER = "gpu_shuffle_receive"
 #: Shuffles whose received bytes each worker remembers (for the shuffle's statistics), and
 #: stopped shuffles whose late batches it turns away.
 LOGGED = 64
+#: How often a waiting output partition checks that its task is still wanted (seconds).
+WAIT_POLL = 0.1
+#: Why an output partition found no batches to wait for.
+GONE = ("this output partition's batches are no longer on its worker (made before and "
+        "released, or the worker started again): shuffle the input again")
 
 
 class ShuffleInbox(WorkerPlugin):
@@ -50,7 +61,9 @@ class ShuffleInbox(WorkerPlugin):
 
     def setup(self, worker):
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # a batch came, or a shuffle stopped
         self._boxes: dict = {}  # token -> run -> {source: batch}
+        self._done: dict = {}  # token -> runs whose output partitions were all made
         self._left: dict = {}  # (token, run) -> output partitions still to make
         self._received: dict = {}  # token -> [(source address, bytes)]
         self._dropped: dict = {}  # tokens dropped: what arrives for them later is not kept
@@ -61,6 +74,8 @@ class ShuffleInbox(WorkerPlugin):
         with self._lock:
             self._boxes.clear()
             self._left.clear()
+            self._done.clear()
+            self._arrived.notify_all()
 
     def receive(self, token: str, run, source: int, batch, sender: str | None = None,
                 nbytes: int = 0) -> str:
@@ -77,12 +92,33 @@ class ShuffleInbox(WorkerPlugin):
         with self._lock:
             if token not in self._dropped:  # a send that ends after its shuffle stopped
                 self._boxes.setdefault(token, {}).setdefault(run, {})[source] = batch
+                self._arrived.notify_all()
 
-    def batches(self, token: str, run) -> list:
-        """The batches of ``run``, by source in order; KeyError where there are none."""
+    def arrived(self, token: str, run, sources: int) -> bool:
+        """Whether the batches of all ``sources`` for ``run`` are in the inbox."""
         with self._lock:
-            box = self._boxes[token][run]
-            return [box[source] for source in sorted(box)]
+            return len(self._boxes.get(token, {}).get(run, ())) >= sources
+
+    def wait_for(self, token: str, run, sources: int, wanted=None,
+                 poll: float = WAIT_POLL) -> list:
+        """The batches of ``run`` by source in order, once the batches of all ``sources`` are
+        in the inbox. RuntimeError, in one line, where the shuffle stopped (:meth:`drop`),
+        its run's output partitions were all made already, or ``wanted()`` (asked every
+        ``poll`` seconds) turns false while it waits."""
+        with self._arrived:
+            while True:
+                if token in self._dropped:
+                    raise RuntimeError("this output partition's shuffle stopped before its "
+                                       "batches arrived (a task failed, or a worker left)")
+                if run in self._done.get(token, ()):
+                    raise RuntimeError(GONE)
+                box = self._boxes.get(token, {}).get(run, {})
+                if len(box) >= sources:
+                    return [box[source] for source in sorted(box)]
+                if wanted is not None and not wanted():
+                    raise RuntimeError("this output partition's task was cancelled while it "
+                                       "waited for its batches")
+                self._arrived.wait(poll)
 
     def made(self, token: str, run, count: int) -> None:
         """One more of ``run``'s ``count`` output partitions is made: the run's batches leave
@@ -97,6 +133,9 @@ class ShuffleInbox(WorkerPlugin):
             runs.pop(run, None)
             if not runs:
                 self._boxes.pop(token, None)
+            self._done.setdefault(token, set()).add(run)
+            while len(self._done) > LOGGED:
+                self._done.pop(next(iter(self._done)))
 
     def drop(self, token: str) -> int:
         """The shuffle ``token``'s batches out of the inbox; how many runs held some."""
@@ -107,6 +146,7 @@ class ShuffleInbox(WorkerPlugin):
             runs = self._boxes.pop(token, {})
             for key in [key for key in self._left if key[0] == token]:
                 del self._left[key]
+            self._arrived.notify_all()  # its waiting output partitions end
             return len(runs)
 
     def received(self, token: str) -> list[tuple[str, int]]:
@@ -173,19 +213,28 @@ def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_
 
 
 def output_from_inbox(token: str, run, position: int, count: int, ignore_index: bool,
-                      *sends) -> object:
+                      sources: int, *local_send) -> object:
     """Output partition ``position`` of ``run`` (which has ``count``), concatenated from the
-    run's batches in the worker's inbox; ``sends`` are the sources' :func:`split_and_send`
-    results, on which it waits (their values are not read)."""
-    from distributed import get_worker
+    run's batches in the worker's inbox once the batches of all ``sources`` have arrived;
+    ``local_send`` is this worker's own :func:`split_and_send` result where it is a source
+    (its value is not read: its batch is in the inbox once it ends). While the batches are
+    on their way, the task leaves the worker's thread pool."""
+    from distributed import get_worker, rejoin, secede
 
-    inbox = _inbox(get_worker())
-    try:
-        batches = inbox.batches(token, run)
-    except KeyError:
-        raise RuntimeError("this output partition's batches are no longer on its worker (made "
-                           "before and released, or the worker started again): shuffle the "
-                           "input again") from None  # fmt: skip
+    worker = get_worker()
+    inbox = _inbox(worker)
+    if inbox.arrived(token, run, sources):
+        batches = inbox.wait_for(token, run, sources)
+    else:
+        key = worker.get_current_task()
+
+        def wanted() -> bool:
+            task = worker.state.tasks.get(key)
+            return task is not None and task.state != "cancelled"
+
+        secede()  # the worker's other tasks run while this one waits
+        batches = inbox.wait_for(token, run, sources, wanted)
+        rejoin()
     out = tasks.output(batches, position, ignore_index)
     inbox.made(token, run, count)
     return out

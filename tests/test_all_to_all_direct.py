@@ -6,15 +6,24 @@ worker killed in the middle of it."""
 from __future__ import annotations
 
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import dask
+import dask.dataframe as dd
 import pytest
 from dask.utils import key_split
 from distributed import Client, LocalCluster, get_task_stream
 
+from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop import all_to_all_inbox as inbox
-from dask_gpu_interop import shuffle
-from dask_gpu_interop.all_to_all import EXCHANGE_KEY, STEP_KEY, Plan, build_direct_graph
+from dask_gpu_interop.all_to_all import (
+    EXCHANGE_KEY,
+    STEP_KEY,
+    Plan,
+    build_direct_graph,
+    send_keys,
+)
 
 from .test_all_to_all import (
     NO_GPU,
@@ -41,7 +50,7 @@ def boxes(dask_worker=None):
     return None if found is None else (len(found._boxes), len(found._left))
 
 
-def test_the_direct_graph_has_a_send_per_source_and_outputs_that_wait_for_every_send():
+def test_the_direct_graph_has_a_send_per_source_and_outputs_on_their_workers_send_alone():
     plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
     graph, keys = build_direct_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"],
                                      {}, False)  # fmt: skip
@@ -64,9 +73,15 @@ def test_the_direct_graph_has_a_send_per_source_and_outputs_that_wait_for_every_
         d = plan.destination(j)
         task = tasks_of[key]
         first, stop = plan.outputs_of(d)
-        assert task[2:6] == (f"{d}/0", j - first, stop - first, False)
-        assert sorted(task[6:]) == sends  # every send, so every batch has arrived
+        # it waits in the inbox for the batches of both sources, after its own worker's send
+        assert task[2:7] == (f"{d}/0", j - first, stop - first, False, 2)
+        assert list(task[7:]) == [k for k in sends if k[1] == d]
         assert annotations[key]["workers"] == [plan.workers[d]]
+    assert send_keys(plan, "0f" * 16) == sends  # what the client watches beside the outputs
+    # b is no source: its output depends on no task
+    assert graph.dependencies["gpu-shuffle-output-" + "0f" * 16 + "-on-1"] == set()
+    assert graph.dependencies["gpu-shuffle-output-" + "0f" * 16 + "-on-2"] == {
+        "gpu-shuffle-send-" + "0f" * 16 + "-on-2"}
     for key in sends:
         assert annotations[key] == {"workers": [plan.workers[key[1]]],
                                     "allow_other_workers": False}
@@ -130,10 +145,33 @@ def test_an_unknown_exchange_is_refused_in_one_line_before_any_work(client):
     assert stream.data == []
 
 
-def test_an_output_whose_batches_are_gone_says_so(client):
-    future = client.submit(inbox.output_from_inbox, "f" * 32, "0/0", 0, 1, False, pure=False)
-    with pytest.raises(RuntimeError, match="no longer on its worker"):
-        future.result()
+def test_a_failed_send_ends_the_outputs_waiting_for_it_in_one_line(client):
+    def not_a_frame():
+        return {"key": [1, 2, 3]}  # a partition that is no DataFrame: its split fails
+
+    # one input partition: the other workers' outputs depend on no send and wait for its batch
+    source = dd.from_delayed([dask.delayed(not_a_frame)()], meta=frame(1, rows=0)[0],
+                             verify_meta=False)  # fmt: skip
+    with dask.config.set(DIRECT), pytest.raises(ShuffleError, match="gpu-shuffle-send task "
+                                                "failed") as failed:  # fmt: skip
+        shuffle(source, "key", npartitions=6)
+    assert "TypeError" in str(failed.value) and "\n" not in str(failed.value)
+    # the waiting outputs ended: the workers' threads are free and their inboxes empty
+    blocks = frame(3, rows=300)
+    with dask.config.set(DIRECT):
+        assert_same_rows(partitions_of(client, shuffle(dask_frame(blocks), "key", 3)), blocks)
+    assert set(client.run(boxes).values()) == {(0, 0)}
+
+
+def test_two_shuffles_at_once_on_one_thread_per_worker_both_end(client):
+    # an output waiting for its batches leaves its worker's only thread to the other
+    # shuffle's send, which the first one's batches may wait for
+    blocks = [frame(6, rows=600, seed=seed) for seed in (1, 2)]
+    with dask.config.set(DIRECT), ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(shuffle, dask_frame(b), "key", 5) for b in blocks]
+        outs = [run.result(timeout=60) for run in runs]
+    for out, b in zip(outs, blocks, strict=True):
+        assert_same_rows(partitions_of(client, out), b)
 
 
 class _Worker:
@@ -141,27 +179,51 @@ class _Worker:
         self.handlers = {}
 
 
-def test_a_batch_arriving_after_its_shuffle_stopped_is_turned_away():
+def test_the_inbox_hands_a_run_over_once_every_source_has_sent():
     worker = _Worker()
     box = inbox.ShuffleInbox()
     box.setup(worker)
     assert worker.handlers[inbox.HANDLER] == box.receive
     assert box.receive("t1", "0/0", 1, "batch-1", sender="w1", nbytes=10) == "OK"
+    assert not box.arrived("t1", "0/0", 2)
+    waiting = ThreadPoolExecutor(1).submit(box.wait_for, "t1", "0/0", 2)
+    time.sleep(0.2)
+    assert not waiting.done()  # source 0 has not sent yet
     box.put("t1", "0/0", 0, "batch-0")
-    assert box.batches("t1", "0/0") == ["batch-0", "batch-1"]  # by source
+    assert waiting.result(timeout=5) == ["batch-0", "batch-1"]  # by source
+    assert box.arrived("t1", "0/0", 2)
     assert box.received("t1") == [("w1", 10)]
-    assert box.drop("t1") == 1
-    box.put("t1", "0/0", 2, "late")  # a send that ended after the shuffle stopped
-    with pytest.raises(KeyError):
-        box.batches("t1", "0/0")
-    # a run's batches leave with its last output partition
-    box.put("t2", "1/0", 0, "b")
-    box.made("t2", "1/0", 2)
-    assert box.batches("t2", "1/0") == ["b"]
-    box.made("t2", "1/0", 2)
+    # a run's batches leave with its last output partition; asked for again, it says so
+    box.made("t1", "0/0", 2)
+    assert box.wait_for("t1", "0/0", 2) == ["batch-0", "batch-1"]
+    box.made("t1", "0/0", 2)
     assert box._boxes == {} and box._left == {}
+    with pytest.raises(RuntimeError, match="no longer on its worker"):
+        box.wait_for("t1", "0/0", 2)
     box.teardown(worker)
     assert inbox.HANDLER not in worker.handlers
+
+
+def test_a_stopped_shuffle_ends_its_waiting_outputs_and_turns_late_batches_away():
+    box = inbox.ShuffleInbox()
+    box.setup(_Worker())
+    box.put("t1", "0/0", 0, "batch-0")
+    waiting = ThreadPoolExecutor(1).submit(box.wait_for, "t1", "0/0", 2, None, 30.0)
+    time.sleep(0.2)
+    assert box.drop("t1") == 1
+    with pytest.raises(RuntimeError, match="shuffle stopped"):
+        waiting.result(timeout=5)  # woken by the drop, not by its poll
+    box.put("t1", "0/0", 1, "late")  # a send that ended after the shuffle stopped
+    assert box._boxes == {}
+    # a cancelled task stops waiting at its next poll
+    wanted = [True]
+    waiting = ThreadPoolExecutor(1).submit(box.wait_for, "t2", "0/0", 1, lambda: wanted[0],
+                                           0.05)  # fmt: skip
+    time.sleep(0.2)
+    assert not waiting.done()
+    wanted[0] = False
+    with pytest.raises(RuntimeError, match="cancelled"):
+        waiting.result(timeout=5)
 
 
 @pytest.mark.slow
