@@ -247,8 +247,8 @@ def table(runs: dict, kind: str) -> list[str]:
     """One command's configurations: wall, work, the rest, against 1 GPU over TCP (and for
     the etl command and the job, their cluster's start and stop lines; for the etl command,
     the steps of its last worker to join, :func:`worker_steps`)."""
-    base = runs.get("1 GPU tcp")
-    base_wall = base and summary(r["wall"] for r in base if not r["rc"])
+    base = [r["wall"] for r in runs.get("1 GPU tcp") or () if not r["rc"]]
+    base_wall = summary(base) if base else None  # none where every 1-GPU run failed
     work_name = {"etl": "ETL stage", "job": "ETL + DMatrix + training", "ecg": "pipeline"}[kind]
     cluster = ("cluster start", "cluster stop") if kind in ("etl", "job") else ()
     steps = kind == "etl"

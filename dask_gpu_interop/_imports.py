@@ -7,6 +7,7 @@ setup: importing PyTorch alone takes longer than the rest of the setup together.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import sys
 import threading
@@ -28,6 +29,17 @@ def when_imported(name: str, callback: Callback) -> None:
             _install_finder()
             return
     callback(module)
+
+
+def loaded(name: str) -> ModuleType | None:
+    """The module ``name`` where something has imported it, else None (it is not imported
+    here). A module that another thread is still importing (a background import, for one)
+    is waited for, so that its attributes are there: ``sys.modules`` alone would give it
+    half made."""
+    module = sys.modules.get(name)
+    if module is None or not _is_initializing(module):
+        return module
+    return importlib.import_module(name)  # waits on the import under way in another thread
 
 
 def cancel(name: str, callback: Callback) -> None:

@@ -14,6 +14,8 @@ import sys
 
 from distributed.threadpoolexecutor import ThreadPoolExecutor as _DaskThreadPoolExecutor
 
+from ._imports import loaded
+
 
 def lazy_registrations(dispatch) -> dict:
     """``{top-level module: registration}`` pending on a ``dask.utils.Dispatch``.
@@ -139,7 +141,6 @@ def jax_backend_started() -> bool:
     Private: ``jax._src.xla_bridge._backends``. JAX has no public "initialized?" question
     that does not itself start the backends.
     """
-    import sys
 
     if "jax" not in sys.modules:
         return False
@@ -278,7 +279,7 @@ def cudf_spilling() -> bool:
     """Whether cuDF's spilling is on in this process: cuDF's option where cuDF is imported,
     else the ``CUDF_SPILL`` environment variable, read as cuDF reads it ("on", "true" or a
     number other than 0; "off", "false", "0" or unset: off)."""
-    cudf = sys.modules.get("cudf")
+    cudf = loaded("cudf")
     if cudf is not None:
         return bool(cudf.get_option("spill"))
     value = os.environ.get("CUDF_SPILL", "").strip().lower()
@@ -297,7 +298,7 @@ def cudf_spilled() -> dict | None:
     Private: cuDF's ``spill_manager.get_global_manager().buffers()`` and each buffer's
     ``is_spilled`` and ``size`` (checked against 26.10).
     """
-    cudf = sys.modules.get("cudf")
+    cudf = loaded("cudf")
     if cudf is None or not cudf.get_option("spill"):
         return None
     from cudf.core.buffer.spill_manager import get_global_manager

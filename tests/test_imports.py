@@ -132,3 +132,51 @@ def test_a_real_framework_imports_and_works_under_the_hook():
         """
     )
     assert out == "1 3.0 True"
+
+
+SLOW_MODULE = """
+import builtins, time
+builtins.{name}_started.set()
+time.sleep(0.5)
+def get_option(name):
+    return name == "spill"
+"""
+
+
+def test_a_module_another_thread_is_importing_is_waited_for_not_taken_half_made(tmp_path):
+    # a background import (the workers' import_in_background) may still be running when the
+    # code that reads the module's attributes asks for it
+    (tmp_path / "slow_mod_for_loaded.py").write_text(SLOW_MODULE.format(name="slow_loaded"))
+    out = run(
+        f"""
+        import builtins, sys, threading
+        sys.path.insert(0, {str(tmp_path)!r})
+        from dask_gpu_interop._imports import loaded
+        print(loaded("slow_mod_for_loaded"))  # not imported: not imported here either
+        builtins.slow_loaded_started = threading.Event()
+        threading.Thread(target=__import__, args=("slow_mod_for_loaded",)).start()
+        builtins.slow_loaded_started.wait()
+        print(hasattr(sys.modules["slow_mod_for_loaded"], "get_option"))  # half made
+        print(loaded("slow_mod_for_loaded").get_option("spill"))
+        """
+    )
+    assert out.splitlines() == ["None", "False", "True"]
+
+
+def test_cudfs_spilling_is_read_while_a_background_import_of_cudf_runs(tmp_path):
+    # a worker's GPU memory plugin asked cuDF for its option while the worker's background
+    # import of cuDF was half way: the worker failed to start
+    (tmp_path / "cudf.py").write_text(SLOW_MODULE.format(name="slow_cudf"))
+    out = run(
+        f"""
+        import builtins, sys, threading
+        sys.path.insert(0, {str(tmp_path)!r})
+        from dask_gpu_interop._imports import import_in_background
+        from dask_gpu_interop.compat import cudf_spilling
+        builtins.slow_cudf_started = threading.Event()
+        import_in_background("cudf")
+        builtins.slow_cudf_started.wait()
+        print(cudf_spilling())
+        """
+    )
+    assert out == "True"

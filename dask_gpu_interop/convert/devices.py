@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 
+from .._imports import loaded
 from ..serialize import dlpack
 
 #: ``cudaStreamLegacy``: the default stream, which cuDF works on.
@@ -23,10 +23,10 @@ def device_context(src):
     if src.device[0] != dlpack.CUDA:
         return stack
     index = src.device[1]
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if torch is not None and torch.cuda.is_available():
         stack.enter_context(torch.cuda.device(index))
-    cupy = sys.modules.get("cupy")
+    cupy = loaded("cupy")
     if cupy is not None:
         stack.enter_context(cupy.cuda.Device(index))
     return stack

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .._imports import loaded
 from . import BOUND, OUTSIDE, SHARED, Binding
 
 ASYNC = "cudaMallocAsync"
@@ -86,7 +87,7 @@ def _keep_release_threshold(torch, state) -> None:
 
 def natively_initialized() -> bool:
     """PyTorch has initialized CUDA with its own caching allocator (so it cannot be bound)."""
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if torch is None or _bound:
         return False
     try:

@@ -102,6 +102,17 @@ def test_the_etl_table_shows_the_median_steps_of_the_last_worker_to_join():
     assert next(line for line in lines if line.startswith("| 1 GPU tcp")).endswith("| - |")
 
 
+def test_an_etl_table_whose_one_gpu_runs_all_failed_says_so_and_compares_nothing():
+    ok = {"wall": 5.0, "rc": 0, "first": False, "etl": {"seconds": 1.0}, "stages": {}}
+    failed = {"wall": 2.6, "rc": 1, "first": True, "stages": {}}
+    lines = scale_out.table({"1 GPU tcp": [failed, dict(failed, first=False)],
+                             "2 GPUs tcp": [ok]}, "etl")  # fmt: skip
+    assert next(line for line in lines if line.startswith("| 1 GPU tcp |")).startswith(
+        "| 1 GPU tcp | failed |")
+    two = next(line for line in lines if line.startswith("| 2 GPUs tcp |")).split(" | ")
+    assert two[4] == "-"  # no 1-GPU wall clock to hold it against
+
+
 def test_what_a_command_reports_is_read_from_its_figures():
     etl = {"rows": 10, "bytes": 100, "partitions": 2, "seconds": 1.5}
     assert scale_out.reported({"figures": "examples.mortgage etl", "etl": etl}) == {
