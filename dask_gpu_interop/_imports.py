@@ -31,14 +31,16 @@ def when_imported(name: str, callback: Callback) -> None:
     callback(module)
 
 
-def loaded(name: str) -> ModuleType | None:
+def loaded(name: str, wait: bool = True) -> ModuleType | None:
     """The module ``name`` where something has imported it, else None (it is not imported
     here). A module that another thread is still importing (a background import, for one)
-    is waited for, so that its attributes are there: ``sys.modules`` alone would give it
-    half made."""
+    is waited for, so that its attributes are there (``sys.modules`` alone would give it half
+    made); with ``wait=False`` it counts as not imported yet."""
     module = sys.modules.get(name)
     if module is None or not _is_initializing(module):
         return module
+    if not wait:
+        return None
     return importlib.import_module(name)  # waits on the import under way in another thread
 
 

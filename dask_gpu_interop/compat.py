@@ -277,9 +277,10 @@ def device_results_moved(worker) -> dict | None:
 
 def cudf_spilling() -> bool:
     """Whether cuDF's spilling is on in this process: cuDF's option where cuDF is imported,
-    else the ``CUDF_SPILL`` environment variable, read as cuDF reads it ("on", "true" or a
-    number other than 0; "off", "false", "0" or unset: off)."""
-    cudf = loaded("cudf")
+    else (not imported, or still importing in another thread: a worker's start does not
+    wait for it) the ``CUDF_SPILL`` environment variable, read as cuDF reads it ("on",
+    "true" or a number other than 0; "off", "false", "0" or unset: off)."""
+    cudf = loaded("cudf", wait=False)
     if cudf is not None:
         return bool(cudf.get_option("spill"))
     value = os.environ.get("CUDF_SPILL", "").strip().lower()
@@ -298,7 +299,7 @@ def cudf_spilled() -> dict | None:
     Private: cuDF's ``spill_manager.get_global_manager().buffers()`` and each buffer's
     ``is_spilled`` and ``size`` (checked against 26.10).
     """
-    cudf = loaded("cudf")
+    cudf = loaded("cudf", wait=False)  # still importing: it holds nothing yet
     if cudf is None or not cudf.get_option("spill"):
         return None
     from cudf.core.buffer.spill_manager import get_global_manager

@@ -163,20 +163,33 @@ def test_a_module_another_thread_is_importing_is_waited_for_not_taken_half_made(
     assert out.splitlines() == ["None", "False", "True"]
 
 
+SLOW_CUDF = """
+import builtins, os, time
+builtins.slow_cudf_started.set()
+time.sleep(3)
+def get_option(name):
+    return os.environ.get("CUDF_SPILL") == "on"
+"""
+
+
 def test_cudfs_spilling_is_read_while_a_background_import_of_cudf_runs(tmp_path):
     # a worker's GPU memory plugin asked cuDF for its option while the worker's background
-    # import of cuDF was half way: the worker failed to start
-    (tmp_path / "cudf.py").write_text(SLOW_MODULE.format(name="slow_cudf"))
+    # import of cuDF was half way: the worker failed to start. cuDF's option then is what its
+    # environment variable says, and the worker's start does not wait for the import.
+    (tmp_path / "cudf.py").write_text(SLOW_CUDF)
     out = run(
         f"""
-        import builtins, sys, threading
+        import builtins, os, sys, threading
         sys.path.insert(0, {str(tmp_path)!r})
-        from dask_gpu_interop._imports import import_in_background
-        from dask_gpu_interop.compat import cudf_spilling
+        from dask_gpu_interop._imports import _is_initializing, import_in_background, loaded
+        from dask_gpu_interop.compat import cudf_spilled, cudf_spilling
         builtins.slow_cudf_started = threading.Event()
+        os.environ["CUDF_SPILL"] = "on"
         import_in_background("cudf")
         builtins.slow_cudf_started.wait()
-        print(cudf_spilling())
+        print(cudf_spilling(), cudf_spilled())
+        print(_is_initializing(sys.modules["cudf"]))  # answered while cuDF still imports
+        print(loaded("cudf").get_option("spill"))  # once imported, cuDF's own option agrees
         """
     )
-    assert out == "True"
+    assert out.splitlines() == ["True None", "True", "True"]
