@@ -38,8 +38,11 @@ as its batches exist); an output group's partitions are made from its batches al
 piece is then a key of its own, which a worker's spilling can move to host memory while it
 waits.
 
-Every task is pinned to its worker (a restriction that work stealing cannot lift, so that
-nothing crosses between workers beyond the batches). When a worker of the plan leaves the
+Every task is pinned to its worker while the shuffle runs (a restriction that work stealing
+cannot lift, so that nothing crosses between workers beyond the batches); once it ends the
+pins are lifted, so that an output partition lost later with its worker is computed again
+elsewhere from its lineage (with the batch tasks), or fails in one line (with the direct
+exchange, whose batches cannot be sent again). When a worker of the plan leaves the
 cluster mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks are
 cancelled and it starts again on the workers present, from the input (what was lost with the
 worker is computed again from its lineage), up to ``ATTEMPTS`` times; every task is a pure
@@ -320,7 +323,7 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
 
     if plan.step_bytes is not None:
         raise ValueError("the direct exchange takes one step per worker")
-    send_name, output_name = f"{PREFIX}-send-{token}", f"{PREFIX}-output-{token}"
+    send_name, output_name = f"{inbox.SEND}-{token}", f"{PREFIX}-output-{token}"
     runs = {d: plan.output_groups(d) for d in plan.destinations}
     targets = [(f"{d}/{h}", plan.workers[d], first, stop)
                for d in plan.destinations for h, (first, stop) in enumerate(runs[d])]
@@ -329,10 +332,11 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
         name = f"{send_name}-on-{s}"
         layers[name] = MaterializedLayer(
             {(send_name, s): (inbox.split_and_send, [inputs[i] for i in plan.inputs_on(s)],
-                              on, casts, plan.npartitions, ignore_index, token, s, targets)},
+                              on, casts, plan.npartitions, ignore_index, token, s,
+                              plan.workers[s], targets)},
             annotations=_restricted(plan.workers[s]))  # fmt: skip
         dependencies[name] = set()
-    sources = len(plan.sources)
+    sources = tuple(plan.sources)
     for d in plan.destinations:
         name = f"{output_name}-on-{d}"
         local = [(send_name, d)] if d in plan.sources else []
@@ -346,11 +350,35 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
     return HighLevelGraph(layers, dependencies), keys
 
 
+def _lineage(graph, keys: list, plan: Plan, token: str, direct: bool) -> list:
+    """The shuffle's keys that the scheduler keeps once it ended: the output partitions, and
+    what it would compute again to make one that is lost (the batch tasks and splits; with
+    the direct exchange, the sends that output partitions depend on)."""
+    if not direct:
+        return [key for layer in graph.layers.values() for key in layer]
+    destinations = set(plan.destinations)
+    return list(keys) + [key for key in send_keys(plan, token) if key[1] in destinations]
+
+
+async def _unpin(client, keys: list) -> None:
+    """Lift the shuffle's pins once it ended (the scheduler's ``set_restrictions``): a lost
+    output partition is then computed again wherever there is a worker, where a pin to a
+    worker gone would leave it waiting for that worker forever. With the batch tasks it is
+    made again from its lineage; with the direct exchange it fails in one line (its batches
+    cannot be sent again)."""
+    try:
+        await client.scheduler.set_restrictions(worker={key: None for key in keys})
+    except Exception:  # noqa: BLE001 - a cluster going away has nothing left to compute
+        logger.debug("could not lift the pins of %d shuffle keys", len(keys), exc_info=True)
+
+
 def send_keys(plan: Plan, token: str) -> list:
     """The keys of the direct exchange's send tasks (:func:`build_direct_graph`), which the
     client watches beside the output partitions: an output partition waits for the other
     workers' batches without depending on their sends, so their failures show there."""
-    return [(f"{PREFIX}-send-{token}", s) for s in plan.sources]
+    from .all_to_all_inbox import SEND
+
+    return [(f"{SEND}-{token}", s) for s in plan.sources]
 
 
 #: Clients (by id and scheduler address) that registered the direct exchange's inbox plugin:
@@ -834,6 +862,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
         watched = send_keys(plan, token) if direct else []
         futures = client.get(graph, keys + watched, sync=False)
         outputs = futures[:len(keys)]
+        pinned = _lineage(graph, keys, plan, token, direct)
         # the graph holds the inputs too: the scheduler releases them once split, unless the
         # caller holds them
         del inputs, graph
@@ -864,6 +893,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     for future in futures[len(outputs):]:  # the sends' small results: no longer needed
         future.release()
     del futures
+    client.loop.add_callback(_unpin, client, pinned)
     seconds = time.perf_counter() - started
     stats = None
     if return_stats or logger.isEnabledFor(logging.INFO):

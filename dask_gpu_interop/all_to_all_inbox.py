@@ -46,6 +46,15 @@ HANDLER = "gpu_shuffle_receive"
 LOGGED = 64
 #: How often a waiting output partition checks that its task is still wanted (seconds).
 WAIT_POLL = 0.1
+#: How often, while it waits, it asks the scheduler whether its shuffle's sends still exist
+#: (seconds): they do not where the output partition is computed again after the shuffle
+#: ended (its worker lost), and the other workers' batches would then never come.
+SENDS_CHECK = 1.0
+#: The send tasks' key prefix (:func:`.all_to_all.send_keys`): ``(f"{SEND}-{token}", source)``.
+SEND = "gpu-shuffle-send"
+#: Why an output partition computed again after its shuffle ended cannot be made.
+ENDED = ("this output partition is being computed again after its shuffle ended (its worker "
+         "was lost), and its batches cannot be sent again: shuffle the input again")
 #: Why an output partition found no batches to wait for.
 GONE = ("this output partition's batches are no longer on its worker (made before and "
         "released, or the worker started again): shuffle the input again")
@@ -90,7 +99,8 @@ class ShuffleInbox(WorkerPlugin):
 
     def put(self, token: str, run, source: int, batch) -> None:
         with self._lock:
-            if token not in self._dropped:  # a send that ends after its shuffle stopped
+            # a send that ends after its shuffle stopped, or computed again for a run made
+            if token not in self._dropped and run not in self._done.get(token, ()):
                 self._boxes.setdefault(token, {}).setdefault(run, {})[source] = batch
                 self._arrived.notify_all()
 
@@ -104,21 +114,29 @@ class ShuffleInbox(WorkerPlugin):
         """The batches of ``run`` by source in order, once the batches of all ``sources`` are
         in the inbox. RuntimeError, in one line, where the shuffle stopped (:meth:`drop`),
         its run's output partitions were all made already, or ``wanted()`` (asked every
-        ``poll`` seconds) turns false while it waits."""
-        with self._arrived:
-            while True:
-                if token in self._dropped:
-                    raise RuntimeError("this output partition's shuffle stopped before its "
-                                       "batches arrived (a task failed, or a worker left)")
-                if run in self._done.get(token, ()):
-                    raise RuntimeError(GONE)
-                box = self._boxes.get(token, {}).get(run, {})
-                if len(box) >= sources:
-                    return [box[source] for source in sorted(box)]
-                if wanted is not None and not wanted():
-                    raise RuntimeError("this output partition's task was cancelled while it "
-                                       "waited for its batches")
-                self._arrived.wait(poll)
+        ``poll`` seconds, outside the inbox's lock: it may wait on the worker's event loop,
+        which puts batches in) turns false or raises while it waits."""
+        while True:
+            with self._arrived:
+                batches = self._ready(token, run, sources)
+                if batches is None:
+                    self._arrived.wait(poll)
+                    batches = self._ready(token, run, sources)
+            if batches is not None:
+                return batches
+            if wanted is not None and not wanted():
+                raise RuntimeError("this output partition's task was cancelled while it "
+                                   "waited for its batches")
+
+    def _ready(self, token: str, run, sources: int) -> list | None:
+        """(Under the lock) the run's batches where all have arrived, else None."""
+        if token in self._dropped:
+            raise RuntimeError("this output partition's shuffle stopped before its batches "
+                               "arrived (a task failed, or a worker left)")
+        if run in self._done.get(token, ()):
+            raise RuntimeError(GONE)
+        box = self._boxes.get(token, {}).get(run, {})
+        return [box[source] for source in sorted(box)] if len(box) >= sources else None
 
     def made(self, token: str, run, count: int) -> None:
         """One more of ``run``'s ``count`` output partitions is made: the run's batches leave
@@ -171,17 +189,21 @@ def _inbox(worker) -> ShuffleInbox:
 
 
 def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bool,
-                   token: str, source: int, runs: list) -> dict:
+                   token: str, source: int, planned: str, runs: list) -> dict:
     """Split a source worker's input partitions (:func:`.all_to_all_tasks.split`) and send
     each run's batch to its worker at once; ``runs`` are ``(run, address, first, stop)``,
     ``run`` naming the run of output partitions ``first`` to ``stop - 1`` on worker
-    ``address``. Returns ``{address: bytes}`` sent to each other worker."""
+    ``address``. Returns ``{address: bytes}`` sent to each other worker. On a worker other
+    than ``planned`` (the shuffle pins it there while it runs: it is being computed again
+    after the shuffle ended), RuntimeError at once: its batches' destinations are gone."""
     from dask.sizeof import sizeof
     from distributed import get_worker
     from distributed.protocol import to_serialize
     from distributed.utils import sync
 
     worker = get_worker()
+    if worker.address != planned:
+        raise RuntimeError(ENDED)
     inbox = _inbox(worker)
     groups = tasks.split(parts, on, casts, npartitions, ignore_index)
     del parts
@@ -213,31 +235,54 @@ def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_
 
 
 def output_from_inbox(token: str, run, position: int, count: int, ignore_index: bool,
-                      sources: int, *local_send) -> object:
+                      sources: tuple, *local_send) -> object:
     """Output partition ``position`` of ``run`` (which has ``count``), concatenated from the
-    run's batches in the worker's inbox once the batches of all ``sources`` have arrived;
-    ``local_send`` is this worker's own :func:`split_and_send` result where it is a source
-    (its value is not read: its batch is in the inbox once it ends). While the batches are
-    on their way, the task leaves the worker's thread pool."""
+    run's batches in the worker's inbox once the batches of all ``sources`` (the source
+    workers' indexes) have arrived; ``local_send`` is this worker's own
+    :func:`split_and_send` result where it is a source (its value is not read: its batch is
+    in the inbox once it ends). While the batches are on their way, the task leaves the
+    worker's thread pool; it ends with an error, in one line, where its task is cancelled or
+    its shuffle's sends no longer exist (it is computed again after the shuffle ended)."""
     from distributed import get_worker, rejoin, secede
 
     worker = get_worker()
     inbox = _inbox(worker)
-    if inbox.arrived(token, run, sources):
-        batches = inbox.wait_for(token, run, sources)
+    if inbox.arrived(token, run, len(sources)):
+        batches = inbox.wait_for(token, run, len(sources))
     else:
         key = worker.get_current_task()
+        sends = [(f"{SEND}-{token}", source) for source in sources]
+        checked = [time.monotonic()]
 
         def wanted() -> bool:
             task = worker.state.tasks.get(key)
-            return task is not None and task.state != "cancelled"
+            if task is None or task.state == "cancelled":
+                return False
+            if time.monotonic() - checked[0] >= SENDS_CHECK:
+                checked[0] = time.monotonic()
+                if not _sends_exist(worker, sends):
+                    inbox.drop(token)  # what came of it here can never be used
+                    raise RuntimeError(ENDED)
+            return True
 
         secede()  # the worker's other tasks run while this one waits
-        batches = inbox.wait_for(token, run, sources, wanted)
+        batches = inbox.wait_for(token, run, len(sources), wanted)
         rejoin()
     out = tasks.output(batches, position, ignore_index)
     inbox.made(token, run, count)
     return out
+
+
+def _sends_exist(worker, sends: list) -> bool:
+    """Whether the scheduler still knows every one of ``sends`` (keys); True where it cannot
+    be asked (a scheduler that is gone ends the worker anyway)."""
+    from distributed.utils import sync
+
+    try:
+        states = sync(worker.loop, worker.scheduler.get_task_status, keys=sends)
+    except Exception:  # noqa: BLE001 - no answer is no evidence that the shuffle ended
+        return True
+    return all(states.get(key) is not None for key in sends)
 
 
 def drop(token: str, dask_worker=None) -> int:

@@ -13,7 +13,7 @@ import dask
 import dask.dataframe as dd
 import pytest
 from dask.utils import key_split
-from distributed import Client, LocalCluster, get_task_stream
+from distributed import Client, LocalCluster, get_task_stream, wait
 
 from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop import all_to_all_inbox as inbox
@@ -21,6 +21,7 @@ from dask_gpu_interop.all_to_all import (
     EXCHANGE_KEY,
     STEP_KEY,
     Plan,
+    _persisted_partitions,
     build_direct_graph,
     send_keys,
 )
@@ -74,10 +75,11 @@ def test_the_direct_graph_has_a_send_per_source_and_outputs_on_their_workers_sen
         task = tasks_of[key]
         first, stop = plan.outputs_of(d)
         # it waits in the inbox for the batches of both sources, after its own worker's send
-        assert task[2:7] == (f"{d}/0", j - first, stop - first, False, 2)
+        assert task[2:7] == (f"{d}/0", j - first, stop - first, False, (0, 2))
         assert list(task[7:]) == [k for k in sends if k[1] == d]
         assert annotations[key]["workers"] == [plan.workers[d]]
     assert send_keys(plan, "0f" * 16) == sends  # what the client watches beside the outputs
+    assert all(k[0] == f"{inbox.SEND}-{'0f' * 16}" for k in sends)  # what the outputs ask for
     # b is no source: its output depends on no task
     assert graph.dependencies["gpu-shuffle-output-" + "0f" * 16 + "-on-1"] == set()
     assert graph.dependencies["gpu-shuffle-output-" + "0f" * 16 + "-on-2"] == {
@@ -161,6 +163,44 @@ def test_a_failed_send_ends_the_outputs_waiting_for_it_in_one_line(client):
     with dask.config.set(DIRECT):
         assert_same_rows(partitions_of(client, shuffle(dask_frame(blocks), "key", 3)), blocks)
     assert set(client.run(boxes).values()) == {(0, 0)}
+
+
+def unpinned(keys, dask_scheduler=None):
+    return all(dask_scheduler.tasks[key].worker_restrictions is None for key in keys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exchange", ["direct", "batches"])
+def test_an_output_lost_after_its_shuffle_ended_is_made_again_or_one_clear_error(exchange):
+    # its worker lost after the shuffle returned, the scheduler computes the output again from
+    # its lineage: pinned to the worker gone, it would wait for that worker forever. The batch
+    # tasks make it again; the direct exchange cannot send its batches again and says so.
+    blocks = frame(8, rows=1_000)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, env=NO_GPU) as cluster, \
+            Client(cluster) as client, dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
+        source = dask_frame(blocks).persist()
+        shuffled = shuffle(source, "key", 4)
+        keys = [future.key for future in _persisted_partitions(shuffled)]  # the outputs
+        deadline = time.monotonic() + 10
+        while not client.run_on_scheduler(unpinned, keys) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.run_on_scheduler(unpinned, keys)
+        victim = next(iter(client.who_has(shuffled).values()))[0]
+        client.run(os._exit, 1, workers=[victim], on_error="ignore")  # its nanny restarts it
+        if exchange == "batches":
+            futures = client.compute(shuffled.to_delayed())
+            wait(futures, timeout=60)  # not pinned to the worker gone: made again elsewhere
+            got = client.gather(futures)
+            assert_same_rows(got, blocks)
+            assert_each_key_in_one_partition(got, ["key"])
+            return
+        with pytest.raises(Exception, match="computed again after its shuffle ended") as failed:
+            client.compute(shuffled).result(timeout=60)
+        assert "\n" not in str(failed.value)
+        client.wait_for_workers(2, timeout=60)
+        # nothing of it is left in an inbox
+        assert set(client.run(boxes).values()) <= {(0, 0), None}
 
 
 def test_two_shuffles_at_once_on_one_thread_per_worker_both_end(client):
