@@ -9,8 +9,8 @@ made from them.
 - :func:`split_and_send`: a source worker's input partitions split (:func:`.all_to_all_tasks.
   split`), and one batch per run of output partitions sent to its worker at once (kept in
   the worker's own inbox where it is the destination). Its result is what it sent to whom, a
-  small dict: the output partitions depend on every source's, so that they run once every
-  batch has arrived.
+  small dict, which the output partitions of its own worker depend on (its own batch is in
+  the inbox then), and which the client watches for a failure.
 - :func:`output_from_inbox`: one output partition, concatenated from the batches of its run
   (:func:`.all_to_all_tasks.output`) once every source's has arrived; it depends on no other
   worker's task, so no scheduler round trip and no fetch stands between the last batch's
