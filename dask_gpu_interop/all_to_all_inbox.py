@@ -46,9 +46,10 @@ HANDLER = "gpu_shuffle_receive"
 LOGGED = 64
 #: How often a waiting output partition checks that its task is still wanted (seconds).
 WAIT_POLL = 0.1
-#: How often, while it waits, it asks the scheduler whether its shuffle's sends still exist
-#: (seconds): they do not where the output partition is computed again after the shuffle
-#: ended (its worker lost), and the other workers' batches would then never come.
+#: How often, while it waits, it asks the scheduler whether its shuffle's sends are still part
+#: of a running shuffle (seconds): they are not where the output partition is computed again
+#: after the shuffle ended (its worker lost), and the other workers' batches would then never
+#: come.
 SENDS_CHECK = 1.0
 #: The send tasks' key prefix (:func:`.all_to_all.send_keys`): ``(f"{SEND}-{token}", source)``.
 SEND = "gpu-shuffle-send"
@@ -242,7 +243,8 @@ def output_from_inbox(token: str, run, position: int, count: int, ignore_index: 
     :func:`split_and_send` result where it is a source (its value is not read: its batch is
     in the inbox once it ends). While the batches are on their way, the task leaves the
     worker's thread pool; it ends with an error, in one line, where its task is cancelled or
-    its shuffle's sends no longer exist (it is computed again after the shuffle ended)."""
+    its shuffle's sends are no longer running or held (it is computed again after the shuffle
+    ended)."""
     from distributed import get_worker, rejoin, secede
 
     worker = get_worker()
@@ -260,7 +262,7 @@ def output_from_inbox(token: str, run, position: int, count: int, ignore_index: 
                 return False
             if time.monotonic() - checked[0] >= SENDS_CHECK:
                 checked[0] = time.monotonic()
-                if not _sends_exist(worker, sends):
+                if not _sends_live(worker, sends):
                     inbox.drop(token)  # what came of it here can never be used
                     raise RuntimeError(ENDED)
             return True
@@ -273,16 +275,18 @@ def output_from_inbox(token: str, run, position: int, count: int, ignore_index: 
     return out
 
 
-def _sends_exist(worker, sends: list) -> bool:
-    """Whether the scheduler still knows every one of ``sends`` (keys); True where it cannot
-    be asked (a scheduler that is gone ends the worker anyway)."""
+def _sends_live(worker, sends: list) -> bool:
+    """Whether every one of ``sends`` (keys) is still part of a running shuffle, as the
+    scheduler says: one it forgot, or keeps released (as the lineage of output partitions
+    made), belongs to a shuffle that ended. True where the scheduler cannot be asked (one
+    that is gone ends the worker anyway)."""
     from distributed.utils import sync
 
     try:
         states = sync(worker.loop, worker.scheduler.get_task_status, keys=sends)
     except Exception:  # noqa: BLE001 - no answer is no evidence that the shuffle ended
         return True
-    return all(states.get(key) is not None for key in sends)
+    return all(states.get(key) not in (None, "released", "forgotten") for key in sends)
 
 
 def drop(token: str, dask_worker=None) -> int:

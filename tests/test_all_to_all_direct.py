@@ -203,6 +203,31 @@ def test_an_output_lost_after_its_shuffle_ended_is_made_again_or_one_clear_error
         assert set(client.run(boxes).values()) <= {(0, 0), None}
 
 
+@pytest.mark.slow
+def test_an_output_of_a_worker_without_input_lost_after_the_shuffle_is_one_clear_error():
+    # every input on one worker: the other's output partitions depend on no send. Lost with
+    # their worker after the shuffle, they are computed again on the first, wait there for
+    # batches that no send will make again, and learn from the scheduler that the shuffle ended
+    blocks = frame(6, rows=1_000)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, env=NO_GPU) as cluster, \
+            Client(cluster) as client, dask.config.set(DIRECT):  # fmt: skip
+        holder, other = sorted(client.nthreads())
+        source = client.persist(dask_frame(blocks), workers=[holder])
+        wait(source)
+        shuffled, stats = shuffle(source, "key", 6, return_stats=True)
+        assert {s for s, _ in stats.crossed} == {holder}  # one source
+        keys = [future.key for future in _persisted_partitions(shuffled)]
+        deadline = time.monotonic() + 10
+        while not client.run_on_scheduler(unpinned, keys) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert other in {w for ws in client.who_has(shuffled).values() for w in ws}
+        client.run(os._exit, 1, workers=[other], on_error="ignore")  # its nanny restarts it
+        with pytest.raises(Exception, match="computed again after its shuffle ended") as failed:
+            client.compute(shuffled).result(timeout=60)
+        assert "\n" not in str(failed.value)
+
+
 def test_two_shuffles_at_once_on_one_thread_per_worker_both_end(client):
     # an output waiting for its batches leaves its worker's only thread to the other
     # shuffle's send, which the first one's batches may wait for
