@@ -56,6 +56,9 @@ SEND = "gpu-shuffle-send"
 #: Why an output partition computed again after its shuffle ended cannot be made.
 ENDED = ("this output partition is being computed again after its shuffle ended (its worker "
          "was lost), and its batches cannot be sent again: shuffle the input again")
+#: Why a waiting output partition ends where its shuffle was stopped (:func:`drop`).
+STOPPED = ("this output partition's shuffle stopped before its batches arrived (a task "
+           "failed, or a worker left)")
 #: Why an output partition found no batches to wait for.
 GONE = ("this output partition's batches are no longer on its worker (made before and "
         "released, or the worker started again): shuffle the input again")
@@ -76,7 +79,7 @@ class ShuffleInbox(WorkerPlugin):
         self._done: dict = {}  # token -> runs whose output partitions were all made
         self._left: dict = {}  # (token, run) -> output partitions still to make
         self._received: dict = {}  # token -> [(source address, bytes)]
-        self._dropped: dict = {}  # tokens dropped: what arrives for them later is not kept
+        self._dropped: dict = {}  # token dropped -> why: what arrives for it later is not kept
         worker.handlers[HANDLER] = self.receive
 
     def teardown(self, worker):
@@ -132,8 +135,7 @@ class ShuffleInbox(WorkerPlugin):
     def _ready(self, token: str, run, sources: int) -> list | None:
         """(Under the lock) the run's batches where all have arrived, else None."""
         if token in self._dropped:
-            raise RuntimeError("this output partition's shuffle stopped before its batches "
-                               "arrived (a task failed, or a worker left)")
+            raise RuntimeError(self._dropped[token])
         if run in self._done.get(token, ()):
             raise RuntimeError(GONE)
         box = self._boxes.get(token, {}).get(run, {})
@@ -156,10 +158,11 @@ class ShuffleInbox(WorkerPlugin):
             while len(self._done) > LOGGED:
                 self._done.pop(next(iter(self._done)))
 
-    def drop(self, token: str) -> int:
-        """The shuffle ``token``'s batches out of the inbox; how many runs held some."""
+    def drop(self, token: str, why: str = STOPPED) -> int:
+        """The shuffle ``token``'s batches out of the inbox; how many runs held some. Its
+        waiting output partitions end with ``why``."""
         with self._lock:
-            self._dropped[token] = None
+            self._dropped.setdefault(token, why)
             while len(self._dropped) > LOGGED:
                 self._dropped.pop(next(iter(self._dropped)))
             runs = self._boxes.pop(token, {})
@@ -263,7 +266,7 @@ def output_from_inbox(token: str, run, position: int, count: int, ignore_index: 
             if time.monotonic() - checked[0] >= SENDS_CHECK:
                 checked[0] = time.monotonic()
                 if not _sends_live(worker, sends):
-                    inbox.drop(token)  # what came of it here can never be used
+                    inbox.drop(token, ENDED)  # what came of it here can never be used
                     raise RuntimeError(ENDED)
             return True
 
