@@ -1,7 +1,8 @@
 """The all-to-all's direct exchange (``gpu-interop.shuffle.exchange: direct``) on pandas
 partitions and CPU worker processes: each split sends its batches to their workers' inboxes
-itself. Its graph, its result, its inboxes emptied, its setting, its fallback in steps, and a
-worker killed in the middle of it."""
+itself. Its graph, its result, its inboxes emptied, its setting, its fallback in steps, a
+failed send, two shuffles at once, and an output partition lost after the shuffle ended (a
+worker killed in the middle of it: tests/test_all_to_all_faults.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from .test_all_to_all import (
     frame,
     partitions_of,
 )
-from .test_all_to_all_faults import DieOnce
+from .test_all_to_all_faults import boxes
 
 DIRECT = {EXCHANGE_KEY: "direct"}
 
@@ -44,11 +45,6 @@ def client():
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None,
                       env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
         yield client
-
-
-def boxes(dask_worker=None):
-    found = dask_worker.plugins.get(inbox.NAME)
-    return None if found is None else (len(found._boxes), len(found._left))
 
 
 def test_the_direct_graph_has_a_send_per_source_and_outputs_on_their_workers_send_alone():
@@ -169,6 +165,16 @@ def unpinned(keys, dask_scheduler=None):
     return all(dask_scheduler.tasks[key].worker_restrictions is None for key in keys)
 
 
+def wait_unpinned(client, shuffled) -> None:
+    """Until the scheduler no longer pins the shuffle's output partitions (the client lifts
+    the pins as the shuffle returns, without waiting for the answer); at most 10 s."""
+    keys = [future.key for future in _persisted_partitions(shuffled)]
+    deadline = time.monotonic() + 10
+    while not client.run_on_scheduler(unpinned, keys) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.run_on_scheduler(unpinned, keys)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("exchange", ["direct", "batches"])
 def test_an_output_lost_after_its_shuffle_ended_is_made_again_or_one_clear_error(exchange):
@@ -181,11 +187,7 @@ def test_an_output_lost_after_its_shuffle_ended_is_made_again_or_one_clear_error
             Client(cluster) as client, dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
         source = dask_frame(blocks).persist()
         shuffled = shuffle(source, "key", 4)
-        keys = [future.key for future in _persisted_partitions(shuffled)]  # the outputs
-        deadline = time.monotonic() + 10
-        while not client.run_on_scheduler(unpinned, keys) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert client.run_on_scheduler(unpinned, keys)
+        wait_unpinned(client, shuffled)
         victim = next(iter(client.who_has(shuffled).values()))[0]
         client.run(os._exit, 1, workers=[victim], on_error="ignore")  # its nanny restarts it
         if exchange == "batches":
@@ -217,10 +219,7 @@ def test_an_output_of_a_worker_without_input_lost_after_the_shuffle_is_one_clear
         wait(source)
         shuffled, stats = shuffle(source, "key", 6, return_stats=True)
         assert {s for s, _ in stats.crossed} == {holder}  # one source
-        keys = [future.key for future in _persisted_partitions(shuffled)]
-        deadline = time.monotonic() + 10
-        while not client.run_on_scheduler(unpinned, keys) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_unpinned(client, shuffled)
         assert other in {w for ws in client.who_has(shuffled).values() for w in ws}
         client.run(os._exit, 1, workers=[other], on_error="ignore")  # its nanny restarts it
         with pytest.raises(Exception, match="computed again after its shuffle ended") as failed:
@@ -289,30 +288,8 @@ def test_a_stopped_shuffle_ends_its_waiting_outputs_and_turns_late_batches_away(
     wanted[0] = False
     with pytest.raises(RuntimeError, match="cancelled"):
         waiting.result(timeout=5)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("step", ["gpu-shuffle-send", "gpu-shuffle-output"])
-def test_a_worker_killed_mid_direct_exchange_changes_nothing_in_the_result(tmp_path, step,
-                                                                          caplog):
-    caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")
-    marker = tmp_path / "died"
-    blocks = frame(12, rows=3_000)
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                      dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client, dask.config.set(DIRECT):  # fmt: skip
-        source = dask_frame(blocks).persist()
-        client.wait_for_workers(3)
-        pids = set(client.run(os.getpid).values())
-        client.register_plugin(DieOnce(str(marker), step))
-        shuffled = shuffle(source, ["key", "name"], npartitions=9)
-        parts = partitions_of(client, shuffled)
-        assert marker.exists(), f"no worker died at {step}: the test did not test anything"
-        client.wait_for_workers(3, timeout=60)
-        assert set(client.run(os.getpid).values()) != pids  # one was replaced
-        # nothing of the stopped attempt is left in an inbox
-        assert set(client.run(boxes).values()) <= {(0, 0), None}
-    assert "left the cluster mid-shuffle: shuffling again" in caplog.text
-    assert len(parts) == 9
-    assert_same_rows(parts, blocks)
-    assert_each_key_in_one_partition(parts, ["key", "name"])
+    # a shuffle dropped for a reason ends every output partition waiting for it with that reason
+    box.drop("t3", inbox.ENDED)
+    box.drop("t3")  # a later drop keeps the first reason
+    with pytest.raises(RuntimeError, match="computed again after its shuffle ended"):
+        box.wait_for("t3", "0/0", 1)

@@ -1,8 +1,8 @@
-"""A worker killed in the middle of the all-to-all (dask_gpu_interop.shuffle) with its batch
-tasks (``exchange: batches``), in one step per worker or in steps: the shuffle starts again on
-the workers present (what the dead one held computed again from its lineage), and the result
-is the same as without the fault: every row once, every key in one partition. The direct
-exchange's faults: tests/test_all_to_all_direct.py."""
+"""A worker killed in the middle of the all-to-all (dask_gpu_interop.shuffle), with its batch
+tasks in one step per worker or in steps, and with the direct exchange: the shuffle starts
+again on the workers present (what the dead one held computed again from its lineage), and
+the result is the same as without the fault: every row once, every key in one partition,
+nothing left in an inbox."""
 
 from __future__ import annotations
 
@@ -48,18 +48,33 @@ class DieOnce(WorkerPlugin):
         os._exit(1)
 
 
-@pytest.mark.parametrize("steps", ["auto", "60 kB"], ids=["one step", "in steps"])
-@pytest.mark.parametrize("step", ["gpu-shuffle-split", "gpu-shuffle-batch",
-                                  "gpu-shuffle-output"])
-def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, step, steps,
-                                                                   caplog):
+def boxes(dask_worker=None):
+    """On a worker: how many shuffles and runs its direct exchange's inbox holds (None
+    without one)."""
+    from dask_gpu_interop import all_to_all_inbox as inbox
+
+    found = dask_worker.plugins.get(inbox.NAME)
+    return None if found is None else (len(found._boxes), len(found._left))
+
+
+KILLED_AT = [  # (exchange, steps, the step at whose end a worker dies)
+    *(("batches", steps, step) for steps in ("auto", "60 kB")
+      for step in ("gpu-shuffle-split", "gpu-shuffle-batch", "gpu-shuffle-output")),
+    *(("direct", "auto", step) for step in ("gpu-shuffle-send", "gpu-shuffle-output")),
+]
+
+
+@pytest.mark.parametrize("exchange,steps,step", KILLED_AT,
+                         ids=[" ".join(p) for p in KILLED_AT])  # fmt: skip
+def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, exchange, steps,
+                                                                   step, caplog):
     caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")
     marker = tmp_path / "died"
     blocks = frame(12, rows=3_000)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                       dashboard_address=None, env=NO_GPU) as cluster, \
             Client(cluster) as client, \
-            dask.config.set({STEP_KEY: steps, EXCHANGE_KEY: "batches"}):  # fmt: skip
+            dask.config.set({STEP_KEY: steps, EXCHANGE_KEY: exchange}):  # fmt: skip
         source = dask_frame(blocks).persist()
         client.wait_for_workers(3)
         pids = set(client.run(os.getpid).values())
@@ -69,6 +84,8 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, ste
         assert marker.exists(), f"no worker died at {step}: the test did not test anything"
         client.wait_for_workers(3, timeout=60)
         assert set(client.run(os.getpid).values()) != pids  # one was replaced
+        # nothing of a stopped attempt is left in an inbox
+        assert set(client.run(boxes).values()) <= {(0, 0), None}
     assert "left the cluster mid-shuffle: shuffling again" in caplog.text  # its tasks pinned
     assert len(parts) == 9
     assert_same_rows(parts, blocks)

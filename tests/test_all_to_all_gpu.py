@@ -304,29 +304,15 @@ def two_gpus(request):
 
 
 @pytest.mark.multi_gpu
-def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus):
-    from dask_gpu_interop import shuffle
-
-    pdf = pandas_frame(rows=400_000)
-    shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
-                              client=two_gpus)
-    workers = sorted(two_gpus.nthreads())
-    assert set(stats.crossed) <= {(workers[0], workers[1]), (workers[1], workers[0])}
-    assert 0.3 * stats.output_bytes < stats.crossing_bytes < 0.7 * stats.output_bytes
-    parts = gathered(two_gpus, shuffled)
-    assert_rows(parts, pdf)
-    assert_each_key_in_one_partition(parts, ["key", "name"])
-
-
-@pytest.mark.multi_gpu
-def test_the_batch_tasks_between_two_gpus_give_every_row_once(two_gpus):
+@pytest.mark.parametrize("exchange", ["direct", "batches"])
+def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus, exchange):
     import dask
 
     from dask_gpu_interop import shuffle
     from dask_gpu_interop.all_to_all import EXCHANGE_KEY
 
     pdf = pandas_frame(rows=400_000)
-    with dask.config.set({EXCHANGE_KEY: "batches"}):
+    with dask.config.set({EXCHANGE_KEY: exchange}):
         shuffled, stats = shuffle(gpu_frame(pdf, 8), ["key", "name"], 6, return_stats=True,
                                   client=two_gpus)
     workers = sorted(two_gpus.nthreads())
