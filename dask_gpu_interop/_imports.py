@@ -21,13 +21,28 @@ _pending: dict[str, list[Callback]] = {}
 
 
 def when_imported(name: str, callback: Callback) -> None:
-    """Call ``callback(module)`` once ``name`` is imported: now, if it is already."""
+    """Call ``callback(module)`` once ``name`` is imported: now, if it is already. A module that
+    another thread is importing (a background import) is waited for in a thread of its own,
+    and the callback called there as soon as the import ends; an import that fails calls
+    nothing."""
     with _lock:
         module = sys.modules.get(name)
-        if module is None or _is_initializing(module):
+        if module is None:
             _pending.setdefault(name, []).append(callback)
             _install_finder()
             return
+        if _is_initializing(module):  # its loader was found already: it cannot be watched
+            threading.Thread(target=_after_import, args=(name, callback), daemon=True,
+                             name=f"after-import-{name}").start()
+            return
+    callback(module)
+
+
+def _after_import(name: str, callback: Callback) -> None:
+    try:
+        module = importlib.import_module(name)  # waits for the import under way
+    except Exception:  # the code that imports it raises it with its own context
+        return
     callback(module)
 
 

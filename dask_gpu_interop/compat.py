@@ -70,6 +70,21 @@ def add_pending_worker_plugin(worker, plugin) -> None:
     worker._pending_plugins = (*worker._pending_plugins, plugin)
 
 
+def remove_pending_worker_plugins(worker, plugins) -> None:
+    """Take ``plugins`` (the objects themselves) out of those a starting ``distributed.Worker``
+    will set up; call from a preload's ``dask_setup``.
+
+    Private: ``Worker._pending_plugins``, as :func:`add_pending_worker_plugin`.
+    """
+    if not hasattr(worker, "_pending_plugins"):
+        raise RuntimeError(
+            "distributed.Worker has no _pending_plugins any more: update "
+            "dask_gpu_interop.compat.remove_pending_worker_plugins for this distributed release")
+    worker._pending_plugins = tuple(
+        plugin for plugin in worker._pending_plugins
+        if not any(plugin is removed for removed in plugins))
+
+
 def keep_preload_arguments(worker, name: str, kept) -> None:
     """Leave the preload ``name`` of a starting ``distributed.Worker`` only those of its
     command-line arguments that are in ``kept``; call from an earlier preload's ``dask_setup``.

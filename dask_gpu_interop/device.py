@@ -32,11 +32,17 @@ def gpus_hidden() -> bool:
 def gpu_count() -> int:
     """How many CUDA GPUs this process may use, asked without creating a CUDA context.
 
+    NVML answers where it can: it lists the devices at once, where CUDA's runtime first
+    initializes its driver for every device, which a command would wait for before its
+    cluster starts. ``CUDA_VISIBLE_DEVICES`` is read as CUDA reads it (indices or
+    UUIDs, up to the first entry that names no device); where NVML cannot say as CUDA would
+    (MIG instances, no NVML), CUDA's runtime is asked.
+
     Returns
     -------
     int
-        The devices CUDA (or NVML) lists, as ``CUDA_VISIBLE_DEVICES`` leaves them; 0 where
-        none is visible or no CUDA stack is installed.
+        The devices CUDA lists, as ``CUDA_VISIBLE_DEVICES`` leaves them; 0 where none is
+        visible or no CUDA stack is installed.
 
     Examples
     --------
@@ -46,22 +52,61 @@ def gpu_count() -> int:
     """
     if gpus_hidden():
         return 0
+    counted = _nvml_count(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if counted is not None:
+        return counted
     try:
         from cuda.bindings import runtime
     except ImportError:
-        runtime = None
-    if runtime is not None:
-        err, count = runtime.cudaGetDeviceCount()
-        return int(count) if err == runtime.cudaError_t.cudaSuccess else 0
+        return 0
+    err, count = runtime.cudaGetDeviceCount()
+    return int(count) if err == runtime.cudaError_t.cudaSuccess else 0
+
+
+def _nvml_count(visible: str | None) -> int | None:
+    """The devices CUDA would list under ``visible`` (``CUDA_VISIBLE_DEVICES``, None: unset),
+    counted from NVML's list; None where NVML cannot say: not installed or not answering, a
+    GPU in MIG mode (CUDA lists its instances, NVML the GPU), an entry naming an instance."""
     try:
         import pynvml
     except ImportError:
-        return 0
+        return None
     try:
         pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                   for i in range(pynvml.nvmlDeviceGetCount())]
+        if any(_mig_enabled(pynvml, handle) for handle in handles):
+            return None
+        uuids = [_text(pynvml.nvmlDeviceGetUUID(handle)) for handle in handles]
     except pynvml.NVMLError:
-        return 0
+        return None
+    if visible is None:
+        return len(uuids)
+    chosen: list[int] = []
+    for entry in (part.strip() for part in visible.split(",")):
+        if entry.upper().startswith("MIG"):
+            return None
+        if entry.lstrip("+-").isdigit():
+            found = [int(entry)] if 0 <= int(entry) < len(uuids) else []
+        else:  # a UUID, or its start where that names one device
+            name = entry if entry.upper().startswith("GPU-") else f"GPU-{entry}"
+            found = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(name.lower())]
+        if len(found) != 1 or found[0] in chosen:
+            break  # CUDA lists the devices before the first entry that names none
+        chosen.append(found[0])
+    return len(chosen)
+
+
+def _mig_enabled(pynvml, handle) -> bool:
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:  # a GPU without MIG
+        return False
+    return bool(current)
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def current_device() -> DeviceInfo:

@@ -13,7 +13,8 @@ not come up.
 Importing the preload also gives the worker the GPU workers' settings of
 :mod:`dask_gpu_interop.gpu_workers` (each thread its own CUDA stream, kvikio's reader threads),
 before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``, one task's
-host work overlaps another's kernels.
+host work overlaps another's kernels. And a dask-cuda worker imports cuDF in the background
+instead of before it joins the cluster (:mod:`dask_gpu_interop.worker_cudf_import`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 
 import click
 
-from . import gpu_workers, worker_exit, worker_start
+from . import gpu_workers, worker_cudf_import, worker_exit, worker_start
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -100,6 +101,9 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     # After every preload (dask-cuda's creates the CUDA context on the worker's device),
     # before the worker takes any task; a refusal stops the worker.
     add_pending_worker_plugin(worker, plugin)
+    # dask-cuda's cuDF options without holding the worker's start for cuDF's import, which
+    # starts after the plugin's setup (which watches for it, to bind cuDF)
+    worker_cudf_import.import_beside_start(worker)
 
 
 def dask_teardown(worker) -> None:

@@ -100,3 +100,42 @@ def test_a_client_takes_the_cudf_results_of_workers_that_spill():
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts == {"type": "cudf", "sum": 499500, "workers": [True]}
+
+
+CUDF_BESIDE_START = """
+import json, sys, time
+from dask_gpu_interop import cluster_client, memory_report
+
+def options():
+    import cudf
+    return [cudf.get_option("spill"), cudf.get_option("spill_stats")]
+
+with cluster_client(device="gpu", n_workers=1, processes=True,
+                    memory={{"pool_size": "0.1"{spill}}}) as (client, device):
+    # the worker joined before cuDF's import ended, which goes on in the background
+    plugins = list(client.run(lambda dask_worker: sorted(dask_worker.plugins)).values())[0]
+    found = client.submit(options).result()
+    deadline = time.time() + 30  # the binding follows the import, in a thread of its own
+    while time.time() < deadline:
+        snap = list(memory_report(client).values())[0]
+        if snap["frameworks"]["cudf"]["state"] != "pending":
+            break
+        time.sleep(0.1)
+    print(json.dumps({{"options": found, "cudf": snap["frameworks"]["cudf"]["state"],
+                      "dask_cuda_setup": [p for p in plugins if p.startswith("CUDFSetup")],
+                      "import_plugin": "gpu-interop-cudf-import" in plugins}}))
+"""
+
+
+@pytest.mark.parametrize("spill, expected", [("", [False, 0]), (', "spill": True', [True, 0])])
+def test_a_dask_cuda_worker_imports_cudf_beside_its_start_with_its_options(spill, expected):
+    """dask-cuda's CUDFSetup (which imports cuDF before the worker joins) is replaced: cuDF's
+    options are dask-cuda's, or the plugin's spilling where it sets one, and the plugin binds
+    cuDF once the background import ends."""
+    done = subprocess.run([sys.executable, "-c", CUDF_BESIDE_START.format(spill=spill)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts == {"options": expected, "cudf": "bound", "dask_cuda_setup": [],
+                     "import_plugin": True}
+    assert "already exists" not in done.stderr  # dask-cuda: a CUDA context made before its own

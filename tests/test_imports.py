@@ -193,3 +193,33 @@ def test_cudfs_spilling_is_read_while_a_background_import_of_cudf_runs(tmp_path)
         """
     )
     assert out.splitlines() == ["True None", "True", "True"]
+
+
+def test_a_hook_on_a_module_another_thread_is_importing_fires_once_it_is_whole(tmp_path):
+    # a worker's memory plugin watches cuDF's import to bind it, while a background import of
+    # cuDF may be under way already: its loader was found before the hook, so the hook waits
+    (tmp_path / "slow_mod_for_hook.py").write_text(SLOW_MODULE.format(name="slow_hook"))
+    (tmp_path / "slow_mod_failing.py").write_text(
+        SLOW_MODULE.format(name="slow_failing") + "raise RuntimeError('broken')\n")
+    out = run(
+        f"""
+        import builtins, sys, threading, time
+        sys.path.insert(0, {str(tmp_path)!r})
+        from dask_gpu_interop._imports import when_imported
+        seen = []
+        for name, module in (("slow_hook", "slow_mod_for_hook"),
+                             ("slow_failing", "slow_mod_failing")):
+            setattr(builtins, name + "_started", threading.Event())
+            threading.Thread(target=__import__, args=(module,)).start()
+            getattr(builtins, name + "_started").wait()
+        when_imported("slow_mod_for_hook", lambda m: seen.append(m.get_option("spill")))
+        when_imported("slow_mod_failing", lambda m: seen.append("failing"))
+        print(seen)  # both still importing
+        deadline = time.time() + 10
+        while not seen and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        print(seen)
+        """
+    )
+    assert out.splitlines() == ["[]", "[True]"]
