@@ -7,8 +7,9 @@ accounted for: its process, its preloads, its GPU memory, its joining the schedu
 
 A worker marks its own steps (:func:`mark`): the library's preload as the worker runs it
 (``preloads``: the process has started Python, imported distributed and built the worker),
-and the :class:`GPUMemoryPlugin` once it has set the worker's memory up (``memory``: the GPU
-libraries imported, the CUDA context made, the pool reserved). The process's own start comes
+and the :class:`GPUMemoryPlugin` once it has set the worker's memory up (``memory``: RMM
+imported, the CUDA context made, the pool reserved; a dask-cuda worker's cuDF may still be
+importing, in the background). The process's own start comes
 from the operating system, and the moment the scheduler added the worker from the scheduler's
 events. A step a worker did not take (no preload, no plugin) is left out.
 """
@@ -80,8 +81,8 @@ class WorkerStart:
     preloads : float or None
         It ran the library's preload: Python started, distributed imported, the worker built.
     memory : float or None
-        The :class:`GPUMemoryPlugin` had set its memory up: the GPU libraries imported, the
-        CUDA context made, the pool reserved.
+        The :class:`GPUMemoryPlugin` had set its memory up: RMM imported, the CUDA context
+        made, the pool reserved.
     joined : float or None
         The scheduler added it.
 
