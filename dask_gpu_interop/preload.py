@@ -102,8 +102,8 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     # before the worker takes any task; a refusal stops the worker.
     add_pending_worker_plugin(worker, plugin)
     # dask-cuda's cuDF options without holding the worker's start for cuDF's import, which
-    # starts after the plugin's setup (which watches for it, to bind cuDF)
-    worker_cudf_import.import_beside_start(worker)
+    # runs from now on, beside dask-cuda's CUDA start
+    worker_cudf_import.import_beside_start(worker, spill=plugin.config.spill)
 
 
 def dask_teardown(worker) -> None:

@@ -1,7 +1,8 @@
 """A dask-cuda worker's cuDF import beside its start: dask-cuda's CUDFSetup plugin (a stand-in
-shaped as dask-cuda's) is taken out of a starting worker's plugins, its options go to the
-environment variables cuDF reads at import, and cuDF's import starts in the background; where
-cuDF is imported already, not installed, or the plugin is not there, nothing changes."""
+shaped as dask-cuda's) is taken out of a starting worker's plugins, its options (or the memory
+plugin's spilling, where it sets one) go to the environment variables cuDF reads at import,
+and cuDF's import starts in the background; where cuDF is imported already, not installed, or
+the plugin is not there, nothing changes."""
 
 from __future__ import annotations
 
@@ -47,18 +48,20 @@ def imports(monkeypatch):
     return asked
 
 
-@pytest.mark.parametrize("spill, stats, words", [(False, 0, ("off", "0")), (True, 2, ("on", "2"))])
+@pytest.mark.parametrize("spill, stats, ours, words", [
+    (False, 0, None, ("off", "0")),
+    (True, 2, None, ("on", "2")),
+    (False, 1, True, ("on", "1")),  # the memory plugin's spilling wins, as it did after dask-cuda
+    (True, 0, False, ("off", "0")),
+])
 def test_the_plugins_options_go_to_cudfs_variables_and_the_import_starts(imports, spill, stats,
-                                                                          words, monkeypatch):
+                                                                          ours, words):
     other = Other()
     worker = types.SimpleNamespace(_pending_plugins={other, CUDFSetup(spill, stats)})
-    assert worker_cudf_import.import_beside_start(worker) is True
+    assert worker_cudf_import.import_beside_start(worker, spill=ours) is True
     assert (worker_cudf_import.os.environ["CUDF_SPILL"],
             worker_cudf_import.os.environ["CUDF_SPILL_STATS"]) == words
-    kept, added = worker._pending_plugins
-    assert kept is other and isinstance(added, worker_cudf_import.ImportInBackground)
-    assert imports == []  # not yet: as the worker sets its plugins up, after every preload
-    added.setup(worker)
+    assert worker._pending_plugins == (other,)
     assert imports == [("cudf",)]
 
 
@@ -98,6 +101,5 @@ def test_a_worker_started_with_the_preload_does_not_set_the_plugin_up(imports):
     names = asyncio.run(start())
     assert CUDFSetup.ran == []
     assert not any(name.startswith("CUDFSetup") for name in names)
-    assert worker_cudf_import.ImportInBackground.name in names
     assert imports == [("cudf",)]
     assert worker_cudf_import.os.environ["CUDF_SPILL"] == "off"
