@@ -66,7 +66,8 @@ def gpu_count() -> int:
 def _nvml_count(visible: str | None) -> int | None:
     """The devices CUDA would list under ``visible`` (``CUDA_VISIBLE_DEVICES``, None: unset),
     counted from NVML's list; None where NVML cannot say: not installed or not answering, a
-    GPU in MIG mode (CUDA lists its instances, NVML the GPU), an entry naming an instance."""
+    GPU in MIG mode (CUDA lists its instances, NVML the GPU), an entry that is neither an index
+    nor a GPU's UUID (an instance's, say)."""
     try:
         import pynvml
     except ImportError:
@@ -84,13 +85,12 @@ def _nvml_count(visible: str | None) -> int | None:
         return len(uuids)
     chosen: list[int] = []
     for entry in (part.strip() for part in visible.split(",")):
-        if entry.upper().startswith("MIG"):
-            return None
         if entry.lstrip("+-").isdigit():
             found = [int(entry)] if 0 <= int(entry) < len(uuids) else []
-        else:  # a UUID, or its start where that names one device
-            name = entry if entry.upper().startswith("GPU-") else f"GPU-{entry}"
-            found = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(name.lower())]
+        elif entry.upper().startswith("GPU-"):  # a UUID, or its start where that names one
+            found = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(entry.lower())]
+        else:  # a MIG instance, or a spelling left to CUDA
+            return None
         if len(found) != 1 or found[0] in chosen:
             break  # CUDA lists the devices before the first entry that names none
         chosen.append(found[0])

@@ -75,7 +75,6 @@ def runtime(monkeypatch):
     ("GPU-bbbb2222-0000,0", 2),     # a whole UUID
     ("GPU-cccc", 1),                # a UUID's start that names one device
     ("GPU-aaaa", 0),                # ... and one that names two: none
-    ("bbbb2222", 1),                # without the GPU- prefix
 ])
 def test_counts_as_cuda_reads_visible_devices(monkeypatch, runtime, visible, expected):
     nvml, _ = fake_nvml()
@@ -88,11 +87,13 @@ def test_counts_as_cuda_reads_visible_devices(monkeypatch, runtime, visible, exp
     assert not runtime  # CUDA's runtime (which initializes its driver) was not asked
 
 
-@pytest.mark.parametrize("case", ["mig mode", "mig entry", "nvml fails", "no nvml"])
+@pytest.mark.parametrize("case", ["mig mode", "mig entry", "other entry", "nvml fails",
+                                  "no nvml"])
 def test_asks_cuda_where_nvml_cannot_say(monkeypatch, runtime, case):
     nvml, _ = fake_nvml(mig=(1,) if case == "mig mode" else (), fails=case == "nvml fails")
     monkeypatch.setitem(sys.modules, "pynvml", None if case == "no nvml" else nvml)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234" if case == "mig entry" else "0,1")
+    visible = {"mig entry": "0,MIG-1234", "other entry": "bbbb2222"}.get(case, "0,1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert device.gpu_count() == 7
     assert runtime == [True]
 
