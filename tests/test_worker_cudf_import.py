@@ -7,6 +7,7 @@ the plugin is not there, nothing changes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import types
 
@@ -36,16 +37,24 @@ class Other:
     """Another plugin given at the worker's creation (dask-cuda's RMM setup, say)."""
 
 
+VARIABLES = ("CUDF_SPILL", "CUDF_SPILL_STATS")
+
+
 @pytest.fixture
 def imports(monkeypatch):
-    """cuDF installed and not imported; the background imports asked for, recorded."""
+    """cuDF installed and not imported; the background imports asked for, recorded; cuDF's
+    variables unset, and as they were again afterwards (whatever the code under test set)."""
     asked = []
     monkeypatch.setattr(worker_cudf_import, "_installed", lambda name: True)
     monkeypatch.setattr(worker_cudf_import, "import_in_background", lambda *m: asked.append(m))
     monkeypatch.delitem(sys.modules, "cudf", raising=False)
-    monkeypatch.delenv("CUDF_SPILL", raising=False)
-    monkeypatch.delenv("CUDF_SPILL_STATS", raising=False)
-    return asked
+    before = {name: os.environ.pop(name, None) for name in VARIABLES}
+    yield asked
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.mark.parametrize("spill, stats, ours, words", [
