@@ -24,7 +24,10 @@ once more with the worker processes' full Python teardown at the cluster's close
 (``gpu-interop.worker.quick-exit`` off, which also spawns the worker processes that the fork
 server would give), alternating: "2 GPUs tcp, full teardown";
 ``--spawned`` likewise with each worker process a new interpreter instead of a fork of the
-library's server (``gpu-interop.worker.fork-server`` off): "CPUs, spawned". The datasets
+library's server (``gpu-interop.worker.fork-server`` off): "CPUs, spawned". ``--tree
+NAME=DIR`` (repeatable) runs every configuration once more from another copy of the project
+(a checkout or a ``git archive`` of another commit, in DIR), alternating, to measure a change
+against the code before it on one machine: "2 GPUs tcp, tree NAME". The datasets
 are made beforehand by the README's ``generate`` command; before each command the machine's
 dirty pages are written to disk (``os.sync``, not timed), so that no command pays for the
 writes of what ran before it. Results: ``--out``/scale-out-MACHINE.md and .json.
@@ -55,6 +58,7 @@ SPAWNED_MARK = ", spawned"  # a run whose worker processes are new interpreters,
 FORK_SERVER_OFF = {"DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}
 #: A configuration's runs with one library setting off, beside its own: mark -> environment.
 VARIANTS = {TEARDOWN_MARK: QUICK_EXIT_OFF, SPAWNED_MARK: FORK_SERVER_OFF}
+TREE_MARK = ", tree "  # a run from another copy of the project (--tree NAME=DIR)
 GOALS = {"etl_share": 0.85, "etl_rest": 4.0, "etl_four": 3.0, "job_two": 1.5, "job_four": 2.5,
          "real": 0.10}
 
@@ -112,8 +116,32 @@ def variant_of(name: str) -> str | None:
     return next((mark for mark in VARIANTS if name.endswith(mark)), None)
 
 
-def environment(name: str, configs: dict) -> dict:
-    """The environment of the run ``name`` (its configuration's, with its join and variant)."""
+def with_trees(configs: dict, trees: list[tuple[str, str]]) -> dict:
+    """``configs``, each followed by itself once per tree of ``trees`` ((name, directory)):
+    "2 GPUs tcp, tree old", run from that directory (:func:`tree_of`)."""
+    out = {}
+    for name, value in configs.items():
+        out[name] = value
+        for tree, _ in trees:
+            out[f"{name}{TREE_MARK}{tree}"] = value
+    return out
+
+
+def tree_of(name: str, trees: list[tuple[str, str]]) -> str:
+    """The directory the run ``name`` starts its command from: its tree's, else this
+    checkout's."""
+    _, mark, tree = name.partition(TREE_MARK)
+    return dict(trees)[tree] if mark else str(ROOT)
+
+
+def environment(name: str, configs: dict, trees: list[tuple[str, str]] = ()) -> dict:
+    """The environment of the run ``name`` (its configuration's, with its join and variant;
+    from a tree, that tree first on ``PYTHONPATH``)."""
+    name, mark, tree = name.partition(TREE_MARK)
+    if mark:
+        path = os.environ.get("PYTHONPATH")
+        return {**environment(name, configs),
+                "PYTHONPATH": os.pathsep.join([dict(trees)[tree], *([path] if path else [])])}
     mark = variant_of(name)
     env = configs[name.split(JOIN_MARK)[0].removesuffix(mark or "")][0]
     return {**env, **VARIANTS[mark]} if mark else env
@@ -127,13 +155,25 @@ def dataset(text: str) -> tuple[str, str]:
     return label, directory
 
 
-def timed(command: list[str], env: dict, timeout: float) -> dict:
-    """A whole process, run with ``--json`` into a file of its own: its wall clock, exit code,
-    output and the figures it wrote (None where it wrote none)."""
+def tree(text: str) -> tuple[str, str]:
+    """``NAME=DIR`` -> (name, absolute directory), DIR a copy of the project."""
+    name, sep, directory = text.partition("=")
+    if not sep or not name or not directory or "," in name:
+        raise ValueError(f"--tree {text!r}: give NAME=DIR, e.g. before=/tmp/before (DIR a copy "
+                         "of the project: git archive COMMIT | tar -x -C DIR)")
+    if not os.path.isfile(os.path.join(directory, "examples", "mortgage", "__main__.py")):
+        raise ValueError(f"--tree {text!r}: {directory} holds no copy of the project (no "
+                         "examples/mortgage there): git archive COMMIT | tar -x -C DIR")
+    return name, os.path.abspath(directory)
+
+
+def timed(command: list[str], env: dict, timeout: float, cwd=ROOT) -> dict:
+    """A whole process, run with ``--json`` into a file of its own from ``cwd``: its wall
+    clock, exit code, output and the figures it wrote (None where it wrote none)."""
     with tempfile.TemporaryDirectory(prefix="figures-") as folder:
         path = os.path.join(folder, "figures.json")
         started = time.perf_counter()
-        done = subprocess.run([*command, "--json", path], cwd=ROOT, capture_output=True,
+        done = subprocess.run([*command, "--json", path], cwd=cwd, capture_output=True,
                               text=True, timeout=timeout, env={**os.environ, **env})
         wall = time.perf_counter() - started
         figures = None
@@ -170,9 +210,10 @@ def flushed() -> float:
     return time.perf_counter() - started
 
 
-def measure_one(name: str, command: list[str], env: dict, timeout: float, first: bool) -> dict:
+def measure_one(name: str, command: list[str], env: dict, timeout: float, first: bool,
+                cwd=ROOT) -> dict:
     flush = flushed()  # not timed as the command's
-    run = timed(command, env, timeout)
+    run = timed(command, env, timeout, cwd)
     entry = {"wall": run["wall"], "rc": run["rc"], "first": first, "flush": flush,
              **reported(run["figures"])}
     if run["rc"]:
@@ -311,8 +352,8 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         one = runs.get("1 GPU tcp")
         one_work = one and med(one, lambda r: work_seconds(r, "etl"))
         for name, entries in runs.items():
-            if JOIN_MARK in name or variant_of(name):  # the goals are the commands' own
-                continue
+            if JOIN_MARK in name or TREE_MARK in name or variant_of(name):
+                continue  # the goals are this code's commands' own
             work = med(entries, lambda r: work_seconds(r, "etl"))
             wall = med(entries)
             if work is None or wall is None:
@@ -335,7 +376,8 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         for name, entries in runs.items():
             n = int(name.split()[0]) if name[0].isdigit() else None
             wall = med(entries)
-            if not n or n == 1 or wall is None or JOIN_MARK in name or variant_of(name):
+            if (not n or n == 1 or wall is None or JOIN_MARK in name or TREE_MARK in name
+                    or variant_of(name)):
                 continue
             ratio = med(one) / wall
             goal = GOALS["job_two"] if n == 2 else GOALS["job_four"] if n == 4 else 1.0
@@ -416,6 +458,9 @@ def options(p) -> None:
     p.add_argument("--spawned", default="", metavar="SECTIONS",
                    help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs and the CPUs "
                         "with each worker process a new interpreter (the fork server off).")
+    p.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                   help="Also run every configuration from this copy of the project (another "
+                        "commit's checkout or git archive), alternating (repeatable).")
     p.add_argument("--runs", type=int, default=1, help="Rounds of each command.")
     p.add_argument("--timeout", type=float, default=900, help="Seconds a command may run.")
     p.add_argument("--scratch", default=None,
@@ -428,8 +473,11 @@ def check_arguments(p, args) -> None:
     try:
         args.etl = [dataset(t) for t in args.etl]
         args.job = [dataset(t) for t in args.job]
+        args.tree = [tree(t) for t in args.tree]
     except ValueError as exc:
         p.error(str(exc))
+    if len({name for name, _ in args.tree}) < len(args.tree):
+        p.error("--tree: give each tree a name of its own")
     if args.gpus != "none" and not all(n.strip().isdigit() and int(n) > 0
                                        for n in args.gpus.split(",")):
         p.error(f"--gpus {args.gpus!r}: GPU counts such as 1,2,4 (none: the CPUs only)")
@@ -466,6 +514,7 @@ def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
             configs = with_variant(configs, TEARDOWN_MARK)
         if section in args.spawned:
             configs = with_variant(configs, SPAWNED_MARK)
+        configs = with_trees(configs, args.tree)
         for _, name in alternate(configs, args.runs):
             flags = configs[name][1]
             if kind == "ecg":
@@ -502,8 +551,8 @@ def measure(args, run) -> None:
                 for f in files)
         say(f"{kind} {label} [{name}]")
         target.setdefault(name, []).append(measure_one(
-            name, command_of(kind, data, out, flags), environment(name, configs), args.timeout,
-            first=(kind, label) not in seen))
+            name, command_of(kind, data, out, flags), environment(name, configs, args.tree),
+            args.timeout, first=(kind, label) not in seen, cwd=tree_of(name, args.tree)))
         seen.add((kind, label))
         run.save()
     if args.real_cluster:

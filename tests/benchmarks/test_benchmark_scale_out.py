@@ -4,6 +4,7 @@ etl command on the CPUs, read back from its results."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_each_command_starts_after_the_machines_writes_reach_the_disk(monkeypatc
     calls = []
     monkeypatch.setattr(scale_out.os, "sync", lambda: calls.append("sync"))
 
-    def timed(command, env, timeout):
+    def timed(command, env, timeout, cwd):
         calls.append("command")
         return {"wall": 1.0, "rc": 0, "output": "", "figures": None}
 
@@ -227,3 +228,62 @@ def test_the_cpus_run_again_with_the_fork_server_off_when_asked():
     configs = scale_out.configurations([], False, True)
     assert scale_out.environment("CPUs, spawned", configs) == {
         "CUDA_VISIBLE_DEVICES": "", "DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}
+
+
+def project_copy(directory: Path) -> Path:
+    """A copy of the project's code in ``directory``, as ``git archive`` of a commit gives it."""
+    import shutil
+
+    for name in ("dask_gpu_interop", "examples"):
+        shutil.copytree(ROOT / name, directory / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return directory
+
+
+def test_a_tree_runs_every_configuration_again_from_its_copy_alternating(tmp_path):
+    before = project_copy(tmp_path / "before")
+    args = scale_out.parse(["--etl", "3GiB=/d3", "--gpus", "1,2", "--spawned", "etl",
+                            "--tree", f"before={before}", "--runs", "2"])
+    names = [name for _, _, name, _, _ in scale_out.plan(args)]
+    assert names == ["1 GPU tcp", "1 GPU tcp, tree before", "2 GPUs tcp",
+                     "2 GPUs tcp, tree before", "2 GPUs tcp, spawned",
+                     "2 GPUs tcp, spawned, tree before"] * 2
+    configs = scale_out.configurations([2], False, False)
+    env = scale_out.environment("2 GPUs tcp, spawned, tree before", configs, args.tree)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(before)
+    assert env["DASK_GPU_INTEROP__WORKER__FORK_SERVER"] == "false"
+    assert scale_out.tree_of("2 GPUs tcp, tree before", args.tree) == str(before)
+    assert scale_out.tree_of("2 GPUs tcp", args.tree) == str(ROOT)
+    entry = {"wall": 5.0, "rc": 0, "first": False, "etl": {"seconds": 2.0}}
+    runs = {"1 GPU tcp": [entry], "2 GPUs tcp": [entry], "2 GPUs tcp, tree before": [entry]}
+    goals = scale_out.goals({"etl": {"3GiB": runs}, "jobs": {}, "real": {}})
+    assert not any("tree" in goal for goal, _ in goals)  # the goals are this code's
+
+
+@pytest.mark.parametrize("tree, message", [
+    ("before", "give NAME=DIR"),
+    ("before={missing}", "holds no copy of the project"),
+])
+def test_a_tree_that_is_no_copy_is_refused(tmp_path, capsys, tree, message):
+    with pytest.raises(SystemExit):
+        scale_out.parse(["--etl", "a=/d", "--tree", tree.format(missing=tmp_path)])
+    assert message in capsys.readouterr().err
+
+
+def test_two_trees_of_one_name_are_refused(tmp_path, capsys):
+    copy = project_copy(tmp_path / "copy")
+    with pytest.raises(SystemExit):
+        scale_out.parse(["--etl", "a=/d", "--tree", f"x={copy}", "--tree", f"x={copy}"])
+    assert "a name of its own" in capsys.readouterr().err
+
+
+def test_a_tree_run_runs_the_trees_code(tmp_path, data):
+    """The copy's command ends at once with its own status: its runs fail, this code's pass."""
+    copy = project_copy(tmp_path / "copy")
+    (copy / "examples" / "mortgage" / "__main__.py").write_text("raise SystemExit(3)\n")
+    scale_out.main(["--etl", f"tiny={data}", "--gpus", "none", "--cpu", "etl",
+                    "--tree", f"broken={copy}", "--scratch", str(tmp_path), "--out",
+                    str(tmp_path), "--machine", "cpu-test"])
+    results = json.loads((tmp_path / "scale-out-cpu-test.json").read_text())["etl"]["tiny"]
+    assert [run["rc"] for run in results["CPUs"]] == [0]
+    assert [run["rc"] for run in results["CPUs, tree broken"]] == [3]
