@@ -18,12 +18,12 @@ from the library's fork server) keeps dask-cuda's plugin, which then takes no ti
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
 from . import compat
 from ._imports import import_in_background
+from .frameworks import is_installed
 
 #: dask-cuda's plugin that imports cuDF to set its options: (module, class).
 CUDF_SETUP = ("dask_cuda.plugins", "CUDFSetup")
@@ -35,7 +35,7 @@ def import_beside_start(worker, spill: bool | None = None) -> bool:
     environment (``spill``: the memory plugin's spilling, which wins where given) and start
     importing cuDF in the background. Returns whether it did."""
     setups = [plugin for plugin in compat.pending_worker_plugins(worker) if _is_cudf_setup(plugin)]
-    if not setups or "cudf" in sys.modules or not _installed("cudf"):
+    if not setups or "cudf" in sys.modules or not is_installed("cudf"):
         return False
     options = setups[-1]  # the last one's options are the ones that would hold
     spilling = options.spill if spill is None else spill
@@ -53,9 +53,3 @@ def _is_cudf_setup(plugin) -> bool:
     return ((kind.__module__, kind.__name__) == CUDF_SETUP
             and hasattr(plugin, "spill") and hasattr(plugin, "spill_stats"))
 
-
-def _installed(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False

@@ -45,7 +45,7 @@ def imports(monkeypatch):
     """cuDF installed and not imported; the background imports asked for, recorded; cuDF's
     variables unset, and as they were again afterwards (whatever the code under test set)."""
     asked = []
-    monkeypatch.setattr(worker_cudf_import, "_installed", lambda name: True)
+    monkeypatch.setattr(worker_cudf_import, "is_installed", lambda name: True)
     monkeypatch.setattr(worker_cudf_import, "import_in_background", lambda *m: asked.append(m))
     monkeypatch.delitem(sys.modules, "cudf", raising=False)
     before = {name: os.environ.pop(name, None) for name in VARIABLES}
@@ -81,7 +81,7 @@ def test_nothing_changes_where_the_plugin_would_not_import_cudf(imports, monkeyp
     if case == "cudf imported":
         monkeypatch.setitem(sys.modules, "cudf", types.ModuleType("cudf"))
     elif case == "cudf not installed":
-        monkeypatch.setattr(worker_cudf_import, "_installed", lambda name: False)
+        monkeypatch.setattr(worker_cudf_import, "is_installed", lambda name: False)
     elif case == "no plugin":
         plugins = plugins[:1]
     else:  # dask-cuda's class changed: its options are not where this module reads them
