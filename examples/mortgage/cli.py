@@ -378,9 +378,10 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         client, device = stack.enter_context(cluster_client(**cluster))
         _workers_ready(client, cluster, imports)
         # what the workers' first tasks import (to unpickle their function, then to run it),
-        # imported while the client plans the work
+        # imported while the client plans the work; for training, XGBoost's, imported while
+        # the ETL runs instead of in the first task of XGBoost's matrix
         import_in_background(f"{__package__}.etl", *(["cudf"] if device == "gpu" else []),
-                             client=client)
+                             *(["xgboost.dask"] if training else []), client=client)
         click.echo(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers, device={device}")
         starts = None if cluster.get("scheduler") else worker_starts(client, since=since)
         if starts and starts[0].steps():

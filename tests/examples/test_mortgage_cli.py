@@ -400,7 +400,13 @@ def test_a_worker_imports_the_etls_module_without_dask_dataframe():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_workers_import_the_etls_module_once_they_are_up(monkeypatch, tmp_path):
+@pytest.mark.parametrize("command, on_the_workers", [
+    (["etl", "--out", "OUT"], ("examples.mortgage.etl",)),
+    # the whole job: XGBoost too, imported while the ETL runs, not in its matrix's first task
+    (["--rounds", "2"], ("examples.mortgage.etl", "xgboost.dask")),
+])
+def test_the_workers_import_what_their_tasks_need_once_they_are_up(monkeypatch, tmp_path,
+                                                                  command, on_the_workers):
     import examples.mortgage.cli as cli
 
     calls = []
@@ -411,9 +417,11 @@ def test_the_workers_import_the_etls_module_once_they_are_up(monkeypatch, tmp_pa
         return real(*modules, client=client)
 
     monkeypatch.setattr(cli, "import_in_background", recording)
-    result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "out")])
+    args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in command]
+    result = _run([*args, *CPU, "--data", SAMPLE])
     assert result.exit_code == 0, result.output
-    assert (("examples.mortgage.etl",), True) in calls  # on the workers (CPUs: no cuDF)
+    # on the workers (CPUs: no cuDF), once
+    assert [modules for modules, on_workers in calls if on_workers] == [on_the_workers]
 
 
 @pytest.mark.parametrize("cluster, device, join, gpus, noted", [
