@@ -81,6 +81,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             made = background.submit(make_and_write, out / "ecg.csv", seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
+            _import_for_the_pictures(client, device)
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
             click.echo(f"cluster: {workers} workers, device={device}")
             truth, prep = None, {}
@@ -147,6 +148,20 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     click.echo(str(report))
     if json_path:
         figures.write(json_path, figures.of_run(result, workers, stages, scores))
+
+
+def _import_for_the_pictures(client, device: str) -> None:
+    """Where GPU workers run in other processes (a worker in this one gets PyTorch from its
+    warm-up), start importing what the pictures need here (PyTorch, to decode beats from the
+    latent plane; matplotlib): in the background, on a core the GPU workers leave free, while
+    this process waits for the pipeline's tasks, instead of after them. CPU workers use every
+    core: an import beside them would slow them more than it saves."""
+    import os
+
+    from dask_gpu_interop import import_in_background
+
+    if device == "gpu" and os.getpid() not in client.run(os.getpid).values():
+        import_in_background("torch", "matplotlib")
 
 
 def _process_context():

@@ -188,3 +188,33 @@ def test_cli_refuses_a_figures_path_that_holds_something_else(tmp_path, content)
     assert res.exit_code == 2 and "is not an earlier figures file" in res.output, res.output
     assert path.read_text() == content and not (tmp_path / "out").exists()
 
+
+
+class _Client:
+    """A client whose workers run in the processes ``pids``."""
+
+    def __init__(self, pids):
+        self.pids = pids
+
+    def run(self, function):
+        return {f"tcp://worker-{i}": pid for i, pid in enumerate(self.pids)}
+
+
+@pytest.mark.parametrize("device, here, imported", [
+    ("gpu", False, ("torch", "matplotlib")),  # GPU workers in other processes: begun here
+    ("gpu", True, None),  # the worker is this process: its warm-up imports PyTorch here
+    ("cpu", False, None),  # CPU workers use every core: nothing beside them
+])
+def test_the_pictures_imports_begin_while_gpu_workers_elsewhere_run_the_pipeline(
+        monkeypatch, device, here, imported):
+    import os
+
+    import dask_gpu_interop
+    from examples.ecg import cli
+
+    seen = []
+    monkeypatch.setattr(dask_gpu_interop, "import_in_background",
+                        lambda *modules, client=None: seen.append((modules, client)))
+    pid = os.getpid()
+    cli._import_for_the_pictures(_Client([pid] if here else [pid + 1, pid + 2]), device)
+    assert seen == ([(imported, None)] if imported else [])
