@@ -30,13 +30,17 @@ NAME=DIR`` (repeatable) runs every configuration once more from another copy of 
 against the code before it on one machine: "2 GPUs tcp, tree NAME". The datasets
 are made beforehand by the README's ``generate`` command; before each command the machine's
 dirty pages are written to disk (``os.sync``, not timed), so that no command pays for the
-writes of what ran before it. Results: ``--out``/scale-out-MACHINE.md and .json.
+writes of what ran before it. A command that runs past ``--timeout`` is killed with the
+processes it started and recorded as failed, with the output it had written, and the rounds go
+on. Results: ``--out``/scale-out-MACHINE.md and .json.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -167,21 +171,37 @@ def tree(text: str) -> tuple[str, str]:
     return name, os.path.abspath(directory)
 
 
+#: The exit code recorded for a command that ran past ``--timeout`` (as ``timeout(1)`` says).
+TIMED_OUT = 124
+
+
 def timed(command: list[str], env: dict, timeout: float, cwd=ROOT) -> dict:
     """A whole process, run with ``--json`` into a file of its own from ``cwd``: its wall
-    clock, exit code, output and the figures it wrote (None where it wrote none)."""
+    clock, exit code, output (standard output and error as it wrote them) and the figures it
+    wrote (None where it wrote none). One that runs past ``timeout`` seconds is killed with
+    every process it started (its worker processes too, so that none is left to slow the
+    runs after it), and recorded as a failure (:data:`TIMED_OUT`) with what it had written."""
     with tempfile.TemporaryDirectory(prefix="figures-") as folder:
         path = os.path.join(folder, "figures.json")
         started = time.perf_counter()
-        done = subprocess.run([*command, "--json", path], cwd=cwd, capture_output=True,
-                              text=True, timeout=timeout, env={**os.environ, **env})
+        with subprocess.Popen([*command, "--json", path], cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env={**os.environ, **env},
+                              start_new_session=True) as process:
+            try:
+                output, _ = process.communicate(timeout=timeout)
+                code = process.returncode
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                output, _ = process.communicate()
+                output += f"\n[killed after {timeout:g} s: --timeout]"
+                code = TIMED_OUT
         wall = time.perf_counter() - started
         figures = None
-        if os.path.exists(path):
+        if code != TIMED_OUT and os.path.exists(path):
             with open(path) as f:
                 figures = json.load(f)
-    return {"wall": wall, "rc": done.returncode, "output": done.stdout + done.stderr,
-            "figures": figures}
+    return {"wall": wall, "rc": code, "output": output, "figures": figures}
 
 
 def reported(figures: dict | None) -> dict:

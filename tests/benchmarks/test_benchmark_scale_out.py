@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,37 @@ def test_a_tree_run_runs_the_trees_code(tmp_path, data):
     results = json.loads((tmp_path / "scale-out-cpu-test.json").read_text())["etl"]["tiny"]
     assert [run["rc"] for run in results["CPUs"]] == [0]
     assert [run["rc"] for run in results["CPUs, tree broken"]] == [3]
+
+
+HANGS = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print("started", child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie waiting to be reaped) within
+    ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_command_past_its_timeout_is_killed_with_its_children_and_kept_as_a_failure():
+    run = scale_out.timed([sys.executable, "-c", HANGS], {}, timeout=3)
+    assert run["rc"] == scale_out.TIMED_OUT and run["figures"] is None
+    assert 3 <= run["wall"] < 60
+    first = run["output"].splitlines()[0]
+    assert first.startswith("started ")  # what it wrote before the limit is kept
+    assert _gone(int(first.split()[1]))  # its own child (a worker process) is killed too
+    assert "--timeout" in run["output"]
