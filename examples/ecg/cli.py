@@ -81,7 +81,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             made = background.submit(make_and_write, out / "ecg.csv", seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
-            _import_for_the_pictures(client, device)
+            on_stage = _import_for_the_pictures(client, device)
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
             click.echo(f"cluster: {workers} workers, device={device}")
             truth, prep = None, {}
@@ -97,7 +97,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             csv_path = Path(csv_path).resolve()
             try:
                 result = run(csv_path, rate, device=device, params=Params(seed=seed),
-                             column=column, blocksize=blocksize)
+                             column=column, blocksize=blocksize, on_stage=on_stage)
             except ValueError as err:  # the recording cannot be used: say why, no traceback
                 text = str(err)
                 raise click.ClickException(
@@ -150,18 +150,26 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
         figures.write(json_path, figures.of_run(result, workers, stages, scores))
 
 
-def _import_for_the_pictures(client, device: str) -> None:
+def _import_for_the_pictures(client, device: str):
     """Where GPU workers run in other processes (a worker in this one gets PyTorch from its
-    warm-up), start importing what the pictures need here (PyTorch, to decode beats from the
-    latent plane; matplotlib): in the background, on a core the GPU workers leave free, while
-    this process waits for the pipeline's tasks, instead of after them. CPU workers use every
-    core: an import beside them would slow them more than it saves."""
+    warm-up), the pipeline's stage callback that starts importing what the pictures need here
+    (PyTorch, to decode beats from the latent plane; matplotlib) in the background as the
+    training begins: one worker trains while this process only waits, instead of importing
+    after the pipeline, or beside the reading's tasks, which this process drives. None
+    otherwise: CPU workers use every core, and an import beside them would slow them more than
+    it saves."""
     import os
 
     from dask_gpu_interop import import_in_background
 
-    if device == "gpu" and os.getpid() not in client.run(os.getpid).values():
-        import_in_background("torch", "matplotlib")
+    if device != "gpu" or os.getpid() in client.run(os.getpid).values():
+        return None
+
+    def on_stage(name: str) -> None:
+        if name == "train":
+            import_in_background("torch", "matplotlib")
+
+    return on_stage
 
 
 def _process_context():

@@ -77,20 +77,23 @@ class ECGResult:
 
 
 def run(source, rate, *, device: str = "cpu", params: Params | None = None, chunks=None,
-        column: int = 0, blocksize=None) -> ECGResult:
+        column: int = 0, blocksize=None, on_stage=None) -> ECGResult:
     """Run the pipeline on ``source``: a CSV path, or a 1-D array of samples.
 
     ``device``: "gpu" or "cpu" (resolved already: see ``dask_gpu_interop.resolve_device``). ``chunks``:
     for an array, chunk lengths (an int or a tuple); a CSV is chunked by ``blocksize`` (bytes or
     "64MB"). By default, 4 chunks per worker (a CSV's between 1 MiB and 256 MiB each). Uses the
-    current distributed Client when there is one.
+    current distributed Client when there is one. ``on_stage``: called with each stage's name
+    ("read", ..., "train", "score") as the stage begins, in this process: the caller's own work
+    can start where it waits least on the stages (while one worker trains, the client only
+    waits).
     """
     rate = check_rate(rate)
     vae.check_installed()
     params = params or Params()
     backend = Backend(device)
     result = ECGResult(device=device, rate=rate, samples=0, chunks=0, params=params)
-    stage = _Stages(result.times)
+    stage = _Stages(result.times, on_stage)
 
     with stage("read"):
         signal = _read(source, backend, chunks, column, blocksize)
@@ -284,6 +287,8 @@ def _rows(embeddings, rows, device):
 
 
 def _train_on_one_worker(pieces, params, device):
+    # a warm-up still running on this worker would call CUDA beside the step's graph capture
+    _wait_for_warm_up()
     xp = Backend(device).xp
     return vae.train(xp.concatenate(pieces), params, device, threads=_worker_threads())
 
@@ -317,12 +322,26 @@ def warm_up_in_background(device: str) -> None:
     """On this worker, in a daemon thread: PyTorch is imported (seconds of the interpreter's
     time, best spent while the client still makes or reads the data rather than beside the
     first tasks), then each stage's kernels run once on ten seconds of a synthetic wave
-    (CuPy's and Numba's GPU kernels compile at first use, or load from their disk caches).
+    (CuPy's and Numba's GPU kernels compile at first use, or load from their disk caches), and
+    the scoring's forward pass on a few beats (on a GPU, PyTorch's kernels and library handles,
+    which a worker that did not train would otherwise make in its first scoring task).
     Started as the cluster comes up, this overlaps what the first tasks would wait for with
     what the client does meanwhile. An error is left for the stage that meets it."""
     import threading
 
-    threading.Thread(target=_warm_up, args=(device,), name="ecg-warm-up", daemon=True).start()
+    threading.Thread(target=_warm_up, args=(device,), name=WARM_UP_THREAD, daemon=True).start()
+
+
+WARM_UP_THREAD = "ecg-warm-up"
+
+
+def _wait_for_warm_up() -> None:
+    """Wait for this process's warm-up (:func:`warm_up_in_background`), if one is running."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == WARM_UP_THREAD and thread is not threading.current_thread():
+            thread.join()
 
 
 def _warm_up(device: str) -> None:
@@ -341,6 +360,7 @@ def _warm_up(device: str) -> None:
         backend.to_host(positions)
         beats = _embed_window(signal, np.array([100.0, 300.0]), np.array([300.0, 500.0]), device)
         backend.xp.concatenate([_rows(beats, np.array([1]), device), beats])
+        vae.warm_up(device)
     except Exception:  # the stage that meets it raises it with its own context
         pass
 
@@ -383,13 +403,16 @@ def _worker_count() -> int:
 
 
 class _Stages:
-    """Wall-clock seconds per stage, into ``times``."""
+    """Wall-clock seconds per stage, into ``times``; ``on_stage(name)`` as each begins."""
 
-    def __init__(self, times: dict):
+    def __init__(self, times: dict, on_stage=None):
         self.times = times
+        self.on_stage = on_stage
 
     @contextmanager
     def __call__(self, name: str):
+        if self.on_stage is not None:
+            self.on_stage(name)
         start = time.perf_counter()
         try:
             yield

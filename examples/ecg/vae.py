@@ -309,6 +309,22 @@ def score(beats, state: dict, device: str) -> tuple[np.ndarray, np.ndarray]:
     return torch.cat(scores).numpy(), torch.cat(latent).numpy()
 
 
+WARM_UP_BEATS = 64
+
+
+def warm_up(device: str) -> None:
+    """The scoring's forward pass once, on a few beats of zeros through an untrained model:
+    PyTorch loads the kernels of :func:`score` and, on a GPU, makes its library handles."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the untrained weights leave the seed's draws as they were
+        model = _model_class()().to(_torch_device(Backend(device)))
+    x = torch.zeros((WARM_UP_BEATS, EMBED_SIZE), device=next(model.parameters()).device)
+    with torch.no_grad():
+        mu, logvar = model.encode(x)
+        _loss(model.decode(mu), x, mu, logvar, 1.0).cpu()
+
+
 def decode(state: dict, z) -> np.ndarray:
     """Beats drawn from latent points ``z`` ((m, 2)), in the embeddings' units, on the CPU."""
     import torch

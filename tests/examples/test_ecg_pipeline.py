@@ -35,9 +35,15 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def result(csv_file, cluster):
+def begun():
+    """The stages' names as ``run`` announced them."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def result(csv_file, cluster, begun):
     with Client(cluster):
-        return run(csv_file, RATE, device="cpu")
+        return run(csv_file, RATE, device="cpu", on_stage=begun.append)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +57,10 @@ def test_every_stage_ran_on_several_chunks(result, ecg):
     assert list(result.times) == list(STAGES)
     assert all(t > 0 for t in result.times.values())
     assert result.samples == len(ecg.signal) and result.chunks >= 2
+
+
+def test_each_stage_is_announced_as_it_begins(result, begun):
+    assert begun == list(STAGES)
 
 
 def test_detection_f1(scores):
@@ -205,7 +215,7 @@ class _Client:
     ("gpu", True, None),  # the worker is this process: its warm-up imports PyTorch here
     ("cpu", False, None),  # CPU workers use every core: nothing beside them
 ])
-def test_the_pictures_imports_begin_while_gpu_workers_elsewhere_run_the_pipeline(
+def test_the_pictures_imports_begin_as_gpu_workers_elsewhere_train(
         monkeypatch, device, here, imported):
     import os
 
@@ -216,5 +226,13 @@ def test_the_pictures_imports_begin_while_gpu_workers_elsewhere_run_the_pipeline
     monkeypatch.setattr(dask_gpu_interop, "import_in_background",
                         lambda *modules, client=None: seen.append((modules, client)))
     pid = os.getpid()
-    cli._import_for_the_pictures(_Client([pid] if here else [pid + 1, pid + 2]), device)
-    assert seen == ([(imported, None)] if imported else [])
+    on_stage = cli._import_for_the_pictures(_Client([pid] if here else [pid + 1, pid + 2]),
+                                            device)
+    if imported is None:
+        assert on_stage is None
+        return
+    for name in STAGES[:STAGES.index("train")]:  # the reading's tasks, driven from here
+        on_stage(name)
+    assert seen == []
+    on_stage("train")
+    assert seen == [(imported, None)]

@@ -478,16 +478,43 @@ def test_the_warm_up_imports_torch_and_runs_the_stages_kernels():
     pytest.importorskip("torch")
     code = (
         "import sys, threading\n"
-        "from examples.ecg import embed, nms, pipeline\n"
+        "from examples.ecg import embed, nms, pipeline, vae\n"
         "pipeline.warm_up_in_background('cpu')\n"
         "for thread in threading.enumerate():\n"
         "    if thread.name == 'ecg-warm-up':\n"
         "        thread.join()\n"
         "print(nms._cpu_function.cache_info().currsize, embed._cpu_function.cache_info().currsize,"
-        " 'torch' in sys.modules)\n"
+        " 'torch' in sys.modules, vae._model_class.cache_info().currsize)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1", "1", "True"]
+    assert out.stdout.split() == ["1", "1", "True", "1"]
+
+
+def test_the_scoring_warm_up_leaves_the_seeds_draws_as_they_were():
+    torch = pytest.importorskip("torch")
+    from examples.ecg import vae
+
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    vae.warm_up("cpu")
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_training_waits_for_the_warm_up_still_running(monkeypatch):
+    import threading
+
+    from examples.ecg import pipeline
+
+    release = threading.Event()
+    warm_up = threading.Thread(target=release.wait, name=pipeline.WARM_UP_THREAD, daemon=True)
+    warm_up.start()
+    seen = []
+    monkeypatch.setattr(pipeline.vae, "train",
+                        lambda beats, params, device, threads=None: seen.append(warm_up.is_alive()))
+    threading.Timer(0.2, release.set).start()
+    pipeline._train_on_one_worker([np.zeros((2, 256), np.float32)], None, "cpu")
+    assert seen == [False]
 
 
 def test_make_and_write_sends_back_the_truth_without_the_signal(tmp_path):
