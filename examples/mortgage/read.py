@@ -156,13 +156,19 @@ def read(pieces, layout: schema.Layout, columns, device: str, policy: str = "err
             if unique_ids:
                 _check_unique(values["loan_id"], seen, last=last)
         except _Unclean as unclean:  # the slow path, one piece (or block) at a time
-            for source in [block] if block else group:
-                values, found = _slow_path(source, layout, columns, device, names, seen,
-                                           str(unclean))
-                bad += found
+            sources = [block] if block else group
+            found_here = []
+            for source in sources:
+                values, found = _slow_path(source, layout, columns, device, names, seen)
+                found_here += found
                 if found and policy == "error":
                     raise BadRowsError(found) from None
                 chunks.append(values)
+            if not found_here:  # a row may be bad only beside another piece's (a loan twice)
+                raise RuntimeError(
+                    f"{_described(sources)}: the reader rejected the text ({unclean}) but no "
+                    "line breaks the file format; please report this")
+            bad += found_here
             continue
         chunks.append(values)
     if not chunks:  # an empty compressed file
@@ -644,11 +650,11 @@ def check_start(plan) -> list[BadRow]:
     the rules the ETL applies: a header row, a line with fields missing, text that is not
     UTF-8 are found in seconds, before the ETL's work, instead of at its end."""
     bad = []
-    for path, layout, columns, unique in _files_to_check(plan):
+    for path, layout, columns, seen in _files_to_check(plan):
         text = files.head(path)
         whole = len(text) < files.HEAD
         start = text if whole else text[:text.rfind(b"\n") + 1]
-        _, found = _check_lines(start, layout, columns, set() if unique else None)
+        _, found = _check_lines(start, layout, columns, seen)
         for index, reason in found:
             if index == 0 and text.startswith(BOM):
                 reason += " (the file begins with a byte-order mark: save it without one)"
@@ -659,16 +665,23 @@ def check_start(plan) -> list[BadRow]:
 
 
 def _files_to_check(plan):
-    """(path, layout, columns the ETL reads, whether loan ids are unique) of each file."""
+    """(path, layout, columns the ETL reads, the loan ids seen) of each file: for acquisition
+    files, whose loan ids are unique, a set shared by a quarter's files (a loan twice in a
+    quarter, in one file or in two, is a bad row); None for the others."""
     if plan.layout is schema.CURRENT:
         columns = schema.PERFORMANCE_READ + schema.ACQUISITION_READ[1:]
     else:
         columns = schema.PERFORMANCE_READ
     paths = dict.fromkeys(piece.path for part in plan.parts for piece in part.pieces)
     for path in paths:
-        yield path, plan.layout, columns, False
-    for path in dict.fromkeys(p for group in plan.acquisitions.values() for p in group):
-        yield path, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, True
+        yield path, plan.layout, columns, None
+    checked = set()
+    for group in plan.acquisitions.values():
+        seen: set = set()
+        for path in dict.fromkeys(group):
+            if path not in checked:
+                checked.add(path)
+                yield path, schema.CLASSIC_ACQUISITION, schema.ACQUISITION_READ, seen
 
 
 def _check_last_line(path: str, layout, columns) -> list[BadRow]:
@@ -691,7 +704,16 @@ def _check_last_line(path: str, layout, columns) -> list[BadRow]:
 # The slow path
 
 
-def _slow_path(source: Piece | Block, layout, columns, device, names, seen, first_problem):
+def _described(sources) -> str:
+    """The pieces (or a block's piece) of ``sources``, for a message."""
+    pieces = [source.piece if isinstance(source, Block) else source for source in sources]
+    first = f"{pieces[0].path} (bytes {pieces[0].start}-{pieces[0].stop})"
+    return first if len(pieces) == 1 else f"{first} and {len(pieces) - 1} more piece(s)"
+
+
+def _slow_path(source: Piece | Block, layout, columns, device, names, seen):
+    """(values, bad rows) of one piece (or block), line by line: ``seen``, the loan ids of the
+    pieces before it where they must be unique, finds a loan repeated across pieces."""
     if isinstance(source, Block):
         piece, data, base = source.piece, source.data, source.first_line
     else:
@@ -701,10 +723,6 @@ def _slow_path(source: Piece | Block, layout, columns, device, names, seen, firs
             data = f.read(piece.nbytes)
         base = lines_before(piece.path, piece.start)
     clean, bad_lines = _check_lines(data, layout, columns, seen)
-    if not bad_lines:
-        raise RuntimeError(
-            f"{piece.path} (bytes {piece.start}-{piece.stop}): the reader rejected the piece "
-            f"({first_problem}) but no line breaks the file format; please report this")
     bad = [BadRow(piece.path, base + index + 1, reason) for index, reason in bad_lines]
     values = (_fast([piece], clean, layout, columns, device, names) if clean
               else empty_columns(columns, device))

@@ -517,6 +517,21 @@ def test_a_flaw_in_the_first_lines_is_named_before_the_etl(data, tmp_path, flaw)
     assert result.exit_code == 0, result.output
 
 
+def test_a_loan_in_two_acquisition_files_of_a_quarter_is_named_before_the_etl(data,
+                                                                              tmp_path):
+    """Two datasets of one quarter that share loans (two downloads, one in part the other's):
+    a loan's acquisition row twice, found in the files' first lines, before any work."""
+    other = tmp_path / "other"
+    shutil.copytree(data, other)
+    for name in ("Performance_2007Q3.txt_0", "Acquisition_2007Q3.txt"):  # without the first loan
+        path = other / name
+        lines = path.read_bytes().splitlines(keepends=True)
+        first_loan = lines[0].split(b"|")[0]
+        path.write_bytes(b"".join(line for line in lines if line.split(b"|")[0] != first_loan))
+    _bad_start(_etl(data, tmp_path, str(other)), other / "Acquisition_2007Q3.txt", 1,
+               "duplicate loan_id")
+
+
 def test_a_file_cut_short_at_its_end_is_named_before_the_etl(data, tmp_path):
     perf = data / "Performance_2007Q3.txt_0"
     text = perf.read_bytes()

@@ -779,6 +779,50 @@ def test_duplicate_acquisition_rows_are_bad_rows(tmp_path):
         run(perf=SAMPLE_PERF, acq=path)
 
 
+@pytest.fixture
+def read_as_one_group(monkeypatch):
+    """The CPU reader given the pieces as one group, as the GPU's reads small pieces
+    together: one fast read of all of them, whose failure sends the group line by line."""
+    original = read._fast
+
+    def together(pieces, data, *args):
+        if data is not None or len(pieces) == 1:
+            return original(pieces, data, *args)
+        parts = [original([piece], None, *args) for piece in pieces]
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+    monkeypatch.setattr(read, "_groups", lambda pieces, device: iter([list(pieces)]))
+    monkeypatch.setattr(read, "_fast", together)
+
+
+def test_a_loan_in_two_acquisition_files_read_together_is_a_bad_row(tmp_path,
+                                                                      read_as_one_group):
+    with open(SAMPLE_ACQ) as f:
+        lines = f.readlines()[:300]
+    first = _write(tmp_path / "Acquisition_2007Q3.txt_0", "".join(lines[:200]))
+    second = _write(tmp_path / "Acquisition_2007Q3.txt_1", "".join(lines[199:]))
+    paths = [first, second]
+    kwargs = dict(layout=schema.CLASSIC_ACQUISITION, columns=schema.ACQUISITION_READ,
+                  unique_ids=True)
+    with pytest.raises(read.BadRowsError, match=f"{second}:1: duplicate loan_id"):
+        read_all(paths, **kwargs)
+    result = read_all(paths, policy="skip", **kwargs)
+    assert [(row.path, row.line) for row in result.bad] == [(second, 1)]
+    assert result.rows == 300
+
+
+def test_a_bad_row_in_the_second_piece_read_together_is_found(tmp_path, read_as_one_group):
+    rows = raw_lines([SAMPLE_PERF])[:100]
+    first = _write(tmp_path / "Performance_2007Q3.txt_0",
+                   "".join("|".join(r) + "\n" for r in rows[:50]))
+    rows[60][3] = "x"  # the interest rate of the second piece's 11th line
+    second = _write(tmp_path / "Performance_2007Q3.txt_1",
+                    "".join("|".join(r) + "\n" for r in rows[50:]))
+    result = read_all([first, second], policy="skip")
+    assert [(row.path, row.line) for row in result.bad] == [(second, 11)]
+    assert result.rows == 99
+
+
 def test_non_utf8_and_blank_lines(tmp_path):
     good = "1|01/01/2007" + "|" * 29
     text = (good + "\n\n" + good.replace("1|", "2|", 1) + "\n").encode() + b"\xff|x\n"
