@@ -24,7 +24,11 @@ once more with the worker processes' full Python teardown at the cluster's close
 (``gpu-interop.worker.quick-exit`` off, which also spawns the worker processes that the fork
 server would give), alternating: "2 GPUs tcp, full teardown";
 ``--spawned`` likewise with each worker process a new interpreter instead of a fork of the
-library's server (``gpu-interop.worker.fork-server`` off): "CPUs, spawned". ``--tree
+library's server (``gpu-interop.worker.fork-server`` off): "CPUs, spawned".
+``--worker-process`` runs the given sections' one-GPU configuration once more with its worker
+in a process of its own (``--processes``), started as several GPUs' workers are, instead of
+in the command's process: "1 GPU tcp, worker process", which tells what a worker process
+costs apart from what more GPUs do. ``--tree
 NAME=DIR`` (repeatable) runs every configuration once more from another copy of the project
 (a checkout or a ``git archive`` of another commit, in DIR), alternating, to measure a change
 against the code before it on one machine: "2 GPUs tcp, tree NAME". The datasets
@@ -62,6 +66,7 @@ SPAWNED_MARK = ", spawned"  # a run whose worker processes are new interpreters,
 FORK_SERVER_OFF = {"DASK_GPU_INTEROP__WORKER__FORK_SERVER": "false"}
 #: A configuration's runs with one library setting off, beside its own: mark -> environment.
 VARIANTS = {TEARDOWN_MARK: QUICK_EXIT_OFF, SPAWNED_MARK: FORK_SERVER_OFF}
+WORKER_PROCESS_MARK = ", worker process"  # one GPU's worker in a process of its own
 TREE_MARK = ", tree "  # a run from another copy of the project (--tree NAME=DIR)
 GOALS = {"etl_share": 0.85, "etl_rest": 4.0, "etl_four": 3.0, "job_two": 1.5, "job_four": 2.5,
          "real": 0.10}
@@ -120,6 +125,24 @@ def variant_of(name: str) -> str | None:
     return next((mark for mark in VARIANTS if name.endswith(mark)), None)
 
 
+def with_worker_process(configs: dict) -> dict:
+    """``configs``, one GPU's followed by itself with its worker in a process of its own
+    (``--processes``): "1 GPU tcp, worker process"."""
+    out = {}
+    for name, (env, flags) in configs.items():
+        out[name] = (env, flags)
+        if name.startswith("1 GPU ") and not variant_of(name) and JOIN_MARK not in name:
+            out[f"{name}{WORKER_PROCESS_MARK}"] = (env, [*flags, "--processes"])
+    return out
+
+
+def own(name: str) -> bool:
+    """Whether the run ``name`` is this code's command as a user types it (the goals are
+    those runs' own): no other join, setting, worker placement or tree."""
+    return not (JOIN_MARK in name or TREE_MARK in name or WORKER_PROCESS_MARK in name
+                or variant_of(name))
+
+
 def with_trees(configs: dict, trees: list[tuple[str, str]]) -> dict:
     """``configs``, each followed by itself once per tree of ``trees`` ((name, directory)):
     "2 GPUs tcp, tree old", run from that directory (:func:`tree_of`)."""
@@ -147,7 +170,8 @@ def environment(name: str, configs: dict, trees: list[tuple[str, str]] = ()) -> 
         return {**environment(name, configs),
                 "PYTHONPATH": os.pathsep.join([dict(trees)[tree], *([path] if path else [])])}
     mark = variant_of(name)
-    env = configs[name.split(JOIN_MARK)[0].removesuffix(mark or "")][0]
+    env = configs[name.split(JOIN_MARK)[0].removesuffix(mark or "").removesuffix(
+        WORKER_PROCESS_MARK)][0]
     return {**env, **VARIANTS[mark]} if mark else env
 
 
@@ -372,8 +396,8 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         one = runs.get("1 GPU tcp")
         one_work = one and med(one, lambda r: work_seconds(r, "etl"))
         for name, entries in runs.items():
-            if JOIN_MARK in name or TREE_MARK in name or variant_of(name):
-                continue  # the goals are this code's commands' own
+            if not own(name):
+                continue
             work = med(entries, lambda r: work_seconds(r, "etl"))
             wall = med(entries)
             if work is None or wall is None:
@@ -396,8 +420,7 @@ def goals(payload: dict) -> list[tuple[str, str]]:
         for name, entries in runs.items():
             n = int(name.split()[0]) if name[0].isdigit() else None
             wall = med(entries)
-            if (not n or n == 1 or wall is None or JOIN_MARK in name or TREE_MARK in name
-                    or variant_of(name)):
+            if not n or n == 1 or wall is None or not own(name):
                 continue
             ratio = med(one) / wall
             goal = GOALS["job_two"] if n == 2 else GOALS["job_four"] if n == 4 else 1.0
@@ -478,6 +501,9 @@ def options(p) -> None:
     p.add_argument("--spawned", default="", metavar="SECTIONS",
                    help=f"Of {', '.join(SECTIONS)}: also run them on several GPUs and the CPUs "
                         "with each worker process a new interpreter (the fork server off).")
+    p.add_argument("--worker-process", default="", metavar="SECTIONS",
+                   help=f"Of {', '.join(SECTIONS)}: also run them on one GPU with its worker "
+                        "in a process of its own (--processes).")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
                    help="Also run every configuration from this copy of the project (another "
                         "commit's checkout or git archive), alternating (repeatable).")
@@ -510,6 +536,8 @@ def check_arguments(p, args) -> None:
     args.full_teardown = (choices(p, "--full-teardown", args.full_teardown, SECTIONS)
                           if args.full_teardown else [])
     args.spawned = choices(p, "--spawned", args.spawned, SECTIONS) if args.spawned else []
+    args.worker_process = (choices(p, "--worker-process", args.worker_process, SECTIONS)
+                           if args.worker_process else [])
     if args.joins and not (args.etl or args.job):
         p.error("--joins applies to --etl and --job: give one of them")
     if args.runs < 1:
@@ -534,6 +562,8 @@ def plan(args) -> list[tuple[str, str, str, str | None, list[str]]]:
             configs = with_variant(configs, TEARDOWN_MARK)
         if section in args.spawned:
             configs = with_variant(configs, SPAWNED_MARK)
+        if section in args.worker_process:
+            configs = with_worker_process(configs)
         configs = with_trees(configs, args.tree)
         for _, name in alternate(configs, args.runs):
             flags = configs[name][1]

@@ -180,6 +180,30 @@ def test_spawned_runs_each_several_gpu_configuration_again_with_the_fork_server_
     assert scale_out.environment("2 GPUs ucx", configs) == {"CUDA_VISIBLE_DEVICES": "0,1"}
 
 
+def test_worker_process_runs_one_gpu_again_with_its_worker_in_a_process_of_its_own():
+    args = scale_out.parse(["--etl", "3GiB=/d3", "--default-job", "--gpus", "1,2",
+                            "--worker-process", "etl", "--runs", "2"])
+    runs = scale_out.plan(args)
+    etl = [(name, flags) for kind, _, name, _, flags in runs if kind == "etl"]
+    assert [name for name, _ in etl] == ["1 GPU tcp", "1 GPU tcp, worker process",
+                                         "2 GPUs tcp"] * 2
+    flags = dict(etl)
+    assert flags["1 GPU tcp, worker process"] == [*flags["1 GPU tcp"], "--processes"]
+    assert "--processes" not in flags["2 GPUs tcp"]
+    assert [name for kind, _, name, _, _ in runs if kind == "job"] == [
+        "1 GPU tcp", "2 GPUs tcp"] * 2  # only the sections asked for
+    configs = scale_out.configurations([1], False, False)
+    assert scale_out.environment("1 GPU tcp, worker process", configs) == {
+        "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_the_goals_are_the_commands_own_runs_not_a_worker_process_variant():
+    entry = {"wall": 5.0, "rc": 0, "first": False, "etl": {"seconds": 2.0}}
+    runs = {"1 GPU tcp": [entry], "1 GPU tcp, worker process": [{**entry, "wall": 9.0}]}
+    goals = scale_out.goals({"etl": {"3GiB": runs}, "jobs": {}, "real": {}})
+    assert [goal for goal, _ in goals] == ["etl 3GiB, 1 GPU tcp: wall at most the work + 4 s"]
+
+
 def test_a_job_table_shows_the_cluster_stop_and_goals_leave_teardown_runs_out():
     entry = {"wall": 10.0, "rc": 0, "first": False,
              "stages": {"ETL": 1.0, "DMatrix": 1.0, "training": 2.0, "cluster stop": 0.4}}
