@@ -230,7 +230,8 @@ def timed(command: list[str], env: dict, timeout: float, cwd=ROOT) -> dict:
 
 def reported(figures: dict | None) -> dict:
     """What a command's figures say: its stages (the ECG's pipeline among them), its ETL, its
-    test AUC."""
+    test AUC (the ECG's: its outlier ranking's on the held-out beats, beside its detection's
+    F1)."""
     found: dict = {"stages": dict((figures or {}).get("stages") or {})}
     if not figures:
         return found
@@ -240,6 +241,10 @@ def reported(figures: dict | None) -> dict:
         found["etl"] = figures["etl"]
     if "auc" in figures:
         found["auc"] = figures["auc"]
+    scores = figures.get("scores") or {}
+    if "outliers" in scores:
+        found["auc"] = scores["outliers"]["auc"]
+        found["f1"] = scores["detection"]["f1"]
     if figures.get("worker_starts"):
         found["worker_starts"] = figures["worker_starts"]
     return found

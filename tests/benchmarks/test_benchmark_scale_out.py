@@ -125,6 +125,10 @@ def test_what_a_command_reports_is_read_from_its_figures():
     found = scale_out.reported(ecg)
     assert found["stages"] == {"read": 0.5, "score": 0.25, "pipeline": 0.75}
     assert scale_out.work_seconds(found, "ecg") == 0.75
+    assert "auc" not in found  # a recording of the user's: no truth to score against
+    scored = {**ecg, "scores": {"detection": {"f1": 0.99}, "outliers": {"auc": 0.97}}}
+    found = scale_out.reported(scored)
+    assert (found["auc"], found["f1"]) == (0.97, 0.99)
     assert scale_out.reported(None) == {"stages": {}}  # a command that failed wrote none
 
 
