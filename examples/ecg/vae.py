@@ -317,7 +317,7 @@ def warm_up(device: str) -> None:
     PyTorch loads the kernels of :func:`score` and, on a GPU, makes its library handles."""
     import torch
 
-    with torch.random.fork_rng(devices=[]):  # the untrained weights leave the seed's draws as they were
+    with torch.random.fork_rng(devices=[]):  # the seed's draws stay as they were
         model = _model_class()().to(_torch_device(Backend(device)))
     x = torch.zeros((WARM_UP_BEATS, EMBED_SIZE), device=next(model.parameters()).device)
     with torch.no_grad():
