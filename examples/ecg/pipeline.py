@@ -340,7 +340,7 @@ def _wait_for_warm_up() -> None:
     import threading
 
     for thread in threading.enumerate():
-        if thread.name == WARM_UP_THREAD and thread is not threading.current_thread():
+        if thread.name == WARM_UP_THREAD:
             thread.join()
 
 

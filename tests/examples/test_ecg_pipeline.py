@@ -59,7 +59,7 @@ def test_every_stage_ran_on_several_chunks(result, ecg):
     assert result.samples == len(ecg.signal) and result.chunks >= 2
 
 
-def test_each_stage_is_announced_as_it_begins(result, begun):
+def test_each_stage_is_announced_in_order(result, begun):
     assert begun == list(STAGES)
 
 

@@ -501,6 +501,16 @@ def test_the_scoring_warm_up_leaves_the_seeds_draws_as_they_were():
     assert torch.equal(torch.rand(4), expected)
 
 
+def test_a_stage_is_announced_before_it_runs():
+    from examples.ecg import pipeline
+
+    times, seen = {}, []
+    stage = pipeline._Stages(times, lambda name: seen.append((name, name in times)))
+    with stage("read"):
+        seen.append("running")
+    assert seen == [("read", False), "running"] and "read" in times
+
+
 def test_training_waits_for_the_warm_up_still_running(monkeypatch):
     import threading
 
