@@ -460,6 +460,34 @@ class Run:
 # A process of its own
 
 
+def require_dataset(directory: str) -> None:
+    """Stop with one line when ``directory`` is no folder: at a measurement's start rather
+    than in ``check``, so that a recorded command parses on any machine."""
+    if not os.path.isdir(directory):
+        raise SystemExit(f"--data {directory}: no such folder; make one with the README's "
+                         "generate")
+
+
+def as_gpu_worker(pool: bool = True) -> None:
+    """This process set up as the library's GPU workers are, for a benchmark that runs their
+    work without dask: their environment (call it before cuDF and CuPy load; a variable
+    already set is kept, to compare settings) and, with ``pool``, an RMM pool of half the
+    GPU's free memory that cuDF and CuPy allocate from."""
+    from dask_gpu_interop import gpu_workers
+
+    os.environ.update({k: v for k, v in gpu_workers.settings().items() if k not in os.environ})
+    if not pool:
+        return
+    import cupy
+    import rmm
+    from rmm.allocators.cupy import rmm_cupy_allocator
+
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(
+        rmm.mr.CudaMemoryResource(), initial_pool_size=free // 2 // 256 * 256))
+    cupy.cuda.set_allocator(rmm_cupy_allocator)
+
+
 def in_child(call: str, setup: str = "", env: dict | None = None,
              timeout: float | None = None):
     """The value of the Python expression ``call`` (something JSON holds), evaluated after

@@ -39,7 +39,8 @@ import shutil
 import threading
 import time
 
-from .common import Script, alternate, header, median_range, say
+from .common import (Script, alternate, as_gpu_worker, header, median_range, require_dataset,
+                     say)
 
 MODES = ("task", "features", "read", "csv", "device", "host")
 CHUNK = 64 * 2**20  # bytes a ``host`` or ``device`` read copies at a time
@@ -60,8 +61,8 @@ def _read_bytes(part, buffer, device) -> int:
         with open(piece.path, "rb", buffering=0) as f:
             offset = piece.start
             while offset < piece.stop:
-                count = os.preadv(f.fileno(), [memoryview(buffer)[:min(CHUNK, piece.stop - offset)]],
-                                  offset)
+                view = memoryview(buffer)[:min(CHUNK, piece.stop - offset)]
+                count = os.preadv(f.fileno(), [view], offset)
                 if count <= 0:
                     break
                 if device is not None:
@@ -76,23 +77,15 @@ def _process(index: int, mode: str, directory: str, layout_names, threads: int, 
     """One GPU's process: warm up, wait at ``barrier``, read partitions from ``tasks`` with
     ``threads`` threads; puts (index, start, stop, bytes) into ``results``."""
     os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
-    from dask_gpu_interop import gpu_workers
-
-    os.environ.update({k: v for k, v in gpu_workers.settings().items() if k not in os.environ})
+    gpu = mode != "host"
+    as_gpu_worker(pool=gpu)  # the imports, the GPU's context and pool before the barrier
     from examples.mortgage import files, read
 
     plan = files.plan(directory)
-    gpu = mode != "host"
-    if gpu:  # the imports, the GPU's context and a pool (as a worker's) before the barrier
+    if gpu:
         import cupy
         import numpy
-        import rmm
-        from rmm.allocators.cupy import rmm_cupy_allocator
 
-        free = cupy.cuda.runtime.memGetInfo()[0]
-        rmm.mr.set_current_device_resource(rmm.mr.PoolMemoryResource(
-            rmm.mr.CudaMemoryResource(), initial_pool_size=free // 2 // 256 * 256))
-        cupy.cuda.set_allocator(rmm_cupy_allocator)
         cupy.zeros(1)
 
     def buffers():
@@ -221,9 +214,7 @@ def check(parser, args) -> None:
 
 
 def measure(args, run) -> None:
-    if not os.path.isdir(args.data):  # here, not in check: recorded commands parse anywhere
-        raise SystemExit(f"--data {args.data}: no such folder; make one with the README's "
-                         "generate")
+    require_dataset(args.data)
     found = run.payload["runs"] = {}
     run.payload["threads"] = args.threads
     variants = [f"{mode} {gpus}" for gpus in args.gpu_counts for mode in args.mode_list]
