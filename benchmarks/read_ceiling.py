@@ -40,7 +40,7 @@ import threading
 import time
 
 from .common import (Script, alternate, as_gpu_worker, header, median_range, require_dataset,
-                     say)
+                     say, summary)
 
 MODES = ("task", "features", "read", "csv", "device", "host")
 CHUNK = 64 * 2**20  # bytes a ``host`` or ``device`` read copies at a time
@@ -245,9 +245,8 @@ def markdown(payload: dict) -> str:
         one = runs.get(f"{mode} 1")
         scaling = ""
         if one:
-            base = sorted(r["bytes"] / r["seconds"] for r in one)[len(one) // 2]
-            middle = sorted(r["bytes"] / r["seconds"] for r in results)[len(results) // 2]
-            scaling = f"{middle / base:.2f}x"
+            base = summary(r["bytes"] / r["seconds"] for r in one)["median"]
+            scaling = f"{summary(rates)['median'] * 1e9 / base:.2f}x"
         lines.append(f"| {mode} | {gpus} | {results[0]['partitions']} | {median_range(rates)} | "
                      f"{median_range([r / int(gpus) for r in rates])} | {scaling} |")
     return "\n".join(lines) + "\n"

@@ -59,7 +59,7 @@ def test_the_table_scales_each_count_by_one_gpus_median():
                "runs": {"read 1": [run(2), run(4), run(3)], "read 4": [run(9), run(6)]}}
     text = read_ceiling.markdown(payload)
     assert "| read | 1 | 8 | 3.00 (2.00-4.00) | 3.00 (2.00-4.00) | 1.00x |" in text
-    assert "| read | 4 | 8 | 7.50 (6.00-9.00) | 1.88 (1.50-2.25) | 3.00x |" in text
+    assert "| read | 4 | 8 | 7.50 (6.00-9.00) | 1.88 (1.50-2.25) | 2.50x |" in text
 
 
 @pytest.mark.parametrize("argv, wrong", [
