@@ -469,10 +469,13 @@ def require_dataset(directory: str) -> None:
 
 
 def as_gpu_worker(pool: bool = True) -> None:
-    """This process set up as the library's GPU workers are, for a benchmark that runs their
-    work without dask: their environment (call it before cuDF and CuPy load; a variable
-    already set is kept, to compare settings) and, with ``pool``, an RMM pool of half the
-    GPU's free memory that cuDF and CuPy allocate from."""
+    """This process given what the library's GPU workers have, for a benchmark that runs
+    their work without dask: their environment (call it before cuDF and CuPy load; a variable
+    already set is kept, to compare settings) and, with ``pool``, a plain RMM pool of half the
+    GPU's free memory that cuDF and CuPy allocate from. The workers' own resource is the
+    plugin's (a pool with its statistics and task accounting on top); a benchmark that
+    measures that resource installs it with ``dask_gpu_interop.memory.state.install``, as
+    benchmarks/memory.py does."""
     from dask_gpu_interop import gpu_workers
 
     os.environ.update({k: v for k, v in gpu_workers.settings().items() if k not in os.environ})

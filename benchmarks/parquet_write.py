@@ -5,8 +5,8 @@
 The etl command's task ends by writing its partition's feature table to a Parquet file
 (``etl.write_table``: ``to_parquet(path, index=False)``, Snappy, statistics per row group,
 dictionaries). Here the first ``--partitions`` partitions of DIR (the GPU's partition size,
-classic or current layout) are made into feature tables once, in one process set up as a GPU
-worker (``common.as_gpu_worker``: the workers' environment, an RMM pool); then every way of
+classic or current layout) are made into feature tables once, in one process with the GPU
+workers' environment and a plain RMM pool (``common.as_gpu_worker``); then every way of
 writing them runs on every table, rounds alternating in a rotating order, the first round
 discarded: seconds per table, the file's bytes, and whether the file reads back to the same
 rows. The ways:

@@ -22,8 +22,9 @@ time runs from the barrier to the last process's end. Modes, from the whole task
 - ``host``: each partition's bytes read from the files into host memory (the page cache's
   copy, nothing on the GPU).
 
-The GPU modes allocate from an RMM pool, as the workers do. A variable of the GPU workers'
-environment already set (``KVIKIO_NTHREADS=2 python -m ...``) is kept, to compare settings.
+The GPU modes allocate from a plain RMM pool (``common.as_gpu_worker``; the workers' is the
+plugin's, with its statistics on top). A variable of the GPU workers' environment already set
+(``KVIKIO_NTHREADS=2 python -m ...``) is kept, to compare settings.
 When a mode's aggregate rate grows less than the GPUs, what that mode does is what slows the
 ETL's tasks on that many GPUs; ``task`` against the etl command's ETL line on as many GPUs is
 what dask and the cluster add. The harness (benchmarks/common.py) records the machine and the
@@ -32,6 +33,7 @@ commit and writes ``--out``/mortgage-read-ceiling-MACHINE.md (and .json).
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import queue
@@ -102,7 +104,7 @@ def _process(index: int, mode: str, directory: str, layout_names, threads: int, 
         acquisitions = {quarter: etl.load_acquisitions(plan.acquisition_files(quarter), "gpu",
                                                        plan.names)[0]
                         for quarter in dict.fromkeys(plan.quarters)}
-    written = iter(range(10**9))
+    written = itertools.count()
 
     def one(part, buffer, device) -> int:
         size = sum(p.stop - p.start for p in part.pieces)
