@@ -110,7 +110,7 @@ def measure_one(csv, warm_csv, truth, args, device, mode) -> dict:
     rate = args.rate
     params = Params(max_steps=args.max_steps) if args.max_steps else Params()
     if mode == "cluster":
-        from dask_gpu_interop import cluster_client
+        from dask_gpu_interop import cluster_client, cluster_workers
 
         workers = 1 if device == "gpu" else (args.cpu_workers or min(4, os.cpu_count() or 1))
         with cluster_client(device=device, n_workers=workers) as (client, _):
@@ -120,8 +120,9 @@ def measure_one(csv, warm_csv, truth, args, device, mode) -> dict:
             t0 = time.perf_counter()
             result = run(csv, rate, device=device, params=params)
             wall = time.perf_counter() - t0
-            workers = len(client.scheduler_info(n_workers=-1)["workers"])
-            threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
+            described = cluster_workers(client)
+            workers = len(described)
+            threads = sum(w["nthreads"] for w in described.values())
         where = f"{workers} worker(s), {threads} thread(s)"
     else:
         cores = os.cpu_count() or 1

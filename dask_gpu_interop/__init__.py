@@ -30,6 +30,7 @@ from .cluster import (  # noqa: E402
     prepare_local_cluster,
     resolve_device,
 )
+from .scheduler_workers import cluster_workers  # noqa: E402
 from .device import gpu_count  # noqa: E402
 from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
@@ -45,6 +46,7 @@ from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
 from .worker_start import WorkerStart, worker_starts  # noqa: E402
+from .work_stealing import without_work_stealing  # noqa: E402
 from .workers_import import check_workers_import  # noqa: E402
 
 try:
@@ -66,6 +68,7 @@ __all__ = [
     "WorkerStart",
     "check_workers_import",
     "cluster_client",
+    "cluster_workers",
     "gpu_count",
     "import_in_background",
     "local_cluster",
@@ -76,6 +79,7 @@ __all__ = [
     "shuffle",
     "shuffle_config",
     "shuffle_merge",
+    "without_work_stealing",
     "without_xgboost_rank_lines",
     "worker_starts",
     "xgboost_config",

@@ -61,6 +61,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from . import all_to_all_tasks as tasks
+from .scheduler_workers import workers_of
 from .device import memory_info
 
 logger = logging.getLogger(__name__)
@@ -471,7 +472,7 @@ def workers_memory(client, workers, gpu: bool) -> dict[str, int | None]:
     worker's device says, or its memory limit; None where not known."""
     if gpu and all(address in _DEVICE_MEMORY for address in workers):
         return {address: _DEVICE_MEMORY[address] for address in workers}
-    info = client.scheduler_info(n_workers=-1).get("workers", {})
+    info = workers_of(client)
     memory = {}
     for address in workers:
         worker = info.get(address, {})

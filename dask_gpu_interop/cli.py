@@ -21,6 +21,7 @@ import time
 import click
 
 from . import cluster
+from .scheduler_workers import cluster_workers
 from . import tls as tls_mod
 from .options import with_options
 
@@ -222,7 +223,7 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
         with connect(scheduler, scheduler_file, tls_dir, f"{timeout}s") as client:
             left = max(1.0, deadline - time.monotonic())
             client.wait_for_workers(n_workers, timeout=left)
-            count = len(client.scheduler_info(n_workers=-1)["workers"])
+            count = len(cluster_workers(client))
     except (OSError, TimeoutError) as err:
         raise click.ClickException(f"{type(err).__name__}: {err}") from None
     click.echo(f"{count} workers")

@@ -25,6 +25,7 @@ from distributed.comm.addressing import parse_address
 
 from . import _interrupts, fork_server, gpu_workers, ucx_setup, worker_exit
 from . import device as device_mod
+from .scheduler_workers import workers_of
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
@@ -467,7 +468,7 @@ WORKERS_TIMEOUT = 10  # seconds a running cluster has for its first worker to jo
 def _check_workers_joined(client, scheduler: str) -> None:
     """ClusterError where no worker joins the running cluster within WORKERS_TIMEOUT: its work
     would wait for one forever."""
-    if client.scheduler_info(n_workers=-1)["workers"]:
+    if workers_of(client):
         return
     try:
         client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client, LocalCluster
 
+from dask_gpu_interop import cluster_workers
 from dask_gpu_interop.cli import main
 
 
@@ -30,7 +31,7 @@ def test_report_json(cluster):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     with Client(cluster) as client:
-        assert set(data) == set(client.scheduler_info()["workers"])
+        assert set(data) == set(cluster_workers(client))
     assert {snap["status"] for snap in data.values()} == {"no-gpu"}
 
 

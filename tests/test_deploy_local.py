@@ -19,7 +19,7 @@ import psutil
 import pytest
 from distributed import Client
 
-from dask_gpu_interop import GPUMemoryPlugin, memory_report
+from dask_gpu_interop import GPUMemoryPlugin, cluster_workers, memory_report
 from dask_gpu_interop import tls as tls_mod
 
 from .refused import refused
@@ -103,7 +103,7 @@ def test_client_with_certificates_runs_a_job_and_sees_every_worker(cluster):
     with Client(address, security=tls_mod.security(state / "tls"), timeout=30) as client:
         x = da.arange(200_000, chunks=20_000)
         assert int((x * 2).sum().compute()) == 2 * sum(range(200_000))
-        workers = client.scheduler_info()["workers"]
+        workers = cluster_workers(client)
         assert len(workers) == 2
         assert all(w.startswith("tls://") for w in workers)
         report = memory_report(client)

@@ -13,6 +13,7 @@ from distributed import Client, LocalCluster
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dask_gpu_interop import cluster_workers
 from dask_gpu_interop.memory import metrics
 from dask_gpu_interop.memory.timeline import COLUMNS, MemoryTimeline, record_memory
 
@@ -263,7 +264,7 @@ def test_record_memory_on_a_real_cluster_writes_png_and_csv(client, tmp_path):
             time.sleep(0.5)
     assert not (tmp_path / "m.png").exists()  # CPU workers: nothing to draw, and it says so
     frame = pd.read_csv(tmp_path / "m.csv")
-    assert set(frame["worker"]) == set(client.scheduler_info()["workers"])
+    assert set(frame["worker"]) == set(cluster_workers(client))
     assert set(frame["status"]) == {"no-gpu"}
     assert len(tl.samples) == len(frame)
 

@@ -6,7 +6,8 @@ import logging
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_gpu_interop import GPUMemoryPlugin, GPUMemorySetupError, memory_report
+from dask_gpu_interop import (GPUMemoryPlugin, GPUMemorySetupError, cluster_workers,
+                              memory_report)
 from dask_gpu_interop.memory import state
 
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
@@ -28,7 +29,7 @@ def test_no_gpu_worker_is_left_alone_and_says_so(client):
     plugin = GPUMemoryPlugin(pool_size="0.8")
     client.register_plugin(plugin)
     report = memory_report(client)
-    assert set(report) == set(client.scheduler_info()["workers"])
+    assert set(report) == set(cluster_workers(client))
     assert all(snap["status"] == "no-gpu" for snap in report.values())
     assert str(report).count("no GPU: the plugin does nothing here") == 2
     on_workers = client.run(lambda dask_worker: sorted(dask_worker.plugins))

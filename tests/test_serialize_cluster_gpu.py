@@ -10,6 +10,7 @@ import importlib.util
 
 import pytest
 
+from dask_gpu_interop import cluster_workers
 from dask_gpu_interop.device import gpu_count
 
 pytestmark = [
@@ -97,7 +98,7 @@ def client(request):
                                    "uint16", "complex64", "float16"])  # fmt: skip
 @pytest.mark.parametrize("view", ["contiguous", "transposed", "sliced"])
 def test_worker_to_worker(client, dtype, view):
-    w0, w1 = sorted(client.scheduler_info()["workers"])
+    w0, w1 = sorted(cluster_workers(client))
     x = client.submit(make, dtype, view, workers=[w0], pure=False)
     on_w1 = client.submit(describe, x, workers=[w1]).result()
     on_w0 = client.submit(describe, x, workers=[w0]).result()
@@ -106,14 +107,14 @@ def test_worker_to_worker(client, dtype, view):
 
 
 def test_requires_grad_and_grad_cross(client):
-    w0, w1 = sorted(client.scheduler_info()["workers"])
+    w0, w1 = sorted(cluster_workers(client))
     x = client.submit(make, "float32", "requires_grad", workers=[w0], pure=False)
     on_w1 = client.submit(describe, x, workers=[w1]).result()
     assert on_w1["requires_grad"] and on_w1["grad"] == 64 * 48
 
 
 def test_gather_to_the_client(client):
-    w0, _ = sorted(client.scheduler_info()["workers"])
+    w0, _ = sorted(cluster_workers(client))
     x = client.submit(make, "bfloat16", "transposed", workers=[w0], pure=False).result()
     assert x.is_cuda and x.dtype is torch.bfloat16 and x.shape == (48, 64)
 
@@ -143,7 +144,7 @@ def test_ucx_receives_into_the_receivers_rmm_memory(client, kind):
     pytest.importorskip("rmm")
     if kind == "cudf":
         pytest.importorskip("cudf")
-    w0, w1 = sorted(client.scheduler_info()["workers"])
+    w0, w1 = sorted(cluster_workers(client))
     before = client.submit(rmm_total_bytes, workers=[w1], pure=False).result()
     if kind == "torch":
         x = client.submit(make, "float32", "contiguous", workers=[w0], pure=False)

@@ -10,7 +10,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_gpu_interop import WorkerStart, cluster_client, worker_starts
+from dask_gpu_interop import WorkerStart, cluster_client, cluster_workers, worker_starts
 from dask_gpu_interop.worker_start import MARKS, mark, process_started
 
 
@@ -19,7 +19,7 @@ def test_each_worker_process_starts_then_preloads_then_joins_within_the_clusters
     with cluster_client(device="cpu", n_workers=2) as (client, _):
         ready = time.time() - since
         starts = worker_starts(client, since=since)
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(cluster_workers(client))
     assert sorted(s.address for s in starts) == workers and len(workers) == 2
     for start in starts:
         assert list(start.steps()) == ["process", "preloads", "joined"]  # no memory plugin

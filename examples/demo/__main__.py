@@ -11,7 +11,7 @@ if not __package__:  # run as a file (python examples/demo): its package cannot 
 
 import click
 
-from dask_gpu_interop import cluster_client, without_xgboost_rank_lines
+from dask_gpu_interop import cluster_client, cluster_workers, without_xgboost_rank_lines
 from dask_gpu_interop.options import cluster_options
 
 from .demo import run
@@ -25,7 +25,7 @@ def demo(cluster, rows):
     """A mixed cuDF/pandas -> PyTorch -> XGBoost workload with the memory report."""
     # XGBoost's "got rank" lines dropped from the workers' output: entered before they start
     with without_xgboost_rank_lines(), cluster_client(**cluster) as (client, device):
-        click.echo(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers, device={device}")
+        click.echo(f"cluster: {len(cluster_workers(client))} workers, device={device}")
         result = run(client, device, rows=rows)
     click.echo(f"steps:    {result['steps']}")
     click.echo(f"rows:     {result['rows']:,}")

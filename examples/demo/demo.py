@@ -11,7 +11,7 @@ import time
 import dask
 import numpy as np
 
-from dask_gpu_interop import memory_report, xgboost_config
+from dask_gpu_interop import cluster_workers, memory_report, xgboost_config
 
 # PyTorch is no requirement of [examples]: [ecg] brings it. A plain `torch` requirement pulls
 # PyTorch's CUDA build, so a machine without a GPU takes its CPU build first.
@@ -69,7 +69,7 @@ def run(client, device: str, rows: int = 1_000_000, partitions: int | None = Non
     import xgboost
     import xgboost.dask
 
-    partitions = partitions or max(2, len(client.scheduler_info(n_workers=-1)["workers"]) * 2)
+    partitions = partitions or max(2, len(cluster_workers(client)) * 2)
     per_part = max(1, rows // partitions)
     times = {}
     t0 = time.perf_counter()

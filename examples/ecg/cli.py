@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dask_gpu_interop import gpu_count
+from dask_gpu_interop import cluster_workers, gpu_count
 from dask_gpu_interop.options import cluster_options
 
 DEFAULT_MINUTES = 20
@@ -82,7 +82,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
             on_stage = _import_for_the_pictures(client, device)
-            workers = len(client.scheduler_info(n_workers=-1)["workers"])
+            workers = len(cluster_workers(client))
             click.echo(f"cluster: {workers} workers, device={device}")
             truth, prep = None, {}
             if made is not None:

@@ -397,7 +397,9 @@ def _worker_count() -> int:
     try:
         from distributed import get_client
 
-        return max(1, len(get_client().scheduler_info(n_workers=-1)["workers"]))
+        from dask_gpu_interop import cluster_workers
+
+        return max(1, len(cluster_workers(get_client())))
     except (ImportError, ValueError):
         return 1
 

@@ -23,6 +23,7 @@ from dask_gpu_interop import (
     ClusterError,
     check_workers_import,
     cluster_client,
+    cluster_workers,
     gpu_count,
     import_in_background,
     prepare_local_cluster,
@@ -382,7 +383,7 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         # the ETL runs instead of in the first task of XGBoost's matrix
         import_in_background(f"{__package__}.etl", *(["cudf"] if device == "gpu" else []),
                              *(["xgboost.dask"] if training else []), client=client)
-        click.echo(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers, device={device}")
+        click.echo(f"cluster: {len(cluster_workers(client))} workers, device={device}")
         starts = None if cluster.get("scheduler") else worker_starts(client, since=since)
         if starts and starts[0].steps():
             click.echo(f"worker start (the last to join; seconds from the cluster's start): "

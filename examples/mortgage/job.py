@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dask.utils import format_bytes
 
-from dask_gpu_interop import memory_report
+from dask_gpu_interop import cluster_workers, memory_report
 
 from . import etl, placement, train
 from .progress import stage_line
@@ -76,8 +76,8 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     placed = placement.choose(estimated, memory, device, training_data)
     say(placed.line())
     # the workers that will train, and each partition made on the one it trains on
-    trainers = train.training_workers(len(client.scheduler_info(n_workers=-1)["workers"]), estimated.rows,
-                                      device)
+    workers = len(cluster_workers(client))
+    trainers = train.training_workers(workers, estimated.rows, device)
     where = train.targets(plan.quarters, holdout, train.ranked_workers(client)[:trainers])
     planned = time.perf_counter() - planning
     on_host = device == "gpu" and placed.where == "host"
@@ -89,8 +89,7 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     say(f"ETL done: {result.summary()}")
     say(f"training ({rounds} rounds) ...")
     merged = {**train.PARAMS, **(params or {})}
-    if device == "gpu" and merged.get("grow_policy") == "lossguide" and len(
-            client.scheduler_info(n_workers=-1)["workers"]) > 1:
+    if device == "gpu" and merged.get("grow_policy") == "lossguide" and workers > 1:
         say(f"note: {train.SEVERAL_WORKERS_HINT}")
     # XGBoost quantizes host partitions on the worker's CPU cores: all of the worker's share
     trained = train.train(client, result.frame, result.quarters, device, rounds=rounds,
@@ -103,7 +102,7 @@ def run(client, device: str, plan, *, bad_rows: str = "error", rounds: int = tra
     report, host = memory_report(client), client.run(_host_memory)
     return JobResult(
         device=device,
-        workers=len(client.scheduler_info(n_workers=-1)["workers"]),
+        workers=workers,
         etl=result,
         training=trained,
         memory=report,

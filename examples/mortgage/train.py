@@ -7,7 +7,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from dask_gpu_interop import xgboost_config
+from dask_gpu_interop import cluster_workers, without_work_stealing, xgboost_config
 
 from . import schema
 from .progress import Progress
@@ -216,7 +216,7 @@ def round_progress():
 def ranked_workers(client) -> list[str]:
     """The workers' addresses in the order of their XGBoost ranks, which xgboost.dask gives
     by name (``[xgboost.dask-NAME]:ADDRESS``)."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = cluster_workers(client)
     return sorted(workers, key=lambda address: f"[xgboost.dask-{workers[address]['name']}]"
                                                f":{address}")
 
@@ -224,8 +224,8 @@ def ranked_workers(client) -> list[str]:
 def spread(client, part, count: int | None = None):
     """``part`` with partition ``i`` on the worker of rank ``i`` modulo the first ``count``
     workers (default: all), at least one each: xgboost.dask trains each worker on the
-    partitions it holds, so the same data and seed give the same model on any number of
-    workers, no worker's matrix is empty, and workers that hold nothing do not train."""
+    partitions it holds, so the same data and seed give the same model on as many workers,
+    no worker's matrix is empty, and workers that hold nothing do not train."""
     import dask.dataframe as dd
 
     ranked = ranked_workers(client)  # once: the cluster's workers may change between calls
@@ -239,6 +239,24 @@ def spread(client, part, count: int | None = None):
               for i, piece in enumerate(part.to_delayed())]
     return dd.from_delayed(placed, meta=part.head(0, npartitions=1, compute=False),
                            verify_meta=False)
+
+
+def matrices(client, train_frame, test_frame, count: int | None = None):
+    """XGBoost's training and test matrices, each worker's made of the partitions
+    :func:`spread` places on it. The scheduler's work stealing is paused while they are built:
+    xgboost.dask's own tasks (its column selections, the pairing of features with labels)
+    then stay where their partitions are, also on a busy worker, so each worker trains on
+    what was placed there and the same data and seed give the same model at every run."""
+    import xgboost.dask as dxgb
+
+    features, label = list(schema.FEATURES), schema.LABEL
+    with without_work_stealing(client):
+        train_part = spread(client, train_frame, count)
+        test_part = spread(client, test_frame, count)
+        dtrain = dxgb.DaskQuantileDMatrix(client, train_part[features], train_part[label])
+        dtest = dxgb.DaskQuantileDMatrix(client, test_part[features], test_part[label],
+                                         ref=dtrain)
+    return dtrain, dtest
 
 
 def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
@@ -261,7 +279,6 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     params = {**PARAMS, **(params or {}), "device": "cuda" if device == "gpu" else "cpu"}
     if nthread is not None:
         params["nthread"] = nthread
-    features = list(schema.FEATURES)
     label = schema.LABEL
     counts = dask.compute(train_frame[label].count(), train_frame[label].sum(),
                           test_frame[label].count(), test_frame[label].sum())
@@ -269,19 +286,14 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
     _check_classes("training", train_rows, train_positives, "the data not held out")
     _check_classes("test", test_rows, test_positives, what)
     if workers is None:
-        workers = training_workers(len(client.scheduler_info(n_workers=-1)["workers"]), train_rows, device)
-    train_frame = spread(client, train_frame, workers)
-    test_frame = spread(client, test_frame, workers)
+        workers = training_workers(len(cluster_workers(client)), train_rows, device)
     callbacks = [round_progress()] if progress else []
     if progress:
         bar = Progress("training rounds", rounds, echo)
         client.subscribe_topic(TOPIC, lambda event: bar.update(event[1]["round"]))
     try:
         with xgboost.config_context(**xgboost_config(client)):
-            dtrain = dxgb.DaskQuantileDMatrix(client, train_frame[features],
-                                              train_frame[label])
-            dtest = dxgb.DaskQuantileDMatrix(client, test_frame[features], test_frame[label],
-                                             ref=dtrain)
+            dtrain, dtest = matrices(client, train_frame, test_frame, workers)
             built = time.perf_counter()
             output = dxgb.train(client, params, dtrain, num_boost_round=rounds,
                                 evals=[(dtrain, "train"), (dtest, "test")], verbose_eval=False,

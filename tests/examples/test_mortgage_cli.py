@@ -301,9 +301,6 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
         raise _Started
 
     class Client:
-        def scheduler_info(self, n_workers=5):
-            return {"workers": {}}
-
         def run(self, function, *args, **kwargs):
             return {}
 
@@ -315,6 +312,7 @@ def test_the_job_s_data_is_generated_in_local_processes_while_a_local_cluster_st
     monkeypatch.setattr(cli, "_generate", generate)
     monkeypatch.setattr(cli, "cluster_client", cluster_client)
     monkeypatch.setattr(cli, "check_workers_import", lambda client, *modules: None)
+    monkeypatch.setattr(cli, "cluster_workers", lambda client: {})
     with pytest.raises(_Started):
         CliRunner().invoke(main, ["--device", "cpu", *flags], catch_exceptions=False)
     # A local cluster: local processes, begun before the cluster's start; a running cluster

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client, LocalCluster
 
+from dask_gpu_interop import cluster_workers
 from examples.mortgage import files, placement, schema
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
@@ -243,7 +244,7 @@ def test_each_gpu_worker_s_memory_is_its_pools_maximum_or_its_device(monkeypatch
     monkeypatch.setattr(placement, "_device_bytes", lambda dask_worker=None: 24 * GiB)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        first, second, third = sorted(client.scheduler_info()["workers"])
+        first, second, third = sorted(cluster_workers(client))
         snapshots.update({
             first: {"device": {"total": 80 * GiB}, "maximum_pool_size": 16 * 10**9},
             second: {"device": {"total": 80 * GiB}, "maximum_pool_size": None},

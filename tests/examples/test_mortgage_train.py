@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
+from dask_gpu_interop import cluster_workers
 from examples.mortgage import etl, files, job, schema, train
 from examples.mortgage.testdata import generate as gen
 
@@ -125,26 +126,9 @@ def test_gpus_train_on_at_least_their_share_of_rows(workers, rows, device, count
 
 
 def test_workers_are_ranked_by_name_as_xgboost_ranks_them(client):
-    workers = client.scheduler_info()["workers"]
+    workers = cluster_workers(client)
     names = [workers[address]["name"] for address in train.ranked_workers(client)]
     assert names == sorted(names, key=str) and len(names) == 2
-
-
-class _ClientOf2026_3:
-    """A client of distributed 2026.3 and before, whose ``scheduler_info`` gives five workers
-    unless asked for all."""
-
-    def __init__(self, count: int):
-        self.workers = {f"tcp://10.0.0.{i}:1234": {"name": i} for i in range(count)}
-
-    def scheduler_info(self, n_workers: int = 5):
-        shown = list(self.workers) if n_workers == -1 else list(self.workers)[:n_workers]
-        return {"workers": {address: self.workers[address] for address in shown}}
-
-
-def test_every_worker_of_a_large_cluster_is_ranked_on_every_distributed():
-    client = _ClientOf2026_3(8)
-    assert sorted(train.ranked_workers(client)) == sorted(client.workers)
 
 
 @pytest.mark.parametrize("params, named", [
@@ -174,7 +158,7 @@ def test_the_job_reports_times_auc_and_memory(client, data):
     text = "\n".join(result.lines())
     assert result.etl.rows == _rows(perf)
     assert "test AUC" in text and "rows/s" in text
-    assert set(result.host) == set(client.scheduler_info()["workers"])
+    assert set(result.host) == set(cluster_workers(client))
     assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
     assert text.count("no GPU: the plugin does nothing here") == 2
     assert said[0].startswith("training data: in the workers' host memory (host): CPU workers")
@@ -208,6 +192,44 @@ def test_partitions_train_where_the_split_and_spread_put_them():
     assert train.targets(quarters, "2006Q2", ["a", "b"]) == ["a", "b", "a", "a", "b"]
     assert train.targets(quarters, "2006Q1", ["a", "b", "c"]) == ["a", "b", "a", "b", "c"]
     assert train.targets(["2007Q1"] * 3, None, ["a", "b"]) == ["a", "b", "a"]
+
+
+def test_each_workers_matrices_hold_what_was_placed_on_it_while_it_is_busy(data, monkeypatch):
+    """xgboost.dask trains each worker on the feature and label partitions it holds: they
+    stay on the worker they were placed on, also when that worker is busy as xgboost.dask's
+    own tasks come and another is idle (dask's work stealing would move them to the idle
+    one). A new cluster: its tasks' durations are not yet known."""
+    import collections
+    import time
+
+    from distributed import futures_of, wait
+
+    spread = train.spread
+    busy = []
+
+    def placed_then_busy(client, part, count=None):
+        """The partitions placed, then the first worker given a task that takes a while."""
+        placed = spread(client, part, count)
+        wait(futures_of(client.persist(placed)))
+        busy.append(client.submit(time.sleep, 1, workers=[ranked[0]],
+                                  allow_other_workers=False, pure=False))
+        return placed
+
+    monkeypatch.setattr(train, "spread", placed_then_busy)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        with client.as_current():  # the ETL on this cluster, whatever other client exists
+            result = etl.run(_plan(data))
+        training, test, _ = train.split(result.frame, result.quarters)
+        ranked = train.ranked_workers(client)
+        made = train.matrices(client, training, test)
+        wait(busy)
+        held = [{worker: len(parts) for worker, parts in matrix.worker_map.items()}
+                for matrix in made]
+    expected = [dict(collections.Counter(ranked[i % 2] for i in range(frame.npartitions)))
+                for frame in (training, test.repartition(npartitions=2))]
+    assert held == expected
 
 
 def _incoming_bytes(dask_worker=None) -> int:
