@@ -29,8 +29,16 @@ import os
 import shutil
 import time
 
-from .common import (Script, alternate, as_gpu_worker, header, median_range, require_dataset,
-                     say, summary)
+from .common import (
+    Script,
+    alternate,
+    as_gpu_worker,
+    header,
+    median_range,
+    require_dataset,
+    say,
+    summary,
+)
 
 
 def _etl(table, path):

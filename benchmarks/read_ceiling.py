@@ -41,8 +41,16 @@ import shutil
 import threading
 import time
 
-from .common import (Script, alternate, as_gpu_worker, header, median_range, require_dataset,
-                     say, summary)
+from .common import (
+    Script,
+    alternate,
+    as_gpu_worker,
+    header,
+    median_range,
+    require_dataset,
+    say,
+    summary,
+)
 
 MODES = ("task", "features", "read", "csv", "device", "host")
 CHUNK = 64 * 2**20  # bytes a ``host`` or ``device`` read copies at a time
@@ -182,7 +190,8 @@ def measure_one(directory: str, gpus: int, threads: int, mode: str, scratch: str
             if failed:
                 for process in processes:
                     process.kill()
-                raise RuntimeError(f"a {mode} process on {gpus} GPUs ended with {failed[0]}")
+                raise RuntimeError(
+                    f"a {mode} process on {gpus} GPUs ended with {failed[0]}") from None
     for process in processes:
         process.join()
     total = sum(f[3] for f in found)

@@ -30,7 +30,6 @@ from .cluster import (  # noqa: E402
     prepare_local_cluster,
     resolve_device,
 )
-from .scheduler_workers import cluster_workers  # noqa: E402
 from .device import gpu_count  # noqa: E402
 from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
@@ -44,9 +43,10 @@ from .memory import (  # noqa: E402
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
+from .scheduler_workers import cluster_workers  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
-from .worker_start import WorkerStart, worker_starts  # noqa: E402
 from .work_stealing import without_work_stealing  # noqa: E402
+from .worker_start import WorkerStart, worker_starts  # noqa: E402
 from .workers_import import check_workers_import  # noqa: E402
 
 try:

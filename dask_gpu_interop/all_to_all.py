@@ -61,8 +61,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from . import all_to_all_tasks as tasks
-from .scheduler_workers import workers_of
 from .device import memory_info
+from .scheduler_workers import workers_of
 
 logger = logging.getLogger(__name__)
 

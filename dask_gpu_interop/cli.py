@@ -21,9 +21,9 @@ import time
 import click
 
 from . import cluster
-from .scheduler_workers import cluster_workers
 from . import tls as tls_mod
 from .options import with_options
+from .scheduler_workers import cluster_workers
 
 
 @click.group()

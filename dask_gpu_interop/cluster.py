@@ -25,10 +25,10 @@ from distributed.comm.addressing import parse_address
 
 from . import _interrupts, fork_server, gpu_workers, ucx_setup, worker_exit
 from . import device as device_mod
-from .scheduler_workers import workers_of
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
+from .scheduler_workers import workers_of
 from .serialize import register as register_serializers
 from .shuffle_method import shuffle_config
 

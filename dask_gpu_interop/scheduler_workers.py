@@ -1,11 +1,11 @@
 """The cluster's workers as its scheduler knows them at the moment of asking.
 
 ``Client.scheduler_info()["workers"]`` is the client's cache, which the client's own periodic
-refresh rewrites with few workers or none (distributed asks the scheduler for at most a handful
-there, to stay light on large clusters). A call can therefore return before, and read after,
-that refresh: it then lists fewer workers than the cluster has, and what is decided from it
-(how many workers train, where partitions go, how much memory a shuffle has) is silently wrong.
-The functions here ask the scheduler and return its answer itself.
+refresh rewrites without the workers (it asks the scheduler for none, to stay light on large
+clusters). A call can therefore return before, and read after, that refresh: it then lists
+fewer workers than the cluster has, and what is decided from it (how many workers train, where
+partitions go, how much memory a shuffle has) is silently wrong. The functions here ask the
+scheduler, whose answer lists every worker unless told otherwise, and return that answer.
 """
 
 from __future__ import annotations
@@ -15,11 +15,7 @@ from ._client import require_client
 
 def workers_of(client) -> dict[str, dict]:
     """:func:`cluster_workers` for an object known to be a client (no check)."""
-    try:
-        identity = client.sync(client.scheduler.identity, n_workers=-1)
-    except TypeError:  # a scheduler from before ``n_workers``: it lists every worker
-        identity = client.sync(client.scheduler.identity)
-    return dict(identity.get("workers") or {})
+    return dict(client.sync(client.scheduler.identity).get("workers") or {})
 
 
 def cluster_workers(client) -> dict[str, dict]:

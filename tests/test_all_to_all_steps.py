@@ -141,8 +141,7 @@ class _Info:
     def sync(self, function, *args, **kwargs):
         return function(*args, **kwargs)
 
-    def identity(self, n_workers=0):
-        assert n_workers == -1  # every worker
+    def identity(self):
         self.infos = getattr(self, "infos", 0) + 1
         return {"workers": self.workers}
 

@@ -6,8 +6,7 @@ import logging
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_gpu_interop import (GPUMemoryPlugin, GPUMemorySetupError, cluster_workers,
-                              memory_report)
+from dask_gpu_interop import GPUMemoryPlugin, GPUMemorySetupError, cluster_workers, memory_report
 from dask_gpu_interop.memory import state
 
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}

@@ -51,7 +51,7 @@ def test_stealing_comes_back_when_the_block_fails(cluster):
     with Client(cluster) as client:
         with pytest.raises(ZeroDivisionError):
             with without_work_stealing(client):
-                1 / 0
+                raise ZeroDivisionError("the block fails")
         assert _stealing(cluster)
 
 
