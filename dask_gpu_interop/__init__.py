@@ -45,6 +45,7 @@ from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .scheduler_workers import cluster_workers  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
+from .streaming import NotLazyError, StreamedTraining, train_streamed  # noqa: E402
 from .work_stealing import without_work_stealing  # noqa: E402
 from .worker_start import WorkerStart, worker_starts  # noqa: E402
 from .workers_import import check_workers_import  # noqa: E402
@@ -62,9 +63,11 @@ __all__ = [
     "MemoryConfig",
     "MemoryReport",
     "MemoryTimeline",
+    "NotLazyError",
     "OptionError",
     "ShuffleError",
     "ShuffleStats",
+    "StreamedTraining",
     "WorkerStart",
     "check_workers_import",
     "cluster_client",
@@ -79,6 +82,7 @@ __all__ = [
     "shuffle",
     "shuffle_config",
     "shuffle_merge",
+    "train_streamed",
     "without_work_stealing",
     "without_xgboost_rank_lines",
     "worker_starts",

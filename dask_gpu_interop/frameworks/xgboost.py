@@ -58,7 +58,9 @@ def unbind() -> None:
 
 
 # What XGBoost writes for each worker: "[10:31:05] Task [xgboost.dask-0]:ADDRESS got rank 0"
-_RANK_LINE = re.compile(rb"\[[\d:]+\] Task \[xgboost\.dask-[^\]]*\]:\S+ got rank \d+")
+# (xgboost.dask), "[10:31:05] Task train_streamed-000000 got rank 0" (train_streamed)
+_RANK_LINE = re.compile(
+    rb"\[[\d:]+\] Task (\[xgboost\.dask-[^\]]*\]:\S+|train_streamed-\d+) got rank \d+")
 
 
 def _dropped(text: bytes) -> bytes:
@@ -69,7 +71,8 @@ def _dropped(text: bytes) -> bytes:
 
 @contextlib.contextmanager
 def without_xgboost_rank_lines(fd: int = 2):
-    """Leave out the "got rank" lines ``xgboost.dask`` makes each worker print.
+    """Leave out the "got rank" lines ``xgboost.dask`` (and :func:`train_streamed`) make each
+    worker print.
 
     Each worker writes its line from C++ to its standard error when training starts. In the
     block, this process's standard error goes through a filter that drops them, and so does

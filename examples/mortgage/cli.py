@@ -359,12 +359,13 @@ def _prepare_cluster(cluster: dict, device: str) -> None:
 
 
 @contextlib.contextmanager
-def _cluster(cluster: dict, expected: str, imports, training: bool = False):
+def _cluster(cluster: dict, expected: str, imports, training: str | None = None):
     """(client, device, starts) of the cluster, started with ``imports`` imported meanwhile
     (and cuDF on GPUs; on the workers, once they are up, the ETL's module and cuDF), the
     library's GPU worker settings in this process's environment first (a local GPU worker may
-    run in it, and reads them as it imports cuDF); for training, the workers' standard error
-    without XGBoost's rank lines (a worker in this process writes them to this one's).
+    run in it, and reads them as it imports cuDF); ``training``: the module that trains,
+    imported on the workers too, and the workers' standard error without XGBoost's rank
+    lines (a worker in this process writes them to this one's).
     ``starts``: when a local cluster's last worker to join took each step of its start
     (``worker_starts``), printed in a line; None for a running cluster."""
     since = time.time()
@@ -382,7 +383,7 @@ def _cluster(cluster: dict, expected: str, imports, training: bool = False):
         # imported while the client plans the work; for training, XGBoost's, imported while
         # the ETL runs instead of in the first task of XGBoost's matrix
         import_in_background(f"{__package__}.etl", *(["cudf"] if device == "gpu" else []),
-                             *(["xgboost.dask"] if training else []), client=client)
+                             *([training] if training else []), client=client)
         click.echo(f"cluster: {len(cluster_workers(client))} workers, device={device}")
         starts = None if cluster.get("scheduler") else worker_starts(client, since=since)
         if starts and starts[0].steps():
@@ -423,9 +424,10 @@ def _workers_ready(client, cluster: dict, imports) -> None:
               help="Save the trained model here (XGBoost JSON).")
 @click.option("--training-data", type=click.Choice(placement.CHOICES), default="auto",
               show_default=True,
-              help="Where the table lives for training: the GPUs' memory (device), or the "
-                   "workers' host memory with XGBoost's quantized matrix on the GPUs (host); "
-                   "auto: device when the table and the matrix fit the GPUs.")
+              help="Where XGBoost's quantized matrix lives (the feature table is made a "
+                   "partition at a time and never held): the GPUs' memory (device), or host "
+                   "memory (host: XGBoost's external memory, its pages read over the bus); "
+                   "auto: device when the matrix fits the GPUs.")
 @click.option("--overwrite", is_flag=True,
               help="Replace what an earlier run wrote at --workdir, --features-out and "
                    "--model-out (nothing else).")
@@ -481,6 +483,9 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
+    # what trains: XGBoost from the ETL's partitions as they are made, on the workers (the
+    # client waits for no import); xgboost.dask on a joined table held in their memory
+    trainer = "xgboost" if join == loan_join.DEFAULT else "xgboost.dask"
     started = time.perf_counter()
     first = {"start": _since_process_start()}  # Python, the imports and the checks above
     with contextlib.ExitStack() as stack:
@@ -493,7 +498,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                 generating = stack.enter_context(ThreadPoolExecutor(1)).submit(
                     _generate, directory, spec, layout, overwrite, os.cpu_count())
         client, device, _ = stack.enter_context(
-            _cluster(cluster, expected, (f"{__package__}.job", "xgboost.dask"), training=True))
+            _cluster(cluster, expected, (f"{__package__}.job", trainer), training=trainer))
         first["cluster start"] = time.perf_counter() - started
         if spec is not None:
             waiting = time.perf_counter()
@@ -509,30 +514,29 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         waiting = time.perf_counter()  # for what is still importing since the cluster's start
         from . import job
 
-        _imported("xgboost.dask", *(["cudf"] if device == "gpu" else []))
-        first["imports"] = time.perf_counter() - waiting
+        if join != loan_join.DEFAULT:  # the joined table is made here, and xgboost.dask trains
+            _imported(trainer, *(["cudf"] if device == "gpu" else []))
+            first["imports"] = time.perf_counter() - waiting
 
         try:
             result = job.run(client, device, the_plan, bad_rows=bad_rows, rounds=rounds,
                              holdout=holdout, params=params, progress=True,
-                             echo=click.echo, training_data=training_data, join=join)
-        except (read.BadRowsError, ValueError) as exc:
+                             echo=click.echo, training_data=training_data, join=join,
+                             features_out=features_out, overwrite=overwrite, inputs=inputs)
+        except (read.BadRowsError, ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
         result.stages = {**first, **result.stages}
+        if features_out:
+            click.echo(f"feature table written to {os.path.abspath(features_out)}")
         writing = time.perf_counter()
-        try:  # the places were checked before the work; another run may have written since
-            if features_out:
-                with output.Staged(features_out, what="feature table", overwrite=overwrite,
-                                   inputs=inputs) as staging:
-                    result.etl.frame.to_parquet(staging, write_index=False)
-                click.echo(f"feature table written to {os.path.abspath(features_out)}")
+        try:  # the place was checked before the work; another run may have written since
             if model_out:
                 output.replace_file(model_out, result.training.booster.save_model,
                                     what="model", overwrite=overwrite, accept=train.is_model)
                 click.echo(f"model written to {os.path.abspath(model_out)}")
         except (ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
-        if features_out or model_out:
+        if model_out:
             result.stages["outputs"] = time.perf_counter() - writing
         for line in result.lines():
             click.echo(line)

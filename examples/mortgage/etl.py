@@ -131,6 +131,61 @@ def write_table(path: str, table) -> int:
     return os.path.getsize(path)
 
 
+PIECES = ("all", "head", "tail")  # a batch's rows of its partition (head, tail: see train)
+
+
+@dataclass
+class BatchInfo:
+    """What a training batch reports: its rows and positive labels, and the report of the
+    ETL task that made it (None where another batch counts that task, or where the table was
+    read back from Parquet)."""
+
+    rows: int
+    positives: int
+    report: Report | None = None
+
+
+def piece_of(table, piece: str, share: float):
+    """``table``'s rows in a batch: all, or the head or the tail of a single quarter's split
+    (the last ``share`` of the rows in the tail)."""
+    if piece == "all":
+        return table
+    cut = len(table) - int(len(table) * share)
+    return table.iloc[:cut] if piece == "head" else table.iloc[cut:]
+
+
+def batch(source, layout: schema.Layout, acquisitions, device: str, names, piece: str = "all",
+          share: float = 0.0, counted: bool = True, acquisitions_counted: bool = False):
+    """(the feature table of one training batch, its ``BatchInfo``): partition ``source`` (a
+    ``files.Part`` of text, made by the ETL here; or the path of a Parquet file the ETL wrote)
+    cut to ``piece``. ``acquisitions``: the quarter's (acquisitions, report) pair, classic
+    layout. ``counted``: this batch carries its ETL task's report (and, with
+    ``acquisitions_counted``, its quarter's acquisitions' report), so that each is counted
+    once however many batches a partition or a quarter makes."""
+    if isinstance(source, files.Part):
+        acq, acq_report = acquisitions if acquisitions is not None else (None, None)
+        table, report = process_part(source, layout, acq, device, names)
+        if acquisitions_counted and acq_report is not None:
+            report = Report(report.rows, report.bad_count + acq_report.bad_count,
+                            report.bad + acq_report.bad[:KEPT_BAD_ROWS - len(report.bad)])
+    else:
+        table, report = read_table(source, device), None
+    table = piece_of(table, piece, share)
+    info = BatchInfo(len(table), int(table[schema.LABEL].sum()), report if counted else None)
+    return table, info
+
+
+def read_table(path: str, device: str):
+    """A feature table the ETL wrote (one Parquet file), on cuDF or pandas."""
+    if device == "gpu":
+        import cudf
+
+        return cudf.read_parquet(path)
+    import pandas as pd
+
+    return pd.read_parquet(path)
+
+
 def meta(device: str = "cpu"):
     """An empty feature table: pandas, or cuDF on GPUs."""
     frame = features.meta()
@@ -141,7 +196,7 @@ def meta(device: str = "cpu"):
     return frame
 
 
-def _acquisition_tasks(plan: files.Plan, device: str) -> dict:
+def acquisition_tasks(plan: files.Plan, device: str) -> dict:
     """Each quarter's acquisitions task (classic layout; none in the current one): shared by
     the quarter's partitions, and released by the scheduler once they are done."""
     if plan.layout.name == schema.CURRENT.name:
@@ -157,7 +212,7 @@ def graph(plan: files.Plan, device: str, into: str = "device"):
 
     if into not in PLACES:
         raise ValueError(f"into={into!r}: choose one of {', '.join(PLACES)}")
-    acquisitions = _acquisition_tasks(plan, device)
+    acquisitions = acquisition_tasks(plan, device)
     tasks = [dask.delayed(process_part, pure=False, nout=2)(
         part, plan.layout, acquisitions[part.quarter][0] if acquisitions else None, device,
         plan.names, into) for part in plan.parts]
@@ -170,7 +225,7 @@ def graph(plan: files.Plan, device: str, into: str = "device"):
 def streamed(plan: files.Plan, device: str, directory: str) -> list:
     """The reports of tasks that each write their partition's table into ``directory``
     (``PART_FILE``), then those of the acquisitions tasks; not computed yet."""
-    acquisitions = _acquisition_tasks(plan, device)
+    acquisitions = acquisition_tasks(plan, device)
     reports = [dask.delayed(write_part, pure=False)(
         os.path.join(directory, PART_FILE.format(i)), part, plan.layout,
         acquisitions[part.quarter][0] if acquisitions else None, device, plan.names)
@@ -211,23 +266,20 @@ class EtlResult:
 
 
 def run(plan: files.Plan, *, device: str = "cpu", bad_rows: str = "error",
-        progress: bool = False, into: str = "device", workers: list[str] | None = None,
-        join: str = "quarter") -> EtlResult:
+        progress: bool = False, into: str = "device", join: str = "quarter") -> EtlResult:
     """The ETL of ``plan``, its table kept in the workers' memory (or local threads'): on GPU
     workers in device memory, or with ``into="host"`` as pandas in their host memory.
-    ``workers``: where each partition is made (the worker it will train on, so that it need
-    not move), where that worker runs. ``join``: how rows meet their loan's acquisition
-    fields (``loan_join``); a shuffled one ("loan", "dask") keeps each output partition of one
-    quarter, for training's held-out quarter, and gives up ``workers``: the shuffle places
-    its output partitions itself, and moving them after would cost another all-to-all."""
+    ``join``: how rows meet their loan's acquisition fields (``loan_join``); a shuffled one
+    ("loan", "dask") keeps each output partition of one quarter, for training's held-out
+    quarter."""
     read.check_policy(bad_rows)
     _check_join(join, plan)
     started = time.perf_counter()
     if join != "quarter":
         return _run_shuffled(plan, device, bad_rows, progress, into, join, started)
     frame, reports = graph(plan, device, into)
-    frame, reports = _persist(frame, reports, len(plan.parts), progress, device, workers)
-    rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
+    frame, reports = _persist(frame, reports, len(plan.parts), progress)
+    rows, count, bad = judge(reports, len(plan.parts), bad_rows)
     return EtlResult(frame, plan.quarters, rows, plan.input_bytes, count, bad,
                      time.perf_counter() - started, len(plan.parts))
 
@@ -259,7 +311,7 @@ def write(out: str, plan: files.Plan, *, device: str = "cpu", bad_rows: str = "e
                 for i, (perf, acq) in enumerate(joined.pairs)]
             reports = joined.reports + _compute(writes, len(writes), progress,
                                                 "joined partitions")
-        rows, count, bad = _judge(reports, len(plan.parts), bad_rows)
+        rows, count, bad = judge(reports, len(plan.parts), bad_rows)
         seconds = time.perf_counter() - started
     return EtlResult(None, plan.quarters, rows, plan.input_bytes, count, bad, seconds,
                      len(plan.parts), sum(r.written_bytes for r in reports), join,
@@ -318,7 +370,7 @@ def _run_shuffled(plan, device, bad_rows, progress, into, join, started) -> EtlR
         settle(tables)
     frame = dd.from_delayed(tables, meta=meta("cpu" if into == "host" else device),
                             verify_meta=False)
-    rows, count, bad = _judge(joined.reports, len(plan.parts), bad_rows)
+    rows, count, bad = judge(joined.reports, len(plan.parts), bad_rows)
     return EtlResult(frame, joined.quarters, rows, plan.input_bytes, count, bad,
                      time.perf_counter() - started, len(plan.parts), None, join,
                      joined.seconds, joined.stats)
@@ -360,9 +412,8 @@ def _settle(client, keys: set, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _persist(frame, reports, parts: int, progress: bool, device: str, workers=None):
-    """Persist the table and compute the reports: on the current client (partition ``i`` on
-    ``workers[i]`` where given), or local threads."""
+def _persist(frame, reports, parts: int, progress: bool):
+    """Persist the table and compute the reports: on the current client, or local threads."""
     import dask.dataframe as dd
 
     client = current_client()
@@ -371,19 +422,14 @@ def _persist(frame, reports, parts: int, progress: bool, device: str, workers=No
         tables, reports = computed[:frame.npartitions], list(computed[frame.npartitions:])
         frame = dd.from_delayed([dask.delayed(t) for t in tables], meta=frame._meta)
         return frame, reports
-    if workers:  # loosely: a partition whose worker is gone is made on another
-        placed = [client.compute(piece, workers=[worker], allow_other_workers=True)
-                  for piece, worker in zip(frame.to_delayed(), workers, strict=True)]
-        frame = dd.from_delayed(placed, meta=frame._meta, verify_meta=False)
-    else:
-        frame = client.persist(frame)
+    frame = client.persist(frame)
     futures = client.compute(reports)
     if progress:
         wait(futures[:parts], "ETL partitions")
     return frame, client.gather(futures)
 
 
-def _judge(reports: list[Report], parts: int, policy: str) -> tuple[int, int, list[BadRow]]:
+def judge(reports: list[Report], parts: int, policy: str) -> tuple[int, int, list[BadRow]]:
     """(rows kept, bad rows, the bad rows kept in full); raises under ``policy="error"``."""
     count = sum(r.bad_count for r in reports)
     rows = [row for r in reports for row in r.bad]

@@ -36,7 +36,7 @@ def _etl(result) -> dict:
     return {"rows": result.rows, "bytes": result.input_bytes, "partitions": result.partitions,
             "seconds": result.seconds, "written_bytes": result.written_bytes,
             "bad_rows": result.bad_count, "join": result.join,
-            "join_seconds": result.join_seconds}
+            "join_seconds": result.join_seconds, "quarters": list(result.quarters)}
 
 
 def of_etl(result, device: str, stages: dict, total: float, starts=None) -> dict:
@@ -61,9 +61,11 @@ def of_job(result, stop: float, total: float) -> dict:
         "training": {"holdout": trained.holdout, "workers": trained.workers,
                      "train_rows": trained.train_rows, "test_rows": trained.test_rows,
                      "dmatrix_seconds": trained.dmatrix_seconds,
-                     "train_seconds": trained.train_seconds},
-        "placement": None if placed is None else {"where": placed.where, "reason": placed.reason,
-                                                  "line": placed.line()},
+                     "train_seconds": trained.train_seconds, "matrix": trained.matrix,
+                     "passes": list(trained.passes), "memory": trained.memory or {}},
+        "placement": None if placed is None else {
+            "where": placed.where, "reason": placed.reason, "line": placed.line(),
+            "peak_bytes": placed.peak_bytes, "cache_host_ratio": placed.cache_host_ratio},
     }
 
 

@@ -1,23 +1,26 @@
-"""Where the whole job keeps its training data: in the GPUs' memory, or in the workers' host
-memory while XGBoost's quantized matrix alone lives on the GPUs. Decided before any work, from
-an estimate of the feature table and of XGBoost's matrix against what the workers may hold.
+"""Where the whole job's training data lives, decided before any work from an estimate of
+the feature table and of XGBoost's quantized matrix against what the workers may hold.
 
-- **device**: the ETL's cuDF partitions stay on the GPUs and XGBoost builds its matrix there
-  from them (the fastest path, when the table and the matrix fit);
-- **host**: each ETL task hands its table back as pandas, held in its worker's host memory;
-  XGBoost sketches and quantizes those partitions batch by batch on the worker's CPU cores
-  (``QuantileDMatrix`` from host data), and the quantized matrix, about two bytes a value
-  instead of the table's four, is moved to the GPU to train there. On CPU workers this is the
-  only path.
+The job never holds the feature table: each worker makes its partitions one at a time as
+XGBoost reads them into its quantized matrix (``train.stream``). What is placed is that matrix:
+
+- **device**: the quantized matrix in the GPUs' memory (XGBoost's ``QuantileDMatrix``): the
+  fastest, where the matrix, the partitions in flight and the training's own arrays fit;
+- **host**: XGBoost's external-memory matrix (``ExtMemQuantileDMatrix``), its pages in host
+  memory and as many as fit on the GPU (``cache_host_ratio``), read over the bus at every
+  tree level; for a matrix larger than a GPU. On CPU workers the matrix is in host memory
+  anyway, and the partitions are kept between XGBoost's passes where the table fits too.
 
 Neither fits: a ``ValueError`` in one line, saying how much memory it needs and what to do.
 
 The estimate: rows from the text's size and the bytes per line of the files' first lines;
 the table's bytes from its row width (45 float32 features and an int32 label); XGBoost's
-matrix about ``QUANTIZED_BYTES_PER_VALUE`` a feature value; the ETL's tasks in flight on a GPU
-its threads' partitions at ``TASK_PEAK`` times their text. The data a GPU holds may fill
-``DEVICE_SHARE`` of its memory (or of its pool's maximum), the tasks passing through all of
-it; a worker's host memory is filled to Dask's spill threshold.
+matrix about ``QUANTIZED_BYTES_PER_VALUE`` a feature value and the training's arrays
+``TRAINING_BYTES_PER_ROW`` a row; the partitions in flight on a GPU (the one XGBoost reads and
+those made meanwhile, ``PREFETCH``: two where they fit, else one) at ``TASK_PEAK`` times their
+text. The data a GPU holds may fill
+``DEVICE_SHARE`` of its memory (or of its pool's maximum); a worker's host memory is filled to
+Dask's spill threshold. The prediction of a GPU's peak is the sum of the three.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from . import files, schema
 
 CHOICES = ("auto", "device", "host")
 QUANTIZED_BYTES_PER_VALUE = 2  # XGBoost's quantized matrix: a bin index per value, and more
+TRAINING_BYTES_PER_ROW = 32  # XGBoost's arrays per training row: gradients, positions, margins
 TASK_PEAK = 5  # a GPU task's device memory stays under 5 times its text (read.py's chunks)
+PREFETCH = (2, 1)  # partitions made ahead on a GPU, the first whose memory fits: more overlap
 # Above this share of a GPU's memory, GPU workers move results to host memory (dask-cuda's
 # device memory limit, the same for the in-process worker): the data should stay below it.
 DEVICE_SHARE = 0.8
@@ -66,7 +71,12 @@ class Estimate:
     rows: int
     table_bytes: int  # the feature table
     quantized_bytes: int  # XGBoost's quantized matrix of it
-    task_bytes: int  # a GPU's ETL tasks in flight at their peak (its threads' partitions)
+    task_bytes: int  # one partition being made, at its peak on a GPU
+
+    @property
+    def training_bytes(self) -> int:
+        """XGBoost's own arrays for training on every row."""
+        return self.rows * TRAINING_BYTES_PER_ROW
 
 
 def bytes_per_line(paths, sample: int = SAMPLE_BYTES, count: int = SAMPLED_FILES) -> float:
@@ -84,8 +94,8 @@ def bytes_per_line(paths, sample: int = SAMPLE_BYTES, count: int = SAMPLED_FILES
     return size / lines if lines else 0.0
 
 
-def estimate(plan: files.Plan, threads: int = 1) -> Estimate:
-    """The estimate for ``plan`` on workers of ``threads`` threads each."""
+def estimate(plan: files.Plan) -> Estimate:
+    """The estimate for ``plan``."""
     text = sum(part.nbytes for part in plan.parts)
     paths = list(dict.fromkeys(piece.path for part in plan.parts for piece in part.pieces))
     per_line = bytes_per_line(paths) if paths else 0.0
@@ -93,7 +103,7 @@ def estimate(plan: files.Plan, threads: int = 1) -> Estimate:
     largest = max((part.nbytes for part in plan.parts), default=0)
     return Estimate(rows=rows, table_bytes=rows * row_bytes(),
                     quantized_bytes=rows * len(schema.FEATURES) * QUANTIZED_BYTES_PER_VALUE,
-                    task_bytes=threads * largest * TASK_PEAK)
+                    task_bytes=largest * TASK_PEAK)
 
 
 @dataclass(frozen=True)
@@ -109,72 +119,97 @@ class Memory:
 
 @dataclass(frozen=True)
 class Placement:
-    where: str  # "device" or "host"
+    where: str  # "device" or "host": where XGBoost's quantized matrix lives
     reason: str
+    keep: bool = False  # the partitions kept between XGBoost's passes (CPU workers)
+    cache_host_ratio: float | None = None  # host: the share of the matrix's pages in host memory
+    peak_bytes: int = 0  # the predicted peak of a GPU's memory
+    prefetch: int = 1  # partitions made ahead while XGBoost reads one
+
+    @property
+    def external(self) -> bool:
+        """XGBoost's external-memory matrix on GPUs."""
+        return self.where == "host" and self.cache_host_ratio is not None
 
     def line(self) -> str:
-        place = ("the GPUs' memory" if self.where == "device" else "the workers' host memory")
-        return f"training data: in {place} ({self.where}): {self.reason}"
+        place = ("the GPUs' memory" if self.where == "device" else "host memory")
+        return f"training data: XGBoost's matrix in {place} ({self.where}): {self.reason}"
 
 
 def _sizes(estimate_: Estimate) -> str:
-    return (f"the feature table ({format_bytes(estimate_.table_bytes)}, about "
-            f"{estimate_.rows:,} rows) and XGBoost's matrix "
-            f"({format_bytes(estimate_.quantized_bytes)})")
+    return (f"XGBoost's matrix of about {estimate_.rows:,} rows "
+            f"({format_bytes(estimate_.quantized_bytes)}; the feature table would be "
+            f"{format_bytes(estimate_.table_bytes)}, made a partition at a time)")
 
 
 def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto") -> Placement:
-    """Where the training data lives; ValueError (one line: what it needs, what to do) where
-    it cannot fit, or ``asked`` cannot be had."""
+    """Where XGBoost's quantized matrix lives; ValueError (one line: what it needs, what to
+    do) where it cannot fit, or ``asked`` cannot be had."""
     if asked not in CHOICES:
         raise ValueError(f"--training-data {asked}: choose one of {', '.join(CHOICES)}")
     host = memory.host_bytes * host_share()
-    both = estimate_.table_bytes + estimate_.quantized_bytes
     fewer = "or fewer quarters (--data); a larger --partition-size does not help"
+    matrix, table = estimate_.quantized_bytes, estimate_.table_bytes
     if device != "gpu" or not memory.gpus:
         if asked == "device":
             raise ValueError("--training-data device: the workers have no GPU; leave it auto")
-        if host and both > host:
+        if host and matrix + estimate_.training_bytes > host:
             raise ValueError(
-                f"{_sizes(estimate_)} need {format_bytes(both)}, more than the workers hold "
+                f"{_sizes(estimate_)} needs {format_bytes(matrix)}, more than the workers hold "
                 f"in memory before they spill to disk ({format_bytes(host)}): use more workers "
                 f"or machines, {fewer}")
+        keep = not host or table + matrix + estimate_.training_bytes <= host
+        kept = ("the partitions kept between XGBoost's passes" if keep else
+                "the partitions made again at each of XGBoost's passes (the table does not "
+                "fit beside the matrix)")
         return Placement("host", f"CPU workers: {_sizes(estimate_)} in their memory "
-                                 f"({format_bytes(host)} may be held)")
+                                 f"({format_bytes(host)} may be held), {kept}", keep=keep)
     gpus = len(memory.gpus)
-    each = min(memory.gpus) * DEVICE_SHARE
-    matrix = estimate_.quantized_bytes / gpus
-    on_device = estimate_.table_bytes / gpus + max(estimate_.task_bytes, matrix)
-    fits_device = on_device <= each
-    if estimate_.task_bytes > min(memory.gpus):  # passing: the whole GPU, not its share
+    smallest = min(memory.gpus)
+    each = smallest * DEVICE_SHARE
+    per_gpu = matrix / gpus
+    training = estimate_.training_bytes / gpus
+    if 2 * estimate_.task_bytes > smallest:
         raise ValueError(
-            f"the ETL's tasks in flight on a GPU need up to {format_bytes(estimate_.task_bytes)}"
-            f" (its threads' partitions at {TASK_PEAK}x their text), more than the "
-            f"{format_bytes(min(memory.gpus))} a GPU has: give a smaller --partition-size or "
-            "--threads-per-worker 1")
-    if matrix > each:
-        raise ValueError(
-            f"XGBoost's quantized matrix of about {estimate_.rows:,} rows needs about "
-            f"{format_bytes(estimate_.quantized_bytes)} of GPU memory, "
-            f"{format_bytes(matrix)} on each of {gpus} GPU(s), more than the "
-            f"{format_bytes(each)} a GPU may fill ({DEVICE_SHARE:.0%} of its memory or pool): "
-            f"use more GPUs (each holds its share), {fewer}")
+            f"the partitions in flight on a GPU need up to {format_bytes(2 * estimate_.task_bytes)}"
+            f" (2 partitions at {TASK_PEAK}x their text), more than the "
+            f"{format_bytes(smallest)} a GPU has: give a smaller --partition-size")
+
+    def others(prefetch: int) -> float:  # beside the matrix: partitions in flight, training
+        return (prefetch + 1) * estimate_.task_bytes + training
+
+    def parts(prefetch: int) -> str:
+        return (f"{format_bytes(per_gpu)} of matrix, {prefetch + 1} partitions in flight "
+                f"({format_bytes((prefetch + 1) * estimate_.task_bytes)}), "
+                f"{format_bytes(training)} for training")
+
     may_fill = f"the {format_bytes(each)} each of {gpus} GPU(s) may fill"
-    if asked == "device" or (asked == "auto" and fits_device):
-        verdict = "fit" if fits_device else "do not fit (asked for: expect spilling)"
-        return Placement("device", f"{_sizes(estimate_)} {verdict} {may_fill} "
-                                   f"({format_bytes(on_device)} each)")
-    if host and estimate_.table_bytes + estimate_.quantized_bytes > host:
+    fitting = [p for p in PREFETCH if per_gpu + others(p) <= each]
+    if asked == "device" or (asked == "auto" and fitting):
+        prefetch = fitting[0] if fitting else PREFETCH[-1]
+        need = per_gpu + others(prefetch)
+        verdict = "fits" if fitting else "does not fit (asked for: expect running out)"
+        return Placement("device", f"{_sizes(estimate_)} {verdict} {may_fill}: predicted "
+                                   f"peak {format_bytes(need)} a GPU ({parts(prefetch)})",
+                         peak_bytes=int(need), prefetch=prefetch)
+    prefetch = PREFETCH[-1]
+    need = per_gpu + others(prefetch)
+    room = max(0.0, each - others(prefetch))
+    ratio = min(1.0, max(0.0, 1 - room / per_gpu)) if per_gpu else 0.0
+    on_host = matrix * ratio
+    if host and on_host > host:
         raise ValueError(
-            f"{_sizes(estimate_)} need {format_bytes(on_device)} on each of {gpus} GPU(s), "
-            f"more than the {format_bytes(each)} a GPU may fill, and "
-            f"{format_bytes(both)} of host memory, more than the workers hold before they "
-            f"spill to disk ({format_bytes(host)}): use more GPUs or machines, {fewer}")
+            f"{_sizes(estimate_)} needs {format_bytes(need)} on each of {gpus} GPU(s), more "
+            f"than {may_fill}, and {format_bytes(on_host)} of its pages in host memory, more "
+            f"than the workers hold before they spill to disk ({format_bytes(host)}): use "
+            f"more GPUs or machines, {fewer}")
     why = ("asked for" if asked == "host" else
-           f"{_sizes(estimate_)} need {format_bytes(on_device)} on each GPU, more than {may_fill}")
-    return Placement("host", f"{why}; the table in host memory ({format_bytes(host)} may be "
-                             f"held), XGBoost's quantized matrix on the GPUs "
-                             f"({format_bytes(matrix)} each)")
+           f"{_sizes(estimate_)} needs {format_bytes(need)} a GPU, more than {may_fill}")
+    peak = others(prefetch) + per_gpu * (1 - ratio)
+    return Placement("host", f"{why}; XGBoost's external memory: {ratio:.0%} of its pages in "
+                             f"host memory ({format_bytes(on_host)}), the rest on the GPUs; "
+                             f"predicted peak {format_bytes(peak)} a GPU ({parts(prefetch)})",
+                     cache_host_ratio=round(ratio, 4), peak_bytes=int(peak), prefetch=prefetch)
 
 
 def _worker_memory(dask_worker=None) -> dict:

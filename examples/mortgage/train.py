@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dask_gpu_interop import cluster_workers, without_work_stealing, xgboost_config
+from dask_gpu_interop import cluster_workers, train_streamed, without_work_stealing, xgboost_config
 
-from . import schema
+from . import etl, read, schema
 from .progress import Progress
 
 # The classic notebook's parameters (its reg:linear objective made binary:logistic), with its
@@ -127,6 +127,9 @@ class TrainResult:
     dmatrix_seconds: float
     train_seconds: float
     workers: int = 1  # the workers that trained
+    matrix: str = "in-core"  # XGBoost's matrix: "in-core", or "external" (its external memory)
+    passes: tuple[float, ...] = ()  # streamed: seconds of each pass over a worker's batches
+    memory: dict | None = None  # streamed on GPUs: bytes the GPUs held (see device_memory)
 
     @property
     def seconds(self) -> float:
@@ -164,22 +167,6 @@ def split(frame, quarters: list[str | None], holdout: str | None = None):
 
     return (frame.map_partitions(head), frame.map_partitions(tail),
             f"the last {TEST_SHARE:.0%} of each partition (one quarter only)")
-
-
-def targets(quarters: list[str | None], holdout: str | None, workers: list[str]) -> list[str]:
-    """The worker each of the ETL's partitions trains on (as :func:`split` and :func:`spread`
-    place them): within the training partitions and within the test partitions, the ``i``-th
-    goes to ``workers[i % len(workers)]``. Made there, a partition need not move to train."""
-    known = check_holdout(quarters, holdout)
-    if len(known) < 2 and holdout is None:  # one quarter: every partition in both sets
-        return [workers[i % len(workers)] for i in range(len(quarters))]
-    test_quarter = holdout or known[-1]
-    out, seen = [], {True: 0, False: 0}
-    for quarter in quarters:
-        held = quarter == test_quarter
-        out.append(workers[seen[held] % len(workers)])
-        seen[held] += 1
-    return out
 
 
 def _check_classes(name: str, rows: int, positives: int, what: str) -> None:
@@ -314,3 +301,134 @@ def train(client, frame, quarters, device: str, *, rounds: int = ROUNDS,
         train_seconds=done - built,
         workers=workers,
     )
+
+
+def batches(plan, device: str, holdout: str | None = None, parquet: list[str] | None = None):
+    """(training batches, test batches, what is held out): a ``dask.delayed`` batch per ETL
+    partition (``etl.batch``), split as :func:`split` splits the table: the held-out quarter's
+    partitions to test, or with a single quarter the last fifth of every partition's rows.
+    ``parquet``: each partition's Parquet file, already written by the ETL, read instead of
+    the text."""
+    import dask
+
+    known = check_holdout(plan.quarters, holdout)
+    acquisitions = etl.acquisition_tasks(plan, device)
+    single = len(known) < 2 and holdout is None
+    test_quarter = None if single else holdout or known[-1]
+    make = dask.delayed(etl.batch, pure=False)
+    train, test, seen = [], [], set()
+    for index, part in enumerate(plan.parts):
+        source = parquet[index] if parquet else part
+        pair = acquisitions.get(part.quarter)
+        first = part.quarter not in seen
+        seen.add(part.quarter)
+        common = (source, plan.layout, pair, device, plan.names)
+        if single:
+            train.append(make(*common, "head", TEST_SHARE, True, first))
+            test.append(make(*common, "tail", TEST_SHARE, False))
+        else:
+            (test if part.quarter == test_quarter else train).append(
+                make(*common, "all", 0.0, True, first))
+    what = (f"the last {TEST_SHARE:.0%} of each partition (one quarter only)" if single
+            else f"quarter {test_quarter}")
+    return train, test, what
+
+
+def check_batches(bad_rows: str, what: str, infos: dict) -> None:
+    """Before training, on every worker, with every batch's ``etl.BatchInfo``: the bad rows
+    under ``bad_rows="error"`` (``read.BadRowsError``), and both classes in the training and
+    the test rows (ValueError)."""
+    infos = {name: [i for i in batch if i is not None] for name, batch in infos.items()}
+    reports = [i.report for name in infos for i in infos[name] if i.report is not None]
+    if bad_rows == "error" and any(r.bad_count for r in reports):
+        raise read.BadRowsError([row for r in reports for row in r.bad],
+                                sum(r.bad_count for r in reports))
+    for name, described in (("training", "the data not held out"), ("test", what)):
+        batch = infos["train" if name == "training" else "test"]
+        _check_classes(name, sum(i.rows for i in batch), sum(i.positives for i in batch),
+                       described)
+
+
+@dataclass
+class StreamResult:
+    """The streamed training's result, and the ETL's figures from its batches."""
+
+    training: TrainResult
+    reports: list  # the ETL tasks' reports (etl.Report), each once
+    passes: list[float]  # the slowest worker's seconds of each pass over its batches
+    matrices_seconds: float  # building the matrices (every pass), the slowest worker's
+    matrix: str  # "in-core" or "external"
+    memory: dict = field(default_factory=dict)  # GPU bytes: "matrices", "peak" (see device_memory)
+
+
+def device_memory(timings: list[dict]) -> dict:
+    """The GPU memory the workers' streamed training measured, the largest of any worker:
+    ``matrices``, what XGBoost's matrices hold once built (in the device's CUDA pool, where
+    XGBoost and RMM share it; else the device's memory in use); ``peak``, the pool's highest
+    use since the worker started. Empty on CPUs."""
+    out: dict = {}
+    for t in timings:
+        before, built = t.get("memory before") or {}, t.get("memory with the matrices") or {}
+        after = t.get("memory after training") or {}
+        if built:
+            key = "pool" if built.get("pool") else "used"
+            out["matrices"] = max(out.get("matrices", 0), built[key] - before.get(key, 0))
+        if after.get("pool_high"):
+            out["peak"] = max(out.get("peak", 0), after["pool_high"])
+    return out
+
+
+def stream(client, plan, device: str, *, rounds: int = ROUNDS, holdout: str | None = None,
+           params: dict | None = None, progress: bool = False, echo=print,
+           workers: int | None = None, bad_rows: str = "error", external: bool = False,
+           cache_host_ratio: float | None = None, keep: bool = False, prefetch: int = 1,
+           parquet: list[str] | None = None) -> StreamResult:
+    """The ETL streamed into XGBoost: each worker makes its partitions one at a time as
+    XGBoost reads them into its quantized matrix (``dask_gpu_interop.train_streamed``), then
+    trains; no worker holds the feature table. ``external``: XGBoost's external-memory
+    matrix, its pages in host memory (``cache_host_ratio`` of them), for a matrix larger than
+    a GPU. ``keep``: each batch kept from its first making (where the table fits, as on CPUs,
+    whose matrix reads its batches four times). ``prefetch``: partitions made ahead while
+    XGBoost reads one. ``workers``: how many train (by rank)."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: must be at least 1")
+    train_batches, test_batches, what = batches(plan, device, holdout, parquet)
+    if not train_batches or not test_batches:
+        raise ValueError(f"nothing to {'train on' if not train_batches else 'test on'}: no "
+                         f"partition in {'the data not held out' if not train_batches else what}")
+    params = {**PARAMS, **(params or {}), "device": "cuda" if device == "gpu" else "cpu"}
+    callbacks = [round_progress] if progress else []  # made on the workers
+    if progress:
+        bar = Progress("training rounds", rounds, echo)
+        client.subscribe_topic(TOPIC, lambda event: bar.update(event[1]["round"]))
+    from functools import partial
+
+    try:
+        out = train_streamed(client, params, train_batches, label=schema.LABEL,
+                             features=list(schema.FEATURES), evals={"test": test_batches},
+                             num_boost_round=rounds, workers=workers, external_memory=external,
+                             cache_host_ratio=cache_host_ratio, callbacks=callbacks,
+                             check=partial(check_batches, bad_rows, what), keep_batches=keep,
+                             prefetch=prefetch)
+    finally:
+        if progress:
+            client.unsubscribe_topic(TOPIC)
+    slowest = max(out.timings, key=lambda t: t["matrices"])
+    infos = [i for name in out.infos for i in out.infos[name] if i is not None]
+    trained = TrainResult(
+        booster=out.booster,
+        auc=float(out.history["test"]["auc"][-1]),
+        train_auc=float(out.history["train"]["auc"][-1]),
+        holdout=what,
+        train_rows=out.rows["train"],
+        test_rows=out.rows["test"],
+        dmatrix_seconds=slowest["matrices"],
+        train_seconds=max(t["training"] for t in out.timings),
+        workers=len(out.workers),
+        matrix=out.matrix,
+        passes=tuple(slowest["passes"]),
+        memory=device_memory(out.timings),
+    )
+    return StreamResult(trained, [i.report for i in infos if i.report is not None],
+                        slowest["passes"], slowest["matrices"], out.matrix,
+                        trained.memory)

@@ -38,8 +38,8 @@ def test_the_default_job_runs_end_to_end(tmp_path):
     assert "cluster: 2 workers, device=cpu" in out
     assert re.search(r"generated .* 480 loans", out)
     stages = [m.group(1) for m in re.finditer(r"^  (\w[\w ]*?) +\d+\.\d\d s$", out, re.M)]
-    assert stages == ["start", "cluster start", "generate", "imports", "placement", "ETL",
-                      "DMatrix", "training", "report", "outputs", "cluster stop", "other"]
+    assert stages == ["start", "cluster start", "generate", "placement", "ETL and sketch",
+                      "quantize", "training", "report", "outputs", "cluster stop", "other"]
     seconds = [float(x) for x in re.findall(r"^  \w[\w ]*? +(-?\d+\.\d\d) s$", out, re.M)]
     total = float(re.search(r"^total: (\d+\.\d\d) s since the command started$", out,
                             re.M).group(1))
@@ -400,8 +400,8 @@ def test_a_worker_imports_the_etls_module_without_dask_dataframe():
 
 @pytest.mark.parametrize("command, on_the_workers", [
     (["etl", "--out", "OUT"], ("examples.mortgage.etl",)),
-    # the whole job: XGBoost too, imported while the ETL runs, not in its matrix's first task
-    (["--rounds", "2"], ("examples.mortgage.etl", "xgboost.dask")),
+    # the whole job: XGBoost too, imported while the cluster starts, not in the training task
+    (["--rounds", "2"], ("examples.mortgage.etl", "xgboost")),
 ])
 def test_the_workers_import_what_their_tasks_need_once_they_are_up(monkeypatch, tmp_path,
                                                                   command, on_the_workers):

@@ -1,6 +1,7 @@
-"""Where the whole job keeps its training data, decided before any work: the estimate of the
-feature table and XGBoost's matrix from the files, what the workers may hold, the choice
-between the GPUs' memory and the workers' host memory, and the one-line refusals."""
+"""Where the whole job keeps XGBoost's quantized matrix, decided before any work: the estimate
+of the matrix (and of the feature table, made a partition at a time) from the files, what the
+workers may hold, the choice between the GPUs' memory and XGBoost's external memory, the
+predicted peak, and the one-line refusals."""
 
 from __future__ import annotations
 
@@ -50,11 +51,12 @@ def test_rows_are_estimated_from_the_text_and_its_first_lines(dataset, layout):
     plan = files.plan(dataset.directory_of(layout), partition_size="1MiB")
     paths = dataset.current if layout == "current" else dataset.performance
     rows = sum(_lines(p) for p in paths)
-    found = placement.estimate(plan, threads=2)
+    found = placement.estimate(plan)
     assert abs(found.rows - rows) < 0.05 * rows, (found.rows, rows)
     assert found.table_bytes == found.rows * ROW
     assert found.quantized_bytes == found.rows * len(schema.FEATURES) * 2
-    assert found.task_bytes == 2 * max(p.nbytes for p in plan.parts) * placement.TASK_PEAK
+    assert found.task_bytes == max(p.nbytes for p in plan.parts) * placement.TASK_PEAK
+    assert found.training_bytes == found.rows * placement.TRAINING_BYTES_PER_ROW
 
 
 def test_bytes_per_line_reads_the_first_lines_of_files_spread_over_the_set(tmp_path):
@@ -91,8 +93,9 @@ def test_a_compressed_dataset_is_estimated_from_its_text(dataset, tmp_path):
 # The choice
 
 
-def big(rows=321_000_000, tasks=10 * GiB) -> placement.Estimate:
-    """About 36 GiB of classic text: 55 GiB of table, 27 GiB of XGBoost's matrix."""
+def big(rows=321_000_000, tasks=2 * GiB) -> placement.Estimate:
+    """About 36 GiB of classic text: 27 GiB of XGBoost's matrix (55 GiB of table, never
+    held), 9.6 GiB of training arrays, partitions of 2 GiB at their peak."""
     return placement.Estimate(rows, rows * ROW, rows * 90, tasks)
 
 
@@ -100,70 +103,57 @@ def gpus(count: int, size: int = 80 * GiB, host: int = 512 * GiB) -> placement.M
     return placement.Memory(gpus=(size,) * count, host_bytes=host)
 
 
-def test_what_fits_the_gpus_stays_there():
-    small = big(rows=60_000_000)  # about 9 GiB of text: 10 GiB of table
-    chosen = placement.choose(small, gpus(1), "gpu")
-    assert chosen.where == "device"
-    assert "fit the 64.00 GiB each of 1 GPU(s) may fill" in chosen.reason
+def test_a_matrix_that_fits_a_gpu_is_built_there_with_two_partitions_made_ahead():
+    chosen = placement.choose(big(), gpus(1), "gpu")
+    assert chosen.where == "device" and not chosen.external and chosen.prefetch == 2
+    # the prediction: the matrix, three partitions in flight, the training's arrays
+    assert chosen.peak_bytes == int(321_000_000 * 90 + 3 * 2 * GiB + 321_000_000 * 32)
+    assert "fits the 64.00 GiB each of 1 GPU(s) may fill: predicted peak 42.47 GiB" in (
+        chosen.reason)
+    assert "3 partitions in flight (6.00 GiB)" in chosen.reason
     line = chosen.line()
-    assert line.startswith("training data: in the GPUs' memory (device): the feature table ")
+    assert line.startswith("training data: XGBoost's matrix in the GPUs' memory (device): "
+                           "XGBoost's matrix of about 321,000,000 rows (26.91 GiB; the feature "
+                           "table would be 55.01 GiB, made a partition at a time)")
     assert "\n" not in line
 
 
-def test_more_than_one_gpu_holds_goes_to_host_memory_and_two_gpus_hold_it():
-    one = placement.choose(big(), gpus(1), "gpu")
-    assert one.where == "host"
-    line = one.line()
-    assert line.startswith("training data: in the workers' host memory (host): the feature "
-                           "table (55.")
-    assert "more than the 64.00 GiB each of 1 GPU(s) may fill" in line
-    assert "XGBoost's quantized matrix on the GPUs (26.91 GiB each)" in line
-    assert placement.choose(big(), gpus(2), "gpu").where == "device"
+def test_where_two_partitions_ahead_do_not_fit_one_does():
+    estimate = big()
+    one_ahead = estimate.quantized_bytes + 2 * estimate.task_bytes + estimate.training_bytes
+    size = int(one_ahead / placement.DEVICE_SHARE) + 100
+    chosen = placement.choose(estimate, gpus(1, size=size), "gpu")
+    assert chosen.where == "device" and chosen.prefetch == 1
+    assert chosen.peak_bytes == int(one_ahead)
 
 
-def test_the_threshold_is_the_gpus_share_of_their_memory_less_the_tasks_in_flight():
-    estimate = big(rows=10_000_000, tasks=GiB)
-    table, matrix = estimate.table_bytes, estimate.quantized_bytes
-    exact = int((table + max(GiB, matrix)) / placement.DEVICE_SHARE)  # just enough
-    assert placement.choose(estimate, gpus(1, size=exact + 1), "gpu").where == "device"
-    assert placement.choose(estimate, gpus(1, size=exact - 100), "gpu").where == "host"
-    # the tasks in flight, where they need more than XGBoost's matrix
-    tasks = placement.Estimate(estimate.rows, table, matrix, 3 * matrix)
-    need = int((table + 3 * matrix) / placement.DEVICE_SHARE)
-    assert placement.choose(tasks, gpus(1, size=need - 100), "gpu").where == "host"
-    # two GPUs hold half the table and the matrix each: the smaller one decides
-    shared = placement.Estimate(estimate.rows, table, matrix, 0)
-    whole = int((table + matrix) / placement.DEVICE_SHARE)
-    for smaller, where in ((whole // 2 + 100, "device"), (whole // 2 - 100, "host")):
-        memory = placement.Memory(gpus=(whole * 4, smaller), host_bytes=512 * GiB)
-        assert placement.choose(shared, memory, "gpu").where == where
+def test_a_matrix_larger_than_a_gpu_goes_to_xgboosts_external_memory():
+    chosen = placement.choose(big(), gpus(1, size=40 * GiB), "gpu")
+    assert chosen.where == "host" and chosen.external and chosen.prefetch == 1
+    # what is left of the 32 GiB the GPU may fill beside two partitions and the training
+    room = 32 * GiB - 2 * 2 * GiB - 321_000_000 * 32
+    assert chosen.cache_host_ratio == round(1 - room / (321_000_000 * 90), 4)
+    assert chosen.peak_bytes == pytest.approx(32 * GiB, rel=1e-4)
+    assert "XGBoost's external memory: 31% of its pages in host memory" in chosen.reason
+    assert chosen.line().startswith("training data: XGBoost's matrix in host memory (host): ")
+    # two GPUs hold half the matrix each: in-core again
+    assert placement.choose(big(), gpus(2, size=40 * GiB), "gpu").where == "device"
 
 
-def test_a_matrix_larger_than_the_gpus_is_refused_before_the_work():
+def test_with_no_room_beside_the_training_every_page_is_in_host_memory():
+    chosen = placement.choose(big(), gpus(1, size=16 * GiB), "gpu")
+    assert chosen.external and chosen.cache_host_ratio == 1.0
+
+
+def test_pages_beyond_the_host_memory_are_refused_before_the_work():
     with pytest.raises(ValueError) as info:
-        placement.choose(big(rows=3_000_000_000), gpus(1), "gpu", "auto")
+        placement.choose(big(rows=3_000_000_000), gpus(1, host=64 * GiB), "gpu")
     text = str(info.value)
-    for part in ("XGBoost's quantized matrix of about 3,000,000,000 rows", "251.46 GiB",
-                 "more than the 64.00 GiB a GPU may fill", "use more GPUs",
-                 "fewer quarters (--data)", "a larger --partition-size does not help"):
-        assert part in text, (part, text)
-    assert "\n" not in text
-    for asked in ("host", "device"):  # the GPUs hold the matrix in either place
-        with pytest.raises(ValueError, match="use more GPUs"):
-            placement.choose(big(rows=3_000_000_000), gpus(1), "gpu", asked)
-    assert placement.choose(big(rows=3_000_000_000), gpus(8, host=2048 * GiB),
-                            "gpu").where == "host"
-
-
-def test_more_than_the_host_memory_holds_is_refused_before_the_work():
-    memory = gpus(1, host=64 * GiB)  # 44.8 GiB before the workers spill to disk
-    with pytest.raises(ValueError) as info:
-        placement.choose(big(), memory, "gpu")
-    text = str(info.value)
-    for part in ("the feature table (55.01 GiB, about 321,000,000 rows)",
-                 "XGBoost's matrix (26.91 GiB)", "need 81.91 GiB on each of 1 GPU(s)",
-                 "more than the 64.00 GiB a GPU may fill", "81.91 GiB of host memory, more than the workers hold before they spill to disk "
-                 "(44.80 GiB)", "use more GPUs or machines", "fewer quarters (--data)"):
+    for part in ("XGBoost's matrix of about 3,000,000,000 rows (251.46 GiB",
+                 "more than the 64.00 GiB each of 1 GPU(s) may fill",
+                 "of its pages in host memory, more than the workers hold before they spill to "
+                 "disk (44.80 GiB)", "use more GPUs or machines", "fewer quarters (--data)",
+                 "a larger --partition-size does not help"):
         assert part in text, (part, text)
     assert "\n" not in text
     with dask.config.set({"distributed.worker.memory.spill": 0.95}):
@@ -173,33 +163,40 @@ def test_more_than_the_host_memory_holds_is_refused_before_the_work():
 
 
 def test_partitions_too_large_for_a_gpu_are_refused_with_what_to_give():
-    with pytest.raises(ValueError, match=r"tasks in flight on a GPU need up to 90.00 GiB .* "
-                                         r"more than the 80.00 GiB a GPU has: give a smaller "
-                                         r"--partition-size or --threads-per-worker 1"):
-        placement.choose(big(rows=1000, tasks=90 * GiB), gpus(1), "gpu")
-    # tasks pass through: they may fill the GPU beyond the share that held data may
-    assert placement.choose(big(rows=1000, tasks=70 * GiB), gpus(1), "gpu").where == "host"
+    with pytest.raises(ValueError, match=r"partitions in flight on a GPU need up to 90.00 GiB "
+                                         r"\(2 partitions at 5x their text\), more than the "
+                                         r"80.00 GiB a GPU has: give a smaller --partition-size"):
+        placement.choose(big(rows=1000, tasks=45 * GiB), gpus(1), "gpu")
+    # they pass through: they may fill the GPU beyond the share that held data may
+    assert placement.choose(big(rows=1000, tasks=35 * GiB), gpus(1), "gpu").external
 
 
 def test_what_is_asked_for_is_what_is_had():
     small = big(rows=60_000_000)
     asked = placement.choose(small, gpus(1), "gpu", "host")
-    assert asked.where == "host" and asked.reason.startswith("asked for;")
-    forced = placement.choose(big(), gpus(1), "gpu", "device")
-    assert forced.where == "device" and "do not fit (asked for: expect spilling)" in forced.reason
+    assert asked.external and asked.reason.startswith("asked for;")
+    assert asked.cache_host_ratio == 0.0  # all of it fits on the GPU: the pages stay there
+    forced = placement.choose(big(), gpus(1, size=16 * GiB), "gpu", "device")
+    assert forced.where == "device" and "does not fit (asked for: expect running out)" in (
+        forced.reason)
     with pytest.raises(ValueError, match="--training-data somewhere: choose one of auto, "
                                          "device, host"):
         placement.choose(small, gpus(1), "gpu", "somewhere")
 
 
-def test_cpu_workers_keep_it_in_their_memory_or_say_what_it_needs():
-    cpus = placement.Memory(gpus=(), host_bytes=256 * GiB)
+def test_cpu_workers_keep_the_partitions_where_the_table_fits_too():
+    cpus = placement.Memory(gpus=(), host_bytes=256 * GiB)  # 179.2 GiB before spilling
     chosen = placement.choose(big(), cpus, "cpu")
-    assert chosen.where == "host" and chosen.reason.startswith("CPU workers: the feature table")
-    with pytest.raises(ValueError, match=r"need 81.91 GiB, more than the workers hold in "
-                                         r"memory before they spill to disk \(44.80 GiB\): use "
-                                         r"more workers or machines, or fewer quarters"):
-        placement.choose(big(), placement.Memory(gpus=(), host_bytes=64 * GiB), "cpu")
+    assert chosen.where == "host" and chosen.keep and not chosen.external
+    assert chosen.reason.startswith("CPU workers: XGBoost's matrix")
+    assert "the partitions kept between XGBoost's passes" in chosen.reason
+    tight = placement.choose(big(), placement.Memory(gpus=(), host_bytes=64 * GiB), "cpu")
+    assert not tight.keep and "made again at each of XGBoost's passes" in tight.reason
+    with pytest.raises(ValueError, match=r"needs 251.46 GiB, more than the workers hold in "
+                                         r"memory before they spill to disk \(44.80 GiB\): "
+                                         r"use more workers or machines, or fewer quarters"):
+        placement.choose(big(rows=3_000_000_000), placement.Memory(gpus=(), host_bytes=64 * GiB),
+                         "cpu")
     with pytest.raises(ValueError, match="--training-data device: the workers have no GPU"):
         placement.choose(big(rows=10), cpus, "cpu", "device")
 

@@ -161,9 +161,12 @@ def test_the_job_reports_times_auc_and_memory(client, data):
     assert set(result.host) == set(cluster_workers(client))
     assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
     assert text.count("no GPU: the plugin does nothing here") == 2
-    assert said[0].startswith("training data: in the workers' host memory (host): CPU workers")
+    assert said[0].startswith("training data: XGBoost's matrix in host memory (host): CPU "
+                              "workers")
     assert said[0] in text  # where the training data lived, said before the work and after
-    assert said[1].startswith("ETL: ") and said[-1].startswith("training done")
+    assert said[1].startswith("ETL into XGBoost's matrix: ")
+    assert said[-1].startswith("training done")
+    assert "the partitions kept from the first" in said[-2]  # the matrix's passes on CPUs
 
 
 def test_xgboost_parameters_from_key_value_text():
@@ -186,12 +189,17 @@ def test_the_job_trains_with_the_parameters_given(client, data):
     assert len(result.training.booster.get_dump()) == 2
 
 
-def test_partitions_train_where_the_split_and_spread_put_them():
-    quarters = ["2006Q1", "2006Q1", "2006Q2", "2007Q1", "2006Q2"]
-    assert train.targets(quarters, None, ["a", "b"]) == ["a", "b", "a", "a", "b"]
-    assert train.targets(quarters, "2006Q2", ["a", "b"]) == ["a", "b", "a", "a", "b"]
-    assert train.targets(quarters, "2006Q1", ["a", "b", "c"]) == ["a", "b", "a", "b", "c"]
-    assert train.targets(["2007Q1"] * 3, None, ["a", "b"]) == ["a", "b", "a"]
+def test_the_batches_split_as_the_table_splits(data):
+    plan = _plan(data)
+    train_batches, test_batches, what = train.batches(plan, "cpu")
+    latest = max(q for q in plan.quarters if q)
+    assert what == f"quarter {latest}"
+    assert len(test_batches) == plan.quarters.count(latest)
+    assert len(train_batches) + len(test_batches) == len(plan.parts)
+    tables = [dask.compute(b)[0] for b in test_batches]
+    assert all(info.rows == len(table) for table, info in tables)
+    held = train.batches(plan, "cpu", holdout=min(plan.quarters))[2]
+    assert held == f"quarter {min(plan.quarters)}"
 
 
 def test_each_workers_matrices_hold_what_was_placed_on_it_while_it_is_busy(data, monkeypatch):
@@ -230,32 +238,6 @@ def test_each_workers_matrices_hold_what_was_placed_on_it_while_it_is_busy(data,
     expected = [dict(collections.Counter(ranked[i % 2] for i in range(frame.npartitions)))
                 for frame in (training, test.repartition(npartitions=2))]
     assert held == expected
-
-
-def _incoming_bytes(dask_worker=None) -> int:
-    return int(sum(entry.get("total", 0) for entry in dask_worker.transfer_incoming_log))
-
-
-def test_each_partition_is_made_on_the_worker_it_trains_on(client, data):
-    """The ETL makes each partition where training will hold it, so that spreading the
-    training set over the workers moves none of its rows."""
-    from distributed import futures_of, wait
-
-    plan = _plan(data)
-    workers = train.ranked_workers(client)
-    where = train.targets(plan.quarters, None, workers)
-    result = etl.run(plan, workers=where)
-    placed = futures_of(client.persist(result.frame))
-    wait(placed)
-    who = client.who_has(placed)
-    assert [next(iter(who[f.key])) for f in placed] == where
-    before = sum(client.run(_incoming_bytes).values())
-    training, _, _ = train.split(result.frame, result.quarters)
-    spread = client.persist(train.spread(client, training, len(workers)))
-    wait(futures_of(spread))
-    moved = sum(client.run(_incoming_bytes).values()) - before
-    table = int(training.memory_usage(deep=True).sum().compute())
-    assert moved < 0.05 * table, (moved, table)
 
 
 def test_an_unknown_parameter_is_refused_after_xgboost_was_imported_in_another_thread():
