@@ -55,6 +55,9 @@ def options(parser) -> None:
     parser.add_argument("--caps", default="40GB,16GB",
                         help="the GPU sizes of the capped jobs, comma-separated")
     parser.add_argument("--runs", type=int, default=1, help="rounds over the datasets")
+    parser.add_argument("--capped-timeout", type=float, default=TIMEOUT,
+                        help="seconds a capped job may take before it is stopped and recorded "
+                             "as not finished")
     parser.add_argument("--tag", default="", help="added to the results file's name")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
 
@@ -69,13 +72,14 @@ def check(parser, args) -> None:
         parser.error("--runs: at least 1")
 
 
-def _figures(argv, env=None) -> tuple[dict | None, str, float, str | None]:
+def _figures(argv, env=None, timeout: float = TIMEOUT
+             ) -> tuple[dict | None, str, float, str | None]:
     """(figures, output, wall, error) of an example command run with ``--json``."""
     with tempfile.TemporaryDirectory(prefix="job-parts-") as folder:
         path = os.path.join(folder, "figures.json")
         started = time.perf_counter()
         try:
-            text, wall = run([*argv, "--json", path], timeout=TIMEOUT, env=env)
+            text, wall = run([*argv, "--json", path], timeout=timeout, env=env)
         except Exception as err:  # recorded, and the next command runs
             return None, "", time.perf_counter() - started, f"{type(err).__name__}: {err}"[-3000:]
         with open(path) as f:
@@ -138,11 +142,12 @@ class Started:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-def measured(kind: str, argv: list, env=None, ballast: int = 0) -> dict:
+def measured(kind: str, argv: list, env=None, ballast: int = 0,
+             timeout: float = TIMEOUT) -> dict:
     """One command: wall clock, figures, the GPU's peak memory above the holding process."""
     read = nvml_reader()
     sampler = Sampler(lambda: {0: read()[0]}, 0.05).start() if read else None
-    figures, text, wall, error = _figures(argv, env)
+    figures, text, wall, error = _figures(argv, env, timeout)
     memory = sampler.stop() if sampler else {}
     peak = memory.get(0, {}).get("peak")
     before = memory.get(0, {}).get("before")
@@ -203,7 +208,8 @@ def one_dataset(data: str, args, run_, results: list) -> None:
             ballast = Ballast(max(0, total - cap))
             try:
                 keep(measured(f"job, GPU of {format_bytes(cap)}",
-                              [*job, "--maximum-pool-size", str(cap)], gpu, ballast.size))
+                              [*job, "--maximum-pool-size", str(cap)], gpu, ballast.size,
+                              args.capped_timeout))
             finally:
                 ballast.close()
     if "started" in args.sections:

@@ -39,10 +39,11 @@ CHOICES = ("auto", "device", "host")
 QUANTIZED_BYTES_PER_VALUE = 2  # XGBoost's quantized matrix: a bin index per value, and more
 TRAINING_BYTES_PER_ROW = 32  # XGBoost's arrays per training row: gradients, positions, margins
 TASK_PEAK = 5  # a GPU task's device memory stays under 5 times its text (read.py's chunks)
-PREFETCH = (2, 1)  # partitions made ahead on a GPU, the first whose memory fits: more overlap
-# Above this share of a GPU's memory, GPU workers move results to host memory (dask-cuda's
-# device memory limit, the same for the in-process worker): the data should stay below it.
-DEVICE_SHARE = 0.8
+PREFETCH = (2, 1, 0)  # partitions made ahead on a GPU, the first whose memory fits: more overlap
+# The share of a GPU's memory (or its pool's maximum) the training may fill: the workers hold
+# no results, only the training's own allocations; the rest is for the CUDA context, the
+# libraries' workspaces and the pool's fragmentation.
+DEVICE_SHARE = 0.9
 SAMPLE_BYTES = 1 << 16  # of each sampled file's text
 SAMPLED_FILES = 32
 
@@ -169,17 +170,18 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
     each = smallest * DEVICE_SHARE
     per_gpu = matrix / gpus
     training = estimate_.training_bytes / gpus
-    if 2 * estimate_.task_bytes > smallest:
+    if estimate_.task_bytes > smallest:
         raise ValueError(
-            f"the partitions in flight on a GPU need up to {format_bytes(2 * estimate_.task_bytes)}"
-            f" (2 partitions at {TASK_PEAK}x their text), more than the "
-            f"{format_bytes(smallest)} a GPU has: give a smaller --partition-size")
+            f"a partition being made on a GPU needs up to {format_bytes(estimate_.task_bytes)}"
+            f" ({TASK_PEAK}x its text), more than the {format_bytes(smallest)} a GPU has: give "
+            "a smaller --partition-size")
 
     def others(prefetch: int) -> float:  # beside the matrix: partitions in flight, training
         return (prefetch + 1) * estimate_.task_bytes + training
 
     def parts(prefetch: int) -> str:
-        return (f"{format_bytes(per_gpu)} of matrix, {prefetch + 1} partitions in flight "
+        flight = f"{prefetch + 1} partition{'s' if prefetch else ''}"
+        return (f"{format_bytes(per_gpu)} of matrix, {flight} in flight "
                 f"({format_bytes((prefetch + 1) * estimate_.task_bytes)}), "
                 f"{format_bytes(training)} for training")
 
