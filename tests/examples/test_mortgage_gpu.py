@@ -239,6 +239,9 @@ def test_training_on_gpu_workers(dataset):
     assert result.training.auc > 0.75
     text = "\n".join(result.lines())
     assert "device: gpu" in text and "pool" in text
+    # the streamed matrix: two passes over the partitions on a GPU, and what it held there
+    assert len(result.training.passes) == 2 and result.training.matrix == "in-core"
+    assert result.training.memory["matrices"] > 0
 
 
 @pytest.mark.slow
@@ -348,13 +351,15 @@ def _jobs(plan, workers: int):
 
 
 @pytest.mark.slow
-def test_training_from_host_memory_on_a_gpu_scores_as_from_the_device(dataset):
-    """The table in the worker's host memory (XGBoost quantizes it on the CPU and trains on
-    the GPU) against the table on the GPU: the same rows, about the same test AUC."""
+def test_training_from_xgboosts_external_memory_scores_as_from_the_device(dataset):
+    """XGBoost's external-memory matrix (its pages in host memory, asked for) against its
+    in-core matrix on the GPU: the same rows, about the same test AUC."""
     plan = files.plan(dataset.directory_of("classic"), partition_size="1MiB")
     jobs = _jobs(plan, 1)
-    assert jobs["host"].placement.where == "host" and jobs["device"].placement.where == "device"
-    assert "training data: in the workers' host memory (host): asked for" in (
+    assert jobs["host"].placement.external and jobs["device"].placement.where == "device"
+    assert jobs["host"].training.matrix == "external"
+    assert jobs["device"].training.matrix == "in-core"
+    assert "training data: XGBoost's matrix in host memory (host): asked for" in (
         "\n".join(jobs["host"].lines()))
     assert jobs["host"].training.train_rows == jobs["device"].training.train_rows
     assert jobs["host"].training.auc > 0.75
@@ -363,7 +368,7 @@ def test_training_from_host_memory_on_a_gpu_scores_as_from_the_device(dataset):
 
 @pytest.mark.slow
 @pytest.mark.multi_gpu
-def test_training_from_host_memory_on_two_gpus_scores_as_from_the_device(dataset):
+def test_training_from_external_memory_on_two_gpus_scores_as_from_the_device(dataset):
     plan = files.plan(dataset.directory_of("classic"), partition_size="1MiB")
     jobs = _jobs(plan, 2)
     assert jobs["host"].workers == 2
