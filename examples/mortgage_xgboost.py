@@ -22,7 +22,14 @@ import dask
 import dask.dataframe as dd
 from distributed import Client, LocalCluster
 
-from dask_gpu_interop import GPUMemoryPlugin, memory_report, resolve_device, xgboost_config
+from dask_gpu_interop import (
+    GPUMemoryPlugin,
+    cluster_workers,
+    memory_report,
+    resolve_device,
+    without_work_stealing,
+    xgboost_config,
+)
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "mortgage", "data", "2007Q3-sample")
 PERFORMANCE = """loan_id monthly_reporting_period servicer interest_rate current_actual_upb
@@ -129,6 +136,16 @@ def quarter_table(perf_files, acq_files, vocabulary):
     return joined.map_partitions(feature_table, vocabulary, meta=meta)
 
 
+def spread(client, table, workers):
+    """``table`` with partition i on ``workers[i % len(workers)]``, one at least each:
+    xgboost.dask trains each worker on the partitions it holds."""
+    table = table.repartition(npartitions=max(table.npartitions, len(workers)))
+    placed = [client.compute(part, workers=[workers[i % len(workers)]],
+                             allow_other_workers=False)
+              for i, part in enumerate(table.to_delayed())]
+    return dd.from_delayed(placed, meta=table._meta, verify_meta=False)
+
+
 def start_cluster(device, workers):
     """dask-cuda's cluster (a worker per GPU), or one of processes with no GPU in sight."""
     if device == "gpu":
@@ -185,9 +202,15 @@ def run(client, device, quarters, holdout, vocabulary, rounds):
     print(f"features: {rows[0]:,} training rows, {rows[1]:,} test rows ({holdout}) in "
           f"{time.perf_counter() - started:.2f} s on {device}")
     started = time.perf_counter()
+    # the workers in the order of their XGBoost ranks, which go by the workers' names
+    workers = cluster_workers(client)
+    ranked = sorted(workers, key=lambda a: f"[xgboost.dask-{workers[a]['name']}]:{a}")
     with xgboost.config_context(**xgboost_config(client)):  # XGBoost in the workers' pool
-        dtrain = dxgb.DaskQuantileDMatrix(client, train[FEATURES], train[LABEL])
-        dtest = dxgb.DaskQuantileDMatrix(client, test[FEATURES], test[LABEL], ref=dtrain)
+        # no task moves to another worker: each trains on the partitions placed there
+        with without_work_stealing(client):
+            train, test = spread(client, train, ranked), spread(client, test, ranked)
+            dtrain = dxgb.DaskQuantileDMatrix(client, train[FEATURES], train[LABEL])
+            dtest = dxgb.DaskQuantileDMatrix(client, test[FEATURES], test[LABEL], ref=dtrain)
         params = {**PARAMS, "device": "cuda" if device == "gpu" else "cpu"}
         output = dxgb.train(client, params, dtrain, num_boost_round=rounds,
                             evals=[(dtest, "test")], verbose_eval=False)
