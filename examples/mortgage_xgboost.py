@@ -1,7 +1,5 @@
 """The RAPIDS mortgage notebook in one file: loans -> features -> XGBoost on Dask.
-
-On the same files, ``python -m examples.mortgage`` gives the same table and test AUC.
-"""
+On the same files, ``python -m examples.mortgage`` gives the same table and test AUC."""
 
 import argparse
 import glob
@@ -185,9 +183,10 @@ def run(client, device, quarters, vocabulary, rounds):
     if not tables:  # one quarter: each partition's last fifth of rows is the test set
         train = test.map_partitions(lambda p: p.iloc[:len(p) - len(p) // 5])
         test = test.map_partitions(lambda p: p.iloc[len(p) - len(p) // 5:])
-    # the workers, asked of the scheduler, in the order of their XGBoost ranks
+    # the workers in the order of their XGBoost ranks, no more than there are partitions
     workers = dask_gpu_interop.cluster_workers(client)
     ranked = sorted(workers, key=lambda a: f"[xgboost.dask-{workers[a]['name']}]:{a}")
+    ranked = ranked[:train.npartitions]
     # XGBoost takes its memory from the workers' pools
     with xgboost.config_context(**dask_gpu_interop.xgboost_config(client)):
         # no task moves to another worker: each trains on the partitions placed there
