@@ -12,6 +12,9 @@ per-loan features and the forward-looking label need it, and no shuffle does). O
 is known, the partitions are cut again into a multiple of its worker threads, of about equal
 size (:func:`balance`): the tasks then run in full waves, and the last wave keeps every thread
 busy instead of a few.
+
+A dataset's ``names.csv`` (the sellers' short names) is read with its plan
+(:func:`read_names`).
 """
 
 from __future__ import annotations
@@ -477,9 +480,27 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
                          "partitions: give a larger size")
     total = sum(text_size(p) for p in data_files)
     total += sum(text_size(p) for files in acquisitions.values() for p in files)
-    from .read import read_names
-
     return Plan(layout, parts, acquisitions, read_names(names), total)
+
+
+def read_names(path: str | None) -> dict[str, str] | None:
+    """names.csv: ``seller_name|short name`` lines after a header line."""
+    if path is None:
+        return None
+    mapping = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if number == 1 or not line:
+                continue
+            parts = line.split("|")
+            if len(parts) != 2:
+                raise ValueError(
+                    f"{path}:{number}: expected 'seller name|short name', found {line!r} "
+                    "(names.csv is pipe-delimited with a header line)"
+                )
+            mapping[parts[0].strip()] = parts[1].strip()
+    return mapping
 
 
 def _grouped(paths: list[str], key) -> dict:
