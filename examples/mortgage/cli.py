@@ -135,8 +135,8 @@ def _check_workdir(workdir: str, overwrite: bool) -> None:
     try:
         output.check(workdir, what="generated dataset", overwrite=overwrite)
     except FileExistsError as exc:
-        use = (f" (or --data {workdir} to use it as it is)" if "--overwrite" in str(exc)
-               else "")
+        use = (f" (or --data {workdir} to use it as it is)"
+               if output.held(workdir) == "generated dataset" else "")
         raise click.UsageError(f"{exc}{use}") from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -245,6 +245,47 @@ def _not_the_device(params: dict) -> None:
     if "device" in params:
         raise ValueError(f"device={params['device']}: XGBoost trains on the workers' device, "
                          "which --device chooses (gpu or cpu); leave device out")
+
+
+# What the job's models hold, so that --overwrite replaces a model it wrote and never another.
+MODEL_MARK = ("written_by", "examples.mortgage")
+
+
+def _is_our_model(path: str) -> bool:
+    """Whether ``path`` holds a model an earlier run of the job wrote."""
+    import xgboost
+
+    try:
+        return xgboost.Booster(model_file=path).attr(MODEL_MARK[0]) == MODEL_MARK[1]
+    except xgboost.core.XGBoostError:
+        return False
+
+
+def _separate_outputs(outputs) -> None:
+    """A usage error where two outputs (``(option, path, is a directory)``) name one path, or
+    one lies inside a directory output, which is written and replaced whole."""
+    given = [(option, path, os.path.realpath(path), folder)
+             for option, path, folder in outputs if path]
+    for option, path, real, _ in given:
+        for other, other_path, other_real, folder in given:
+            if other == option:
+                continue
+            if real == other_real:
+                raise click.UsageError(f"{path} is given to both {option} and {other}: give "
+                                       "each output a path of its own")
+            if folder and os.path.commonpath([real, other_real]) == other_real:
+                raise click.UsageError(
+                    f"{option} {path} lies inside {other} {other_path}, a directory the "
+                    "command writes (and replaces) whole: put it elsewhere")
+
+
+def _written(write, path, *args) -> None:
+    """``write(path, *args)``, its refusal (the place changed while the work ran) as one
+    line."""
+    try:
+        write(path, *args)
+    except (ValueError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _check_device(cluster: dict) -> str:
@@ -427,8 +468,9 @@ def _workers_ready(client, cluster: dict, imports) -> None:
                    "workers' host memory with XGBoost's quantized matrix on the GPUs (host); "
                    "auto: device when the table and the matrix fit the GPUs.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace what an earlier run wrote at --workdir, --features-out and "
-                   "--model-out (nothing else).")
+              help="Replace what an earlier run wrote at --workdir, --features-out, "
+                   "--model-out and --json, each by an output of the same kind (nothing "
+                   "else).")
 @join_option
 @json_option
 @click.pass_context
@@ -465,19 +507,21 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_workdir(workdir, overwrite)
     if spec is not None:
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
-    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
-        lambda: _text_of(spec, layout)))
-    _join_note(cluster, expected, join)
-    _prepare_cluster(cluster, expected)
+    _separate_outputs([("--workdir", workdir, True), ("--features-out", features_out, True),
+                       ("--model-out", model_out, False), ("--json", json_path, False)])
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
                inputs=inputs + (the_plan.inputs() if the_plan else []))
     if model_out:
         _usage(output.check_file, model_out, what="model", overwrite=overwrite,
-               accept=train.is_model)
+               accept=_is_our_model)
     if json_path:
-        _usage(figures.check, json_path, overwrite)
+        _usage(figures.check, json_path, overwrite, "job")
+    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
+        lambda: _text_of(spec, layout)))
+    _join_note(cluster, expected, join)
+    _prepare_cluster(cluster, expected)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -527,8 +571,10 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
                     result.etl.frame.to_parquet(staging, write_index=False)
                 click.echo(f"feature table written to {os.path.abspath(features_out)}")
             if model_out:
-                output.replace_file(model_out, result.training.booster.save_model,
-                                    what="model", overwrite=overwrite, accept=train.is_model)
+                booster = result.training.booster
+                booster.set_attr(**{MODEL_MARK[0]: MODEL_MARK[1]})  # a later run knows it
+                output.replace_file(model_out, booster.save_model, what="model",
+                                    overwrite=overwrite, accept=_is_our_model)
                 click.echo(f"model written to {os.path.abspath(model_out)}")
         except (ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
@@ -543,7 +589,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     click.echo(stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_job(result, stopped - stopping, total), overwrite)
+        _written(figures.write, json_path, figures.of_job(result, stopped - stopping, total),
+                 overwrite, "job")
 
 
 @mortgage.command()
@@ -619,10 +666,11 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _join_note(cluster, expected, join)
     _prepare_cluster(cluster, expected)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
+    _separate_outputs([("--out", out, True), ("--json", json_path, False)])
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
     if json_path:
-        _usage(figures.check, json_path, overwrite)
+        _usage(figures.check, json_path, overwrite, "etl")
     started = time.perf_counter()
     stages = {"start": _since_process_start()}  # Python, the imports and the checks above
     with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device, starts):
@@ -653,5 +701,5 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         click.echo(stage_line(name, seconds))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_etl(result, device, stages, total, starts),
-                      overwrite)
+        _written(figures.write, json_path, figures.of_etl(result, device, stages, total, starts),
+                 overwrite, "etl")
