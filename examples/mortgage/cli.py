@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -245,6 +246,57 @@ def _not_the_device(params: dict) -> None:
     if "device" in params:
         raise ValueError(f"device={params['device']}: XGBoost trains on the workers' device, "
                          "which --device chooses (gpu or cpu); leave device out")
+
+
+def _check_training(params: dict) -> None:
+    """ValueError, saying why, for parameters the job cannot train or score with, which
+    XGBoost would refuse only after the ETL: the job trains on XGBoost's quantized matrix
+    (``QuantileDMatrix``) and reports the test AUC. Those it knows are told by name;
+    then, once ``train.check_params`` has checked the names, :func:`_check_quantized` runs one
+    round on a tiny quantized matrix, before any work."""
+    method = params.get("tree_method")
+    if method is not None and method not in ("hist", "auto"):
+        raise ValueError(
+            f"tree_method={method}: the job trains on XGBoost's quantized matrix "
+            "(QuantileDMatrix), which only the hist method takes; leave tree_method out "
+            "(hist)")
+    if params.get("booster", "gbtree") not in ("gbtree", "dart"):
+        raise ValueError(
+            f"booster={params['booster']}: the job trains on XGBoost's quantized matrix "
+            "(QuantileDMatrix), which only tree boosters take; leave booster out (gbtree), "
+            "or give dart")
+    metric = params.get("eval_metric")
+    metrics = metric if isinstance(metric, list) else [metric]
+    if metric is not None and "auc" not in metrics:
+        raise ValueError(
+            f"eval_metric={metric}: the job scores the model by its test AUC, which XGBoost "
+            "computes as the metric auc; leave eval_metric out (auc), or give a list that "
+            """holds it (--xgb-param 'eval_metric=["auc","logloss"]')""")
+
+
+def _check_quantized(params: dict) -> None:
+    """ValueError, with XGBoost's reason, unless one round trains on a tiny quantized matrix
+    with ``params`` over the notebook's."""
+    if not params:  # nothing to check: XGBoost is imported while the cluster starts
+        return
+    import warnings
+
+    import numpy as np
+    import xgboost
+
+    rng = np.random.default_rng(0)
+    tiny = xgboost.QuantileDMatrix(rng.random((8, 2), dtype=np.float32),
+                                   label=np.arange(8) % 2)
+    given = ", ".join(f"{key}={value}" for key, value in params.items())
+    try:
+        with warnings.catch_warnings():  # unknown names: refused already, by name
+            warnings.simplefilter("ignore")
+            xgboost.train({**train.PARAMS, **params, "device": "cpu"}, tiny, 1,
+                          evals=[(tiny, "test")], verbose_eval=False)
+    except xgboost.core.XGBoostError as exc:
+        reason = re.sub(r"^\[[\d:]+\] \S+: ", "", str(exc).strip().splitlines()[0])
+        raise ValueError(f"{given}: XGBoost cannot train the job's quantized matrix with it "
+                         f"({reason})") from None
 
 
 # What the job's models hold, so that --overwrite replaces a model it wrote and never another.
@@ -490,7 +542,9 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = _gpu_threads(_shared_pool(cluster), expected)
     params = _bad("--xgb-param", train.parse_params, xgb_params)
     _bad("--xgb-param", _not_the_device, params)
+    _bad("--xgb-param", _check_training, params)
     _bad("--xgb-param", train.check_params, params)
+    _bad("--xgb-param", _check_quantized, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
     if join != loan_join.DEFAULT and not data and layout == schema.CURRENT.name:
