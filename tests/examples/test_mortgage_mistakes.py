@@ -3,11 +3,17 @@ answered in one line, before any work starts."""
 
 from __future__ import annotations
 
+import os
+
+import dask
+import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from examples.mortgage import cli
+from examples.mortgage import cli, files
 from examples.mortgage.cli import mortgage as main
+from examples.mortgage.testdata import generate as gen
 
 from .mortgage_sample import SAMPLE
 
@@ -51,3 +57,40 @@ def test_xgboost_parameters_the_job_cannot_use_are_refused_before_the_etl(param,
 def test_parameters_the_job_can_use_pass_the_checks(params):
     cli._check_training(params)
     cli._check_quantized(params)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data given as the README and a new user give it
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("mistakes") / "data"
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(directory), gen.Spec(2007, 2007, loans_per_quarter=20))
+    return directory
+
+
+def test_the_readmes_quoted_glob_reads_the_dataset_s_folders(dataset, tmp_path):
+    glob = os.path.join(str(dataset), "*")  # --data 'DIR/*': perf/, acq/ and names.csv
+    assert files.plan(glob).parts == files.plan(str(dataset)).parts
+    result = _run(["etl", *CPU, "--data", glob, "--out", str(tmp_path / "features")])
+    assert result.exit_code == 0, result.output
+    lines = sum(sum(1 for _ in open(p)) for p in (dataset / "perf").iterdir())
+    assert len(pd.read_parquet(tmp_path / "features")) == lines
+
+
+def test_a_feature_table_given_as_data_is_named_as_one(dataset, tmp_path):
+    table = tmp_path / "features"
+    assert _run(["etl", *CPU, "--data", str(dataset), "--out", str(table)]).exit_code == 0
+    _refused(_run([*CPU, "--data", str(table)]), "is a feature table these commands wrote")
+    _refused(_run([*CPU, "--data", os.path.join(str(table), "*")]), "is a Parquet file")
+
+
+@pytest.mark.parametrize("name", ["part.00000.parquet", "Performance_2007Q1.parquet"])
+def test_a_parquet_file_given_as_data_is_named_as_one(tmp_path, name):
+    path = tmp_path / name
+    pd.DataFrame({"a\tb": ["x\ty"] * 100, "c": np.arange(100.0)}).to_parquet(path)
+    line = _refused(_run(["etl", *CPU, "--data", str(path), "--out", str(tmp_path / "o")]),
+                    "is a Parquet file, not text")
+    assert "tab" not in line and "delimiter" not in line
