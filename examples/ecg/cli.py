@@ -7,6 +7,7 @@ the beats found, the detection F1 and outlier ROC AUC, the memory report, and fo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -20,6 +21,29 @@ from dask_gpu_interop.options import cluster_options
 
 DEFAULT_MINUTES = 20
 DEFAULT_RATE = 250.0
+# The smallest chunk of a CSV: each is a task, with fixed costs, and the chunks' overlaps and
+# peaks are stitched on the client (the default cut stays above it: at least 1 MiB).
+MIN_BLOCKSIZE = 1_000_000
+
+
+def _blocksize(value: str | None) -> int | None:
+    """``--blocksize`` in bytes (None where not given); a usage error for a value that is not
+    a size, or too small a one."""
+    if value is None:
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        size = parse_bytes(value)
+    except (ValueError, TypeError):
+        raise click.BadParameter(f"{value!r} is not a size: write one such as 16MB or 64MiB",
+                                 param_hint="--blocksize") from None
+    if size < MIN_BLOCKSIZE:
+        raise click.BadParameter(
+            f"{value!r} is below 1MB: each chunk is a task of its own, and smaller ones make "
+            "the run take far longer; give at least 1MB, or leave it out (4 chunks per "
+            "worker)", param_hint="--blocksize")
+    return size
 
 
 @click.command("ecg")
@@ -38,9 +62,9 @@ DEFAULT_RATE = 250.0
               show_default=True, help="Where the pictures (and the synthetic CSV) go.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the synthetic recording and of the training.")
-@click.option("--blocksize", default=None,
-              help="CSV bytes per chunk, e.g. 64MB (a task per chunk) [default: 4 chunks per "
-                   "worker, 1 MiB to 256 MiB each].")
+@click.option("--blocksize", default=None, callback=lambda ctx, param, value: _blocksize(value),
+              help="CSV bytes per chunk, at least 1MB, e.g. 64MB (a task per chunk) "
+                   "[default: 4 chunks per worker, 1 MiB to 256 MiB each].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the run's figures to this file as JSON (each stage's seconds, "
                    "the beats, the scores); it replaces only an earlier figures file.")
@@ -48,7 +72,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     """Heartbeat outliers in an ECG: cuDF -> CuPy -> Numba -> PyTorch on GPUs, zero-copy."""
     from dask_gpu_interop import cluster_client, memory_report, resolve_device
 
-    from . import detect, figures, plots, vae
+    from . import detect, figures, outputs, plots, vae
     from .params import Params
     from .pipeline import evaluate, run, warm_up_in_background
     from .synthetic import make_and_write
@@ -66,19 +90,34 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err)) from err
     cluster = _one_gpu(cluster, device)
-    if json_path:
-        try:
-            figures.check(json_path)
-        except ValueError as err:
+    written = [*([outputs.CSV] if csv_path is None else []), *outputs.PICTURES]
+    made_out = False
+    try:
+        out = outputs.check(out_dir, written)
+        if json_path and Path(json_path).resolve() in {(out / n).resolve() for n in written}:
+            raise ValueError(f"--json {json_path} is one of the files the run writes into "
+                             "--out: give the figures a name of their own")
+        made_out = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)
+        if json_path:
+            figures.check(json_path)  # its folder may be --out, made now
+    except (ValueError, OSError) as err:
+        if made_out:
+            out.rmdir()
+        if isinstance(err, ValueError):
             raise click.UsageError(str(err)) from None
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(1, mp_context=_process_context()) as background:
-        made = None
+        raise click.UsageError(f"--out {out_dir} cannot be made ({err.strerror}): give "
+                               "another folder") from None
+    with contextlib.ExitStack() as stack:
+        made = partial = None
         if csv_path is None:  # made and written in another process while the cluster starts
             seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
             rate = rate or DEFAULT_RATE
-            made = background.submit(make_and_write, out / "ecg.csv", seconds, rate, seed)
+            partial = outputs.begin(out, outputs.CSV)
+            stack.callback(outputs.abandon, partial)  # unless renamed into place by then
+        background = stack.enter_context(ProcessPoolExecutor(1, mp_context=_process_context()))
+        if partial is not None:
+            made = background.submit(make_and_write, partial, seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
             on_stage = _import_for_the_pictures(client, device)
@@ -88,7 +127,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             if made is not None:
                 waiting = time.perf_counter()
                 truth, summary, took = made.result()  # the truth: beats and kinds, no signal
-                csv_path = out / "ecg.csv"
+                try:
+                    csv_path = outputs.finish(out, outputs.CSV, partial)
+                except ValueError as err:  # another run wrote there since the check
+                    raise click.ClickException(str(err)) from None
                 prep["data"] = time.perf_counter() - waiting  # beyond the cluster's start
                 click.echo(f"synthetic ECG: {summary}")
                 click.echo(f"written to {csv_path} ({_size(csv_path)}); made in "
@@ -105,7 +147,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             report = memory_report(client)
 
     t0 = time.perf_counter()
-    pictures = plots.write_all(result, out, truth)
+    try:  # checked before the work; another run may have written there since
+        pictures = plots.write_all(result, out, truth)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     plot_seconds = time.perf_counter() - t0
 
     click.echo(f"\nstages ({result.samples:,} samples in {result.chunks} chunks, "

@@ -1,0 +1,116 @@
+"""``python -m examples.ecg`` at its edges, on CPUs: a user's files in ``--out`` are never
+replaced, what a killed run left is removed by the next one, and bad values are refused in one
+line before any work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from examples import staging
+from examples.ecg import outputs
+from examples.ecg.cli import ecg as main
+
+CPU = ["--device", "cpu", "--workers", "1"]
+
+
+def _refused(result, *words):
+    """The command stopped before starting a cluster, with one error line holding ``words``."""
+    assert result.exit_code == 2, result.output
+    assert "cluster:" not in result.output and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    for word in words:
+        assert word in line, line
+    return line
+
+
+def _run(args):
+    return CliRunner().invoke(main, [*CPU, *args], catch_exceptions=False)
+
+
+def _tree(directory):
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+@pytest.mark.parametrize("mine", [["ecg.csv"], ["stream.png"], ["ecg.csv", "decoded.png"]])
+def test_a_users_files_in_out_are_never_replaced(tmp_path, mine):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in mine:
+        (out / name).write_text("my own\n")
+    (out / "notes.txt").write_text("my notes\n")
+    before = _tree(out)
+    line = _refused(_run(["--hours", "0.05", "--out", str(out)]), *mine, "did not write")
+    assert "notes.txt" not in line
+    assert _tree(out) == before
+
+
+def test_a_users_recording_named_ecg_csv_is_read_not_replaced(tmp_path):
+    """With --csv nothing is written to ecg.csv: a file of that name in --out is no matter."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ecg.csv").write_text("my own\n")
+    (out / "stream.png").write_text("my own\n")
+    _refused(_run(["--csv", str(out / "ecg.csv"), "--rate", "250", "--out", str(out)]),
+             "stream.png")
+    assert (out / "ecg.csv").read_text() == "my own\n"
+
+
+def test_only_files_the_command_wrote_and_nobody_changed_are_replaced(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in outputs.PICTURES:
+        outputs.write(out, name, lambda path: open(path, "w").write("first"))
+    outputs.check(out, outputs.PICTURES)  # its own, as written: a later run replaces them
+    outputs.write(out, "stream.png", lambda path: open(path, "w").write("second"))
+    assert (out / "stream.png").read_text() == "second"
+    (out / "latent.png").write_text("edited by hand")
+    with pytest.raises(ValueError, match="latent.png, which this command did not write"):
+        outputs.check(out, outputs.PICTURES)
+    assert (out / "latent.png").read_text() == "edited by hand"
+    assert sorted(os.listdir(out)) == sorted([outputs.MARKER, *outputs.PICTURES])
+
+
+def test_a_dead_runs_hidden_file_is_removed_by_the_next_run(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(done.stdout)
+    out = tmp_path / "out"
+    out.mkdir()
+    name = staging.hidden_name("ecg.csv", suffix=".csv").replace(
+        f"-{os.getpid()}-", f"-{dead}-")
+    (out / name).write_text("0.1\n" * 100)
+    (out / ".ecg.csv.partial-mine").write_text("not a name the command makes")
+    outputs.check(out, [outputs.CSV])
+    assert sorted(os.listdir(out)) == [".ecg.csv.partial-mine"]
+
+
+@pytest.mark.parametrize("value, words", [
+    ("10", ["--blocksize", "'10' is below 1MB"]),
+    ("0", ["--blocksize", "below 1MB"]),
+    ("banana", ["--blocksize", "'banana' is not a size"]),
+])
+def test_a_blocksize_that_is_no_size_or_too_small_is_refused_before_any_work(tmp_path, value,
+                                                                              words):
+    _refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out"), "--blocksize", value]),
+             *words)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_out_that_cannot_be_a_folder_is_refused_before_any_work(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    _refused(_run(["--hours", "0.05", "--out", str(blocker / "pictures")]), "is a file")
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)  # a read-only mount
+    _refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out")]), "not writable")
+    assert os.listdir(tmp_path) == ["a-file"]
+
+
+def test_figures_may_not_take_the_name_of_a_picture(tmp_path):
+    out = tmp_path / "out"
+    _refused(_run(["--hours", "0.05", "--out", str(out), "--json", str(out / "stream.png")]),
+             "one of the files the run writes")
