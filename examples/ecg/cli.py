@@ -60,7 +60,7 @@ def _blocksize(value: str | None) -> int | None:
               help="With --csv: which column (from 0) holds the ECG.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="ecg-output",
               show_default=True, help="Where the pictures (and the synthetic CSV) go.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the synthetic recording and of the training.")
 @click.option("--blocksize", default=None, callback=lambda ctx, param, value: _blocksize(value),
               help="CSV bytes per chunk, at least 1MB, e.g. 64MB (a task per chunk) "
@@ -85,6 +85,12 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
         raise click.UsageError("--hours makes a synthetic recording; it does not apply to --csv")
     if csv_path is not None and rate is None:
         raise click.UsageError("--csv needs --rate HZ: the sampling rate of your recording")
+    if csv_path is None:
+        seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
+        rate = rate or DEFAULT_RATE
+        _check_synthetic(seconds, rate)
+    else:
+        _check_recording(csv_path, column)
     try:
         device = resolve_device(cluster["device"])  # before making any data
     except (ValueError, RuntimeError) as err:
@@ -111,8 +117,6 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     with contextlib.ExitStack() as stack:
         made = partial = None
         if csv_path is None:  # made and written in another process while the cluster starts
-            seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
-            rate = rate or DEFAULT_RATE
             partial = outputs.begin(out, outputs.CSV)
             stack.callback(outputs.abandon, partial)  # unless renamed into place by then
         background = stack.enter_context(ProcessPoolExecutor(1, mp_context=_process_context()))
@@ -193,6 +197,47 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     click.echo(str(report))
     if json_path:
         figures.write(json_path, figures.of_run(result, workers, stages, scores))
+
+
+# The shortest synthetic recording: shorter ones may hold too few beats to learn from and to
+# score (a few seconds hold none at all).
+MIN_SECONDS = 10.0
+# Bytes of this process's memory that making the synthetic recording takes per sample, at
+# most (its float64 arrays while it is drawn).
+SYNTHETIC_BYTES = 64
+
+
+def _check_synthetic(seconds: float, rate: float) -> None:
+    """A usage error for a synthetic recording too short to find beats in, or too large to
+    make in this machine's memory."""
+    if seconds < MIN_SECONDS:
+        raise click.UsageError(
+            f"--hours {seconds / 3600:g} makes {seconds:.1f} s of recording, too short to "
+            f"find beats to learn from and to score: give at least {MIN_SECONDS / 3600:.4f} "
+            f"({MIN_SECONDS:g} s)")
+    import psutil
+    from dask.utils import format_bytes
+
+    samples = seconds * rate
+    needed, free = samples * SYNTHETIC_BYTES, psutil.virtual_memory().available
+    if needed > free:
+        raise click.UsageError(
+            f"--hours {seconds / 3600:g} at --rate {rate:g} makes {samples:,.0f} samples, "
+            f"about {format_bytes(needed)} of memory to make, and this machine has "
+            f"{format_bytes(free)} available: give fewer --hours or a lower --rate")
+
+
+def _check_recording(path, column: int) -> None:
+    """One line, before any work, for a recording the reader cannot use (compressed, no
+    such column, a value that is no number, no values at all)."""
+    from .reader import check_file
+
+    try:
+        check_file(path, column)
+    except ValueError as err:
+        text = str(err)
+        raise click.ClickException(
+            text if text.startswith(str(path)) else f"{path}: {text}") from None
 
 
 def _import_for_the_pictures(client, device: str):

@@ -53,11 +53,12 @@ def test_a_users_recording_named_ecg_csv_is_read_not_replaced(tmp_path):
     """With --csv nothing is written to ecg.csv: a file of that name in --out is no matter."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "ecg.csv").write_text("my own\n")
+    recording = "ecg\n" + "0.5\n" * 1000
+    (out / "ecg.csv").write_text(recording)
     (out / "stream.png").write_text("my own\n")
     _refused(_run(["--csv", str(out / "ecg.csv"), "--rate", "250", "--out", str(out)]),
              "stream.png")
-    assert (out / "ecg.csv").read_text() == "my own\n"
+    assert (out / "ecg.csv").read_text() == recording
 
 
 def test_only_files_the_command_wrote_and_nobody_changed_are_replaced(tmp_path):
@@ -114,3 +115,75 @@ def test_figures_may_not_take_the_name_of_a_picture(tmp_path):
     out = tmp_path / "out"
     _refused(_run(["--hours", "0.05", "--out", str(out), "--json", str(out / "stream.png")]),
              "one of the files the run writes")
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes answered before any work
+
+
+def _stopped(result, *words):
+    """The command stopped before starting a cluster, in one error line holding ``words``."""
+    assert result.exit_code == 1, result.output
+    assert "cluster:" not in result.output and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    for word in words:
+        assert word in line, line
+
+
+@pytest.fixture
+def recording(tmp_path):
+    path = tmp_path / "rec.csv"
+    path.write_text("ecg\n" + "".join(f"{0.1 * (i % 7):.1f}\n" for i in range(2000)))
+    return path
+
+
+@pytest.mark.parametrize("flaw, args, words", [
+    ("gzip", [], ["gzip-compressed", "decompress it first"]),
+    ("header only", [], ["holds no values"]),
+    ("semicolons", [], [":2:", "is not a number"]),
+    (None, ["--column", "3"], ["column 3 asked for", "1 field(s)"]),
+])
+def test_a_recording_that_cannot_be_read_is_named_before_the_cluster_starts(
+        tmp_path, recording, flaw, args, words):
+    path = recording
+    if flaw == "gzip":
+        import gzip
+
+        path = tmp_path / "rec.csv.gz"
+        path.write_bytes(gzip.compress(recording.read_bytes()))
+    elif flaw == "header only":
+        recording.write_text("ecg\n")
+    elif flaw == "semicolons":
+        recording.write_text(recording.read_text().replace("\n", ";0.5\n").replace("ecg;0.5",
+                                                                                   "ecg;x"))
+    _stopped(_run(["--csv", str(path), "--rate", "250", "--out", str(tmp_path / "out"),
+                   *args]), *words)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "-1"], ["--seed", "-1 is not in the range"]),
+    (["--hours", "0.0005"], ["--hours 0.0005", "too short", "at least"]),
+    (["--hours", "0.05", "--rate", "1e9"], ["samples", "of memory", "lower --rate"]),
+    (["--hours", "1e6"], ["samples", "of memory", "fewer --hours"]),
+])
+def test_a_synthetic_recording_that_cannot_be_made_or_used_is_refused_first(tmp_path, args,
+                                                                            words):
+    _refused(_run([*args, "--out", str(tmp_path / "out")]), *words)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_recording_checked_before_the_cluster_is_not_read_again_unless_changed(
+        recording, monkeypatch):
+    from examples.ecg import reader
+
+    checked = []
+    real = reader.check_values
+    monkeypatch.setattr(reader, "check_values",
+                        lambda *args: checked.append(args) or real(*args))
+    assert reader.check_file(recording) == (True, 1)
+    reader.read_csv(recording, reader.Backend("cpu"))
+    assert len(checked) == 1
+    recording.write_text("ecg\n0.5\n0.25\n")  # changed since: read again
+    reader.read_csv(recording, reader.Backend("cpu"))
+    assert len(checked) == 2
