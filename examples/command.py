@@ -17,7 +17,20 @@ import logging
 import os
 import sys
 
+import click
+
 _AT_END: list = []
+
+
+class UserPath(click.Path):
+    """A path option that reads a leading ``~`` as the home folder, as the shell does where it
+    can: ``--out=~/data`` reaches the command unexpanded, and would otherwise name a folder
+    ``~`` in the working directory."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            value = os.path.expanduser(value)
+        return super().convert(value, param, ctx)
 
 
 def at_end(function, *args) -> None:

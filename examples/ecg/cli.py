@@ -19,6 +19,8 @@ import numpy as np
 from dask_gpu_interop import cluster_workers, gpu_count
 from dask_gpu_interop.options import cluster_options
 
+from ..command import UserPath
+
 DEFAULT_MINUTES = 20
 DEFAULT_RATE = 250.0
 # The smallest chunk of a CSV: each is a task, with fixed costs, and the chunks' overlaps and
@@ -51,21 +53,22 @@ def _blocksize(value: str | None) -> int | None:
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=None,
               help=f"Length of the synthetic recording [default: {DEFAULT_MINUTES} minutes; "
                    "20 hours is the classic Holter size: 18M samples].")
-@click.option("--csv", "csv_path", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--csv", "csv_path", type=UserPath(exists=True, dir_okay=False),
+              default=None,
               help="Your own recording: one value per line (a header line is allowed). The "
                    "workers must see the file at the same path.")
 @click.option("--rate", type=click.FloatRange(min=50), default=None, metavar="HZ",
               help=f"Sampling rate in Hz: required with --csv [synthetic: {DEFAULT_RATE:g}].")
 @click.option("--column", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --csv: which column (from 0) holds the ECG.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="ecg-output",
+@click.option("--out", "out_dir", type=UserPath(file_okay=False), default="ecg-output",
               show_default=True, help="Where the pictures (and the synthetic CSV) go.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the synthetic recording and of the training.")
 @click.option("--blocksize", default=None, callback=lambda ctx, param, value: _blocksize(value),
               help="CSV bytes per chunk, at least 1MB, e.g. 64MB (a task per chunk) "
                    "[default: 4 chunks per worker, 1 MiB to 256 MiB each].")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--json", "json_path", type=UserPath(dir_okay=False), default=None,
               help="Also write the run's figures to this file as JSON (each stage's seconds, "
                    "the beats, the scores); it replaces only an earlier figures file.")
 def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_path):

@@ -35,6 +35,7 @@ from dask_gpu_interop import (
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
+from ..command import UserPath
 from . import (
     cpu_workers,
     figures,
@@ -223,7 +224,7 @@ join_option = click.option(
          "performance rows in the workers' memory until the shuffle ends (spilled to host "
          "memory by GPU workers where they must).")
 json_option = click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    "--json", "json_path", type=UserPath(dir_okay=False), default=None,
     help="Also write the run's figures to this file as JSON (stage seconds, the ETL's rows, "
          "bytes and partitions, ...); it replaces only an earlier figures file.")
 
@@ -499,20 +500,21 @@ def _workers_ready(client, cluster: dict, imports) -> None:
 @with_options(scale_options)
 @layout_option
 @with_options(etl_options)
-@click.option("--data", default=None,
+@click.option("--data", type=UserPath(readable=False), default=None,
               help="Use these files (a directory, file or glob; either layout) instead of "
                    "generating.")
-@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+@click.option("--workdir", type=UserPath(file_okay=False), default=None,
               help="Generate here and keep the files (default: a temporary directory).")
 @click.option("--rounds", type=click.IntRange(min=1), default=train.ROUNDS, show_default=True)
 @click.option("--xgb-param", "xgb_params", multiple=True, metavar="KEY=VALUE",
               help="An XGBoost parameter over the notebook's (repeatable), e.g. "
                    "max_depth=10.")
 @click.option("--holdout", default=None, metavar="YYYYQn",
+              callback=lambda ctx, param, value: value and value.strip().upper(),
               help="Quarter to test on (default: the latest).")
-@click.option("--features-out", type=click.Path(), default=None,
+@click.option("--features-out", type=UserPath(), default=None,
               help="Also write the feature table here (a Parquet directory).")
-@click.option("--model-out", type=click.Path(dir_okay=False), default=None,
+@click.option("--model-out", type=UserPath(dir_okay=False), default=None,
               help="Save the trained model here (XGBoost JSON).")
 @click.option("--training-data", type=click.Choice(placement.CHOICES), default="auto",
               show_default=True,
@@ -648,7 +650,7 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
 
 
 @mortgage.command()
-@click.option("--out", "out", type=click.Path(file_okay=False), required=True,
+@click.option("--out", "out", type=UserPath(file_okay=False), required=True,
               help="Directory for the files (classic: perf/, acq/ and names.csv).")
 @with_options(scale_options)
 @click.option("--layout", type=click.Choice([*schema.DATASET_LAYOUTS, "both"]), default="classic",
@@ -684,20 +686,23 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
 
 @mortgage.command()
 @cluster_options
-@click.option("--data", default=None,
+@click.option("--data", type=UserPath(readable=False), default=None,
               help="The files: a directory, a file or a glob, in either layout.")
-@click.option("--perf", default=None, help="Classic performance files (file, directory, glob).")
-@click.option("--acq", default=None, help="Classic acquisition files (file, directory, glob).")
-@click.option("--names", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--perf", type=UserPath(readable=False), default=None,
+              help="Classic performance files (file, directory, glob).")
+@click.option("--acq", type=UserPath(readable=False), default=None,
+              help="Classic acquisition files (file, directory, glob).")
+@click.option("--names", type=UserPath(exists=True, dir_okay=False), default=None,
               help="names.csv (seller name|short name, with a header).")
-@click.option("--out", required=True, type=click.Path(),
+@click.option("--out", required=True, type=UserPath(),
               help="Where to write the feature table (a directory of Parquet files).")
 @with_options(etl_options)
 @click.option("--overwrite", is_flag=True,
               help="Replace the feature table an earlier run wrote at --out (nothing else).")
 @join_option
 @json_option
-@click.argument("more_data", nargs=-1, type=click.Path(), metavar="[MORE DATA]...")
+@click.argument("more_data", nargs=-1, type=UserPath(readable=False),
+                metavar="[MORE DATA]...")
 def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, join,
         json_path, more_data):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32).

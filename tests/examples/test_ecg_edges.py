@@ -187,3 +187,11 @@ def test_a_recording_checked_before_the_cluster_is_not_read_again_unless_changed
     recording.write_text("ecg\n0.5\n0.25\n")  # changed since: read again
     reader.read_csv(recording, reader.Backend("cpu"))
     assert len(checked) == 2
+
+
+def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_there(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "rec.csv").write_text("ecg\n")
+    _stopped(_run(["--csv=~/rec.csv", "--rate", "250", "--out=~/out"]),
+             f"{tmp_path}/rec.csv holds no values")

@@ -94,3 +94,22 @@ def test_a_parquet_file_given_as_data_is_named_as_one(tmp_path, name):
     line = _refused(_run(["etl", *CPU, "--data", str(path), "--out", str(tmp_path / "o")]),
                     "is a Parquet file, not text")
     assert "tab" not in line and "delimiter" not in line
+
+
+def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_there(
+        tmp_path, monkeypatch):
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    result = _run(["generate", "--out=~/data", "--years", "2007", "--loans-per-quarter", "5",
+                   "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert (home / "data" / "names.csv").is_file() and os.listdir(elsewhere) == []
+    _refused(_run(["etl", *CPU, "--data=~/data", "--out=~/data/features"]), "the input")
+
+
+def test_a_quarter_in_lower_case_is_read_as_the_quarter():
+    _refused(_run([*CPU, "--data", SAMPLE, "--holdout", "2007q3"]),
+             "holdout='2007Q3' is the only quarter of the data")
