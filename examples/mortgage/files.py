@@ -533,9 +533,15 @@ def read_names(path: str | None) -> dict[str, str] | None:
     if path is None:
         return None
     mapping = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise ValueError(
+                    f"{path}:{number}: not UTF-8 text (names.csv holds 'seller name|short "
+                    "name' lines after a header line): give the names file of the dataset, "
+                    "saved as UTF-8") from None
             if number == 1 or not line:
                 continue
             parts = line.split("|")

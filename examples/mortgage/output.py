@@ -80,7 +80,11 @@ def check(target: str, *, what: str, overwrite: bool = False, inputs=()) -> str:
     if real == here or _inside(here, real):
         raise ValueError(f"{target} is or holds the working directory: write the {what} to a "
                          "directory of its own")
-    if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+    if os.path.islink(target):
+        raise FileExistsError(
+            f"{target} is a link (to {os.readlink(target)}), which the finished {what} would "
+            f"replace: give the directory it names, or a new one, for the {what}")
+    if os.path.lexists(target) and not os.path.isdir(target):
         raise FileExistsError(f"{target} exists and is not a directory: give a new or empty "
                               f"directory for the {what}")
     hidden.remove_stale(os.path.dirname(target))  # what killed runs left beside it

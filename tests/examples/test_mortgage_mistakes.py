@@ -113,3 +113,19 @@ def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_ther
 def test_a_quarter_in_lower_case_is_read_as_the_quarter():
     _refused(_run([*CPU, "--data", SAMPLE, "--holdout", "2007q3"]),
              "holdout='2007Q3' is the only quarter of the data")
+
+
+def test_a_names_file_that_is_not_text_is_named_by_file_and_line(tmp_path):
+    names = tmp_path / "names.csv"
+    names.write_bytes(b"seller_name|new\nBANK \x93A\x94|A\n")
+    _refused(_run(["etl", *CPU, "--perf", os.path.join(SAMPLE, "Performance_*"), "--acq",
+                   os.path.join(SAMPLE, "Acquisition_*"), "--names", str(names),
+                   "--out", str(tmp_path / "out")]), f"{names}:2: not UTF-8 text")
+
+
+def test_an_output_that_is_a_link_to_a_folder_says_so(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "link")]),
+             "is a link (to", "give the directory it names")
+    assert (tmp_path / "link").is_symlink() and os.listdir(tmp_path / "real") == []
