@@ -310,3 +310,9 @@ def _size(path) -> str:
     from dask.utils import format_bytes
 
     return format_bytes(Path(path).stat().st_size)
+
+
+if __name__ == "__main__":  # python -m examples.ecg.cli: the same command
+    from ..command import run
+
+    run(ecg, "python -m examples.ecg")

@@ -762,3 +762,9 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     if json_path:
         _written(figures.write, json_path, figures.of_etl(result, device, stages, total, starts),
                  overwrite, "etl")
+
+
+if __name__ == "__main__":  # python -m examples.mortgage.cli: the same command
+    from ..command import run
+
+    run(mortgage, "python -m examples.mortgage")

@@ -195,3 +195,11 @@ def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_ther
     (tmp_path / "rec.csv").write_text("ecg\n")
     _stopped(_run(["--csv=~/rec.csv", "--rate", "250", "--out=~/out"]),
              f"{tmp_path}/rec.csv holds no values")
+
+
+def test_the_cli_module_run_as_a_program_is_the_command():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-m", "examples.ecg.cli", "--help"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: python -m examples.ecg ")

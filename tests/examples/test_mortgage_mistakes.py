@@ -129,3 +129,14 @@ def test_an_output_that_is_a_link_to_a_folder_says_so(tmp_path):
     _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "link")]),
              "is a link (to", "give the directory it names")
     assert (tmp_path / "link").is_symlink() and os.listdir(tmp_path / "real") == []
+
+
+def test_the_cli_module_run_as_a_program_is_the_command():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-m", "examples.mortgage.cli", "--help"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: python -m examples.mortgage ")
