@@ -48,7 +48,19 @@ def _blocksize(value: str | None) -> int | None:
     return size
 
 
-@click.command("ecg")
+class _Command(click.Command):
+    """The command, whose Ctrl-C ends it in one line (the files it had begun are removed as
+    the interruption passes through it), where click would print "Aborted!"."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted: the files not finished are removed", err=True)
+            ctx.exit(130)
+
+
+@click.command("ecg", cls=_Command)
 @cluster_options
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=None,
               help=f"Length of the synthetic recording [default: {DEFAULT_MINUTES} minutes; "
@@ -122,7 +134,8 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
         if csv_path is None:  # made and written in another process while the cluster starts
             partial = outputs.begin(out, outputs.CSV)
             stack.callback(outputs.abandon, partial)  # unless renamed into place by then
-        background = stack.enter_context(ProcessPoolExecutor(1, mp_context=_process_context()))
+        background = stack.enter_context(ProcessPoolExecutor(
+            1, mp_context=_process_context(), initializer=_exit_on_interrupt))
         if partial is not None:
             made = background.submit(make_and_write, partial, seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
@@ -263,6 +276,20 @@ def _import_for_the_pictures(client, device: str):
             import_in_background("torch", "matplotlib")
 
     return on_stage
+
+
+def _exit_on_interrupt() -> None:
+    """In the recording's process: a terminal's Ctrl-C ends it at once, without a traceback
+    (the command stops and says so)."""
+    import signal
+
+    signal.signal(signal.SIGINT, _exit_now)
+
+
+def _exit_now(signum, frame) -> None:
+    import os
+
+    os._exit(128 + signum)
 
 
 def _process_context():

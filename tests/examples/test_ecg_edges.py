@@ -203,3 +203,35 @@ def test_the_cli_module_run_as_a_program_is_the_command():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: python -m examples.ecg ")
+
+
+@pytest.mark.parametrize("started_line", ["cluster:", "written to"])
+def test_ctrl_c_stops_the_command_in_one_line_and_leaves_no_hidden_file(tmp_path,
+                                                                         started_line):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once the command
+    prints ``started_line``: while the recording is made, or while the pipeline runs."""
+    import signal
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "examples.ecg", *CPU, "--hours", "1", "--out", str(out)],
+        cwd=root, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith(started_line):
+                os.killpg(process.pid, signal.SIGINT)
+                break
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = "".join(lines) + rest
+    assert process.returncode == 130, output
+    assert output.strip().splitlines()[-1].startswith("interrupted"), output
+    for noise in ("Traceback", "KeyboardInterrupt", "Aborted"):
+        assert noise not in output, output
+    assert not [name for name in os.listdir(out) if ".partial-" in name]
