@@ -14,12 +14,15 @@ process took, until that one ends too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
+import threading
 
 _NAME = re.compile(r"^\.(?P<name>.+)\.(?:partial|old)-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-"
                    r"[0-9a-f]{8}(?:\.[^.]*)?$")
@@ -105,3 +108,23 @@ def new_file(parent: str, name: str, suffix: str = "") -> str:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free name for a hidden file of {name} in {parent}")
+
+
+@contextlib.contextmanager
+def uninterrupted():
+    """Ctrl-C held back while the block runs, then raised: a hidden file made and its name
+    kept, or an output renamed and listed, is one step that an interruption does not split
+    (in the main thread, where Python runs its signal handlers; elsewhere a plain block)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])
+        elif caught and previous is signal.SIG_DFL:
+            raise KeyboardInterrupt

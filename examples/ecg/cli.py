@@ -19,6 +19,7 @@ import numpy as np
 from dask_gpu_interop import cluster_workers, gpu_count
 from dask_gpu_interop.options import cluster_options
 
+from .. import staging
 from ..command import UserPath
 
 DEFAULT_MINUTES = 20
@@ -132,8 +133,9 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     with contextlib.ExitStack() as stack:
         made = partial = None
         if csv_path is None:  # made and written in another process while the cluster starts
-            partial = outputs.begin(out, outputs.CSV)
-            stack.callback(outputs.abandon, partial)  # unless renamed into place by then
+            with staging.uninterrupted():  # the file made, and its removal registered
+                partial = outputs.begin(out, outputs.CSV)
+                stack.callback(outputs.abandon, partial)  # unless renamed into place by then
         background = stack.enter_context(ProcessPoolExecutor(
             1, mp_context=_process_context(), initializer=_exit_on_interrupt))
         if partial is not None:

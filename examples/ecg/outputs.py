@@ -26,16 +26,30 @@ PICTURES = ("stream.png", "beat_lengths.png", "latent.png", "decoded.png")
 
 
 def _listed(out: Path) -> dict:
-    """The files the marker in ``out`` lists: ``{name: [size, mtime_ns]}``."""
+    """The files the marker in ``out`` lists: ``{name: [[size, mtime_ns], ...]}``, each with
+    the states it may be in (two while it is replaced: the earlier file's and the new one's)."""
     try:
         with open(out / MARKER, encoding="utf-8") as f:
             found = json.load(f)["files"]
-        return {str(name): list(stat) for name, stat in found.items()}
+        return {str(name): [list(state) for state in states] for name, states in found.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 
-def _stat(path: Path) -> list[int]:
+def _list(out: Path, listed: dict) -> None:
+    """Write the marker of ``out``: beside it, then renamed into place."""
+    with staging.uninterrupted():
+        partial = begin(out, MARKER)
+        try:
+            with open(partial, "w", encoding="utf-8") as f:
+                json.dump({"files": listed}, f)
+            os.replace(partial, out / MARKER)
+        except BaseException:
+            abandon(partial)
+            raise
+
+
+def _stat(path) -> list[int]:
     info = os.stat(path)
     return [info.st_size, info.st_mtime_ns]
 
@@ -43,8 +57,8 @@ def _stat(path: Path) -> list[int]:
 def _ours(out: Path, name: str, listed: dict) -> bool:
     """Whether ``out/name`` is a file this command wrote and nobody changed since."""
     path = out / name
-    return (not path.is_symlink() and path.is_file() and name in listed
-            and _stat(path) == listed[name])
+    return (not path.is_symlink() and path.is_file()
+            and _stat(path) in listed.get(name, []))
 
 
 def check(out, names) -> Path:
@@ -83,21 +97,23 @@ def begin(out, name: str) -> Path:
 
 def finish(out, name: str, partial) -> Path:
     """``partial`` renamed to ``out/name`` (where :func:`check` still allows it), and listed
-    as this command's; the path."""
+    as this command's; the path. The list names the new file before the rename (a rename
+    keeps a file's size and time), and the earlier one until after it: a run stopped in
+    between leaves a file a later run knows as its own."""
     out = Path(out)
     try:
         check(out, [name])
     except ValueError:
-        os.remove(partial)
+        abandon(partial)
         raise
     target = out / name
-    os.replace(partial, target)
-    listed = _listed(out)
-    listed[name] = _stat(target)
-    marker = begin(out, MARKER)
-    with open(marker, "w", encoding="utf-8") as f:
-        json.dump({"files": listed}, f, indent=0)
-    os.replace(marker, out / MARKER)
+    with staging.uninterrupted():
+        listed = _listed(out)
+        earlier = [state for state in listed.get(name, [])
+                   if os.path.isfile(target) and state == _stat(target)]
+        _list(out, {**listed, name: [*earlier, _stat(partial)]})
+        os.replace(partial, target)
+        _list(out, {**_listed(out), name: [_stat(target)]})
     return target
 
 
@@ -112,10 +128,13 @@ def abandon(partial) -> None:
 def write(out, name: str, write_to) -> Path:
     """``write_to(path)`` into a hidden file beside ``out/name``, renamed into place once
     written (:func:`finish`); the path."""
-    partial = begin(out, name)
+    partial = None
     try:
+        with staging.uninterrupted():  # the file made, and its name kept to remove it
+            partial = begin(out, name)
         write_to(partial)
     except BaseException:
-        abandon(partial)
+        if partial is not None:
+            abandon(partial)
         raise
     return finish(out, name, partial)

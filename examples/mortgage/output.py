@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 from .. import staging as hidden
 from ..command import at_end
@@ -147,11 +148,15 @@ class Staged:
             if not os.path.exists(parent):
                 os.makedirs(parent)
                 self._made = missing
-            self.staging = hidden.new_folder(parent, os.path.basename(self.target))
+            with hidden.uninterrupted():  # the folder made, and its name kept to remove it
+                self.staging = hidden.new_folder(parent, os.path.basename(self.target))
         except OSError as exc:
             self._remove_made()
             raise ValueError(f"{self.target} cannot be written ({exc.strerror}): give "
                              "another place") from None
+        except BaseException:  # Ctrl-C held back until the folder was made
+            self.__exit__(*sys.exc_info())
+            raise
         return self.staging
 
     def __exit__(self, kind, value, traceback):
@@ -176,7 +181,12 @@ class Staged:
         self._made = None
 
     def commit(self) -> None:
-        """Write the marker and rename the sibling into place."""
+        """Write the marker and rename the sibling into place (Ctrl-C held back until the
+        renames are done: an earlier output is never left under its hidden name)."""
+        with hidden.uninterrupted():
+            self._commit()
+
+    def _commit(self) -> None:
         staging, self.staging = self.staging, None
         listed = [name for name in _files(staging) if name != MARKER]
         with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
@@ -209,10 +219,12 @@ class Staged:
         shutil.rmtree(earlier)  # an earlier output of these commands, and nothing else
 
 
-def _discard(staging: str) -> None:
+def _discard(staging: str | None) -> None:
     """Remove an unfinished output's folder, now and again when this process ends: tasks
     still running when the work stopped (Ctrl-C: the workers finish the task at hand until
     their cluster closes) may write into it after it is removed."""
+    if staging is None:
+        return
     shutil.rmtree(staging, ignore_errors=True)
     at_end(shutil.rmtree, staging, True)
 
@@ -242,13 +254,15 @@ def replace_file(target: str, write, *, what: str, overwrite: bool = False,
                  accept=None) -> str:
     """``write(path)`` into a sibling of ``target``, then renamed to it (see ``check_file``)."""
     target = check_file(target, what=what, overwrite=overwrite, accept=accept)
-    partial = hidden.new_file(os.path.dirname(target), os.path.basename(target),
-                              os.path.splitext(target)[1])
+    partial = None
     try:
+        with hidden.uninterrupted():  # the file made, and its name kept to remove it
+            partial = hidden.new_file(os.path.dirname(target), os.path.basename(target),
+                                      os.path.splitext(target)[1])
         write(partial)
         os.replace(partial, target)
     except BaseException:
-        if os.path.exists(partial):
+        if partial is not None and os.path.exists(partial):
             os.remove(partial)
         raise
     return target
