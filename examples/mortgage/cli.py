@@ -193,7 +193,7 @@ scale_options = [
                  show_default=True, help="Loans per quarter (about 300,000 at full scale)."),
     click.option("--size", default=None, callback=_callback(_size),
                  help="Aim at this much data (e.g. 10GB) instead of --loans-per-quarter."),
-    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
     click.option("--end-year", type=int, default=None,
                  help="Last reporting year (default: the last vintage + 3)."),
     click.option("--loans-per-part", type=click.IntRange(min=1), default=10_000,

@@ -140,3 +140,11 @@ def test_the_cli_module_run_as_a_program_is_the_command():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: python -m examples.mortgage ")
+
+
+@pytest.mark.parametrize("command", [[], ["generate", "--out", "{out}"]])
+def test_a_negative_seed_is_refused_naming_the_option_before_any_work(tmp_path, command):
+    args = [arg.format(out=tmp_path / "data") for arg in command]
+    _refused(_run([*args, "--years", "2007", "--loans-per-quarter", "5", "--seed", "-1"]),
+             "--seed", "-1 is not in the range")
+    assert os.listdir(tmp_path) == []
