@@ -8,7 +8,9 @@ the beats found, the detection F1 and outlier ROC AUC, the memory report, and fo
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -50,8 +52,9 @@ def _blocksize(value: str | None) -> int | None:
 
 
 class _Command(click.Command):
-    """The command, whose Ctrl-C ends it in one line (the files it had begun are removed as
-    the interruption passes through it), where click would print "Aborted!"."""
+    """The command, whose Ctrl-C or full disk ends it in one line (the files it had begun are
+    removed as the error passes through it), where click would print "Aborted!" or a
+    traceback."""
 
     def invoke(self, ctx):
         try:
@@ -59,6 +62,12 @@ class _Command(click.Command):
         except KeyboardInterrupt:
             click.echo("interrupted: the files not finished are removed", err=True)
             ctx.exit(130)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise click.ClickException(
+                f"the disk is full ({exc.strerror}): free some space or give another --out; "
+                "the files not finished are removed") from None
 
 
 @click.command("ecg", cls=_Command)
@@ -104,7 +113,7 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     if csv_path is None:
         seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
         rate = rate or DEFAULT_RATE
-        _check_synthetic(seconds, rate)
+        _check_synthetic(seconds, rate, out_dir)
     else:
         _check_recording(csv_path, column)
     try:
@@ -214,7 +223,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     click.echo("\nmemory:")
     click.echo(str(report))
     if json_path:
-        figures.write(json_path, figures.of_run(result, workers, stages, scores))
+        try:  # checked before the work; another run may have written there since
+            figures.write(json_path, figures.of_run(result, workers, stages, scores))
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
 
 
 # The shortest synthetic recording: shorter ones may hold too few beats to learn from and to
@@ -223,11 +235,13 @@ MIN_SECONDS = 10.0
 # Bytes of this process's memory that making the synthetic recording takes per sample, at
 # most (its float64 arrays while it is drawn).
 SYNTHETIC_BYTES = 64
+# Bytes of CSV a synthetic sample takes at most: a value of four decimals and its line end.
+CSV_BYTES = 8
 
 
-def _check_synthetic(seconds: float, rate: float) -> None:
-    """A usage error for a synthetic recording too short to find beats in, or too large to
-    make in this machine's memory."""
+def _check_synthetic(seconds: float, rate: float, out) -> None:
+    """A usage error for a synthetic recording too short to find beats in, too large to make
+    in this machine's memory, or to write into ``out``'s disk."""
     if seconds < MIN_SECONDS:
         raise click.UsageError(
             f"--hours {seconds / 3600:g} makes {seconds:.1f} s of recording, too short to "
@@ -243,6 +257,17 @@ def _check_synthetic(seconds: float, rate: float) -> None:
             f"--hours {seconds / 3600:g} at --rate {rate:g} makes {samples:,.0f} samples, "
             f"about {format_bytes(needed)} of memory to make, and this machine has "
             f"{format_bytes(free)} available: give fewer --hours or a lower --rate")
+    import shutil
+
+    existing = os.path.abspath(out)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    disk = shutil.disk_usage(existing).free
+    if samples * CSV_BYTES > disk:
+        raise click.UsageError(
+            f"--hours {seconds / 3600:g} at --rate {rate:g} makes about "
+            f"{format_bytes(samples * CSV_BYTES)} of CSV, and {existing} has "
+            f"{format_bytes(disk)} free: give fewer --hours, a lower --rate, or another --out")
 
 
 def _check_recording(path, column: int) -> None:
@@ -266,8 +291,6 @@ def _import_for_the_pictures(client, device: str):
     after the pipeline, or beside the reading's tasks, which this process drives. None
     otherwise: CPU workers use every core, and an import beside them would slow them more than
     it saves."""
-    import os
-
     from dask_gpu_interop import import_in_background
 
     if device != "gpu" or os.getpid() in client.run(os.getpid).values():
@@ -289,8 +312,6 @@ def _exit_on_interrupt() -> None:
 
 
 def _exit_now(signum, frame) -> None:
-    import os
-
     os._exit(128 + signum)
 
 

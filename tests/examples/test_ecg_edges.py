@@ -235,3 +235,37 @@ def test_ctrl_c_stops_the_command_in_one_line_and_leaves_no_hidden_file(tmp_path
     for noise in ("Traceback", "KeyboardInterrupt", "Aborted"):
         assert noise not in output, output
     assert not [name for name in os.listdir(out) if ".partial-" in name]
+
+
+def test_a_recording_larger_than_the_free_disk_is_refused_before_any_work(tmp_path,
+                                                                          monkeypatch):
+    import shutil
+
+    from examples.ecg import cli
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=100_000))
+    _refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out")]), "of CSV", "free",
+             "another --out")
+    assert os.listdir(tmp_path) == [] and cli.CSV_BYTES * 45_000 > 100_000
+
+
+def test_a_full_disk_while_writing_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from examples.ecg import plots
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    from examples.ecg.synthetic import make_ecg, write_csv
+
+    recording = tmp_path / "rec.csv"
+    write_csv(recording, make_ecg(120, 250, seed=0).signal)
+    monkeypatch.setattr(plots, "write_all", full)
+    result = CliRunner().invoke(main, ["--device", "cpu", "--workers", "1", "--no-processes",
+                                       "--csv", str(recording), "--rate", "250", "--out",
+                                       str(tmp_path / "out")], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: the disk is full")
