@@ -8,16 +8,38 @@ output and ends the process there, with the command's exit status. Used only und
 still happen as the process ends (removing an unfinished output that a worker wrote into after
 it was first removed) is registered with :func:`at_end`, which :func:`run` calls before it ends
 the process.
+
+Ctrl-C raises KeyboardInterrupt in the main thread wherever it is, also inside a garbage
+collector's callback (distributed registers one) or a finalizer, where Python reports it as
+"Exception ignored" and goes on: the command would run on as if no key had been pressed.
+:func:`run`'s handler sees such a place on the stack and raises the interrupt again a moment
+later, outside it.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
+import signal
 import sys
+import threading
+
+import click
 
 _AT_END: list = []
+
+
+class UserPath(click.Path):
+    """A path option that reads a leading ``~`` as the home folder, as the shell does where it
+    can: ``--out=~/data`` reaches the command unexpanded, and would otherwise name a folder
+    ``~`` in the working directory."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            value = os.path.expanduser(value)
+        return super().convert(value, param, ctx)
 
 
 def at_end(function, *args) -> None:
@@ -27,9 +49,30 @@ def at_end(function, *args) -> None:
     atexit.register(function, *args)
 
 
+def _swallowed_here(frame) -> bool:
+    """Whether an exception raised in ``frame`` would be reported and dropped: a frame on its
+    stack is a garbage collector's callback or a finalizer."""
+    callbacks = {getattr(getattr(f, "__func__", f), "__code__", None) for f in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: KeyboardInterrupt, where it is not dropped (else again in a moment)."""
+    if _swallowed_here(frame):
+        threading.Timer(0.05, signal.raise_signal, (signum,)).start()
+        return
+    raise KeyboardInterrupt
+
+
 def run(command, prog_name: str) -> None:
     """Run the click ``command`` (standalone, as click does for a program), then end the
     process at once with its exit status."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         command(prog_name=prog_name)
         code = 0

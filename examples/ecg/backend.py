@@ -10,11 +10,6 @@ import importlib
 from dataclasses import dataclass
 
 
-def array_module(values):
-    """NumPy or CuPy, whichever holds ``values``."""
-    return importlib.import_module(type(values).__module__.split(".")[0])
-
-
 @dataclass(frozen=True)
 class Backend:
     device: str  # "gpu" or "cpu"

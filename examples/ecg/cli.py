@@ -7,7 +7,10 @@ the beats found, the detection F1 and outlier ROC AUC, the memory report, and fo
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -18,37 +21,83 @@ import numpy as np
 from dask_gpu_interop import cluster_workers, gpu_count
 from dask_gpu_interop.options import cluster_options
 
+from .. import staging
+from ..command import UserPath
+
 DEFAULT_MINUTES = 20
 DEFAULT_RATE = 250.0
+# The smallest chunk of a CSV: each is a task, with fixed costs, and the chunks' overlaps and
+# peaks are stitched on the client (the default cut stays above it: at least 1 MiB).
+MIN_BLOCKSIZE = 1_000_000
 
 
-@click.command("ecg")
+def _blocksize(value: str | None) -> int | None:
+    """``--blocksize`` in bytes (None where not given); a usage error for a value that is not
+    a size, or too small a one."""
+    if value is None:
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        size = parse_bytes(value)
+    except (ValueError, TypeError):
+        raise click.BadParameter(f"{value!r} is not a size: write one such as 16MB or 64MiB",
+                                 param_hint="--blocksize") from None
+    if size < MIN_BLOCKSIZE:
+        raise click.BadParameter(
+            f"{value!r} is below 1MB: each chunk is a task of its own, and smaller ones make "
+            "the run take far longer; give at least 1MB, or leave it out (4 chunks per "
+            "worker)", param_hint="--blocksize")
+    return size
+
+
+class _Command(click.Command):
+    """The command, whose Ctrl-C or full disk ends it in one line (the files it had begun are
+    removed as the error passes through it), where click would print "Aborted!" or a
+    traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted: the files not finished are removed", err=True)
+            ctx.exit(130)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise click.ClickException(
+                f"the disk is full ({exc.strerror}): free some space or give another --out; "
+                "the files not finished are removed") from None
+
+
+@click.command("ecg", cls=_Command)
 @cluster_options
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=None,
               help=f"Length of the synthetic recording [default: {DEFAULT_MINUTES} minutes; "
                    "20 hours is the classic Holter size: 18M samples].")
-@click.option("--csv", "csv_path", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--csv", "csv_path", type=UserPath(exists=True, dir_okay=False),
+              default=None,
               help="Your own recording: one value per line (a header line is allowed). The "
                    "workers must see the file at the same path.")
 @click.option("--rate", type=click.FloatRange(min=50), default=None, metavar="HZ",
               help=f"Sampling rate in Hz: required with --csv [synthetic: {DEFAULT_RATE:g}].")
 @click.option("--column", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --csv: which column (from 0) holds the ECG.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="ecg-output",
+@click.option("--out", "out_dir", type=UserPath(file_okay=False), default="ecg-output",
               show_default=True, help="Where the pictures (and the synthetic CSV) go.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the synthetic recording and of the training.")
-@click.option("--blocksize", default=None,
-              help="CSV bytes per chunk, e.g. 64MB (a task per chunk) [default: 4 chunks per "
-                   "worker, 1 MiB to 256 MiB each].")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--blocksize", default=None, callback=lambda ctx, param, value: _blocksize(value),
+              help="CSV bytes per chunk, at least 1MB, e.g. 64MB (a task per chunk) "
+                   "[default: 4 chunks per worker, 1 MiB to 256 MiB each].")
+@click.option("--json", "json_path", type=UserPath(dir_okay=False), default=None,
               help="Also write the run's figures to this file as JSON (each stage's seconds, "
                    "the beats, the scores); it replaces only an earlier figures file.")
 def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_path):
     """Heartbeat outliers in an ECG: cuDF -> CuPy -> Numba -> PyTorch on GPUs, zero-copy."""
     from dask_gpu_interop import cluster_client, memory_report, resolve_device
 
-    from . import detect, figures, plots, vae
+    from . import detect, figures, outputs, plots, vae
     from .params import Params
     from .pipeline import evaluate, run, warm_up_in_background
     from .synthetic import make_and_write
@@ -61,24 +110,45 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
         raise click.UsageError("--hours makes a synthetic recording; it does not apply to --csv")
     if csv_path is not None and rate is None:
         raise click.UsageError("--csv needs --rate HZ: the sampling rate of your recording")
+    if csv_path is None:
+        seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
+        rate = rate or DEFAULT_RATE
+        _check_synthetic(seconds, rate, out_dir)
+    else:
+        _check_recording(csv_path, column)
     try:
         device = resolve_device(cluster["device"])  # before making any data
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err)) from err
     cluster = _one_gpu(cluster, device)
-    if json_path:
-        try:
-            figures.check(json_path)
-        except ValueError as err:
+    written = [*([outputs.CSV] if csv_path is None else []), *outputs.PICTURES]
+    made_out = False
+    try:
+        out = outputs.check(out_dir, written)
+        if json_path and Path(json_path).resolve() in {(out / n).resolve() for n in written}:
+            raise ValueError(f"--json {json_path} is one of the files the run writes into "
+                             "--out: give the figures a name of their own")
+        made_out = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)
+        if json_path:
+            figures.check(json_path)  # its folder may be --out, made now
+    except (ValueError, OSError) as err:
+        if made_out:
+            out.rmdir()
+        if isinstance(err, ValueError):
             raise click.UsageError(str(err)) from None
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(1, mp_context=_process_context()) as background:
-        made = None
+        raise click.UsageError(f"--out {out_dir} cannot be made ({err.strerror}): give "
+                               "another folder") from None
+    with contextlib.ExitStack() as stack:
+        made = partial = None
         if csv_path is None:  # made and written in another process while the cluster starts
-            seconds = (hours * 3600) if hours is not None else DEFAULT_MINUTES * 60
-            rate = rate or DEFAULT_RATE
-            made = background.submit(make_and_write, out / "ecg.csv", seconds, rate, seed)
+            with staging.uninterrupted():  # the file made, and its removal registered
+                partial = outputs.begin(out, outputs.CSV)
+                stack.callback(outputs.abandon, partial)  # unless renamed into place by then
+        background = stack.enter_context(ProcessPoolExecutor(
+            1, mp_context=_process_context(), initializer=_exit_on_interrupt))
+        if partial is not None:
+            made = background.submit(make_and_write, partial, seconds, rate, seed)
         with cluster_client(**_shared_pool(cluster)) as (client, device):
             client.run(warm_up_in_background, device)
             on_stage = _import_for_the_pictures(client, device)
@@ -88,7 +158,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             if made is not None:
                 waiting = time.perf_counter()
                 truth, summary, took = made.result()  # the truth: beats and kinds, no signal
-                csv_path = out / "ecg.csv"
+                try:
+                    csv_path = outputs.finish(out, outputs.CSV, partial)
+                except ValueError as err:  # another run wrote there since the check
+                    raise click.ClickException(str(err)) from None
                 prep["data"] = time.perf_counter() - waiting  # beyond the cluster's start
                 click.echo(f"synthetic ECG: {summary}")
                 click.echo(f"written to {csv_path} ({_size(csv_path)}); made in "
@@ -105,7 +178,10 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
             report = memory_report(client)
 
     t0 = time.perf_counter()
-    pictures = plots.write_all(result, out, truth)
+    try:  # checked before the work; another run may have written there since
+        pictures = plots.write_all(result, out, truth)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     plot_seconds = time.perf_counter() - t0
 
     click.echo(f"\nstages ({result.samples:,} samples in {result.chunks} chunks, "
@@ -147,7 +223,64 @@ def ecg(cluster, hours, csv_path, rate, column, out_dir, seed, blocksize, json_p
     click.echo("\nmemory:")
     click.echo(str(report))
     if json_path:
-        figures.write(json_path, figures.of_run(result, workers, stages, scores))
+        try:  # checked before the work; another run may have written there since
+            figures.write(json_path, figures.of_run(result, workers, stages, scores))
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+
+
+# The shortest synthetic recording: shorter ones may hold too few beats to learn from and to
+# score (a few seconds hold none at all).
+MIN_SECONDS = 10.0
+# Bytes of this process's memory that making the synthetic recording takes per sample, at
+# most (its float64 arrays while it is drawn).
+SYNTHETIC_BYTES = 64
+# Bytes of CSV a synthetic sample takes at most: a value of four decimals and its line end.
+CSV_BYTES = 8
+
+
+def _check_synthetic(seconds: float, rate: float, out) -> None:
+    """A usage error for a synthetic recording too short to find beats in, too large to make
+    in this machine's memory, or to write into ``out``'s disk."""
+    if seconds < MIN_SECONDS:
+        raise click.UsageError(
+            f"--hours {seconds / 3600:g} makes {seconds:.1f} s of recording, too short to "
+            f"find beats to learn from and to score: give at least {MIN_SECONDS / 3600:.4f} "
+            f"({MIN_SECONDS:g} s)")
+    import psutil
+    from dask.utils import format_bytes
+
+    samples = seconds * rate
+    needed, free = samples * SYNTHETIC_BYTES, psutil.virtual_memory().available
+    if needed > free:
+        raise click.UsageError(
+            f"--hours {seconds / 3600:g} at --rate {rate:g} makes {samples:,.0f} samples, "
+            f"about {format_bytes(needed)} of memory to make, and this machine has "
+            f"{format_bytes(free)} available: give fewer --hours or a lower --rate")
+    import shutil
+
+    existing = os.path.abspath(out)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    disk = shutil.disk_usage(existing).free
+    if samples * CSV_BYTES > disk:
+        raise click.UsageError(
+            f"--hours {seconds / 3600:g} at --rate {rate:g} makes about "
+            f"{format_bytes(samples * CSV_BYTES)} of CSV, and {existing} has "
+            f"{format_bytes(disk)} free: give fewer --hours, a lower --rate, or another --out")
+
+
+def _check_recording(path, column: int) -> None:
+    """One line, before any work, for a recording the reader cannot use (compressed, no
+    such column, a value that is no number, no values at all)."""
+    from .reader import check_file
+
+    try:
+        check_file(path, column)
+    except ValueError as err:
+        text = str(err)
+        raise click.ClickException(
+            text if text.startswith(str(path)) else f"{path}: {text}") from None
 
 
 def _import_for_the_pictures(client, device: str):
@@ -158,8 +291,6 @@ def _import_for_the_pictures(client, device: str):
     after the pipeline, or beside the reading's tasks, which this process drives. None
     otherwise: CPU workers use every core, and an import beside them would slow them more than
     it saves."""
-    import os
-
     from dask_gpu_interop import import_in_background
 
     if device != "gpu" or os.getpid() in client.run(os.getpid).values():
@@ -170,6 +301,18 @@ def _import_for_the_pictures(client, device: str):
             import_in_background("torch", "matplotlib")
 
     return on_stage
+
+
+def _exit_on_interrupt() -> None:
+    """In the recording's process: a terminal's Ctrl-C ends it at once, without a traceback
+    (the command stops and says so)."""
+    import signal
+
+    signal.signal(signal.SIGINT, _exit_now)
+
+
+def _exit_now(signum, frame) -> None:
+    os._exit(128 + signum)
 
 
 def _process_context():
@@ -217,3 +360,9 @@ def _size(path) -> str:
     from dask.utils import format_bytes
 
     return format_bytes(Path(path).stat().st_size)
+
+
+if __name__ == "__main__":  # python -m examples.ecg.cli: the same command
+    from ..command import run
+
+    run(ecg, "python -m examples.ecg")

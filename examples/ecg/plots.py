@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import vae
+from . import outputs, vae
 
 
 def write_all(result, out_dir, truth=None) -> list[Path]:
-    """Write the four pictures into ``out_dir`` (made if missing); returns their paths."""
+    """Write the four pictures into ``out_dir`` (made if missing), each replacing only a
+    picture an earlier run wrote (``outputs``); returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -25,15 +26,17 @@ def write_all(result, out_dir, truth=None) -> list[Path]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    outputs.check(out, outputs.PICTURES)
     abnormal = _true_abnormal(result, truth)
     paths = []
-    for name, draw in (("stream", _stream), ("beat_lengths", _lengths), ("latent", _latent),
-                       ("decoded", _decoded)):
+    for name, draw in zip(outputs.PICTURES, (_stream, _lengths, _latent, _decoded),
+                          strict=True):
         fig = draw(plt, result, abnormal)
-        path = out / f"{name}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
+        try:
+            paths.append(outputs.write(out, name, lambda path, fig=fig: fig.savefig(
+                path, dpi=110, bbox_inches="tight")))
+        finally:
+            plt.close(fig)
     return paths
 
 

@@ -57,7 +57,9 @@ def check_values(path, column: int = 0, header: bool = False) -> None:
                                          autogenerate_column_names=True),
             convert_options=csv.ConvertOptions(include_columns=[name],
                                                column_types={name: pa.float32()}))
-    except pa.ArrowInvalid:
+    except pa.ArrowInvalid as exc:
+        if "Empty CSV file" in str(exc):  # a header line, or blank lines, only
+            raise ValueError(f"{path} holds no values") from None
         raise ValueError(_first_bad_line(path, column, header)) from None
     if table.num_rows == 0:
         raise ValueError(f"{path} holds no values")
@@ -86,17 +88,36 @@ def _first_bad_line(path, column: int, header: bool) -> str:
     return f"{path}: a value of column {column} could not be read as a number"
 
 
-def read_csv(path, backend: Backend, *, column: int = 0, blocksize="64MB"):
-    """The recording as a lazy ``dask.dataframe`` of one float32 column named ``ecg``."""
+# The files checked by this process, as they were then: (path, size, modification, column)
+# -> (header, fields). A command checks its file before its cluster starts; the read then
+# need not read it all again.
+_CHECKED: dict[tuple, tuple[bool, int]] = {}
+
+
+def check_file(path, column: int = 0) -> tuple[bool, int]:
+    """(whether the first line is a header, its fields) of an ECG file that :func:`read_csv`
+    can read: ValueError (FileNotFoundError) saying why not; a file unchanged since it was
+    last checked here is not read again."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such ECG file: {path}")
-    compression = infer_compression(path)
-    if compression:
-        raise ValueError(f"{path}: a {compression}-compressed file; the ECG reader takes plain "
-                         "CSV, read in blocks: decompress it first")
-    header, fields = sniff(path, column)
-    check_values(path, column, header)
+    info = os.stat(path)
+    key = (os.path.realpath(path), info.st_size, info.st_mtime_ns, column)
+    if key not in _CHECKED:
+        compression = infer_compression(path)
+        if compression:
+            raise ValueError(f"{path}: a {compression}-compressed file; the ECG reader takes "
+                             "plain CSV, read in blocks: decompress it first")
+        header, fields = sniff(path, column)
+        check_values(path, column, header)
+        _CHECKED[key] = header, fields
+    return _CHECKED[key]
+
+
+def read_csv(path, backend: Backend, *, column: int = 0, blocksize="64MB"):
+    """The recording as a lazy ``dask.dataframe`` of one float32 column named ``ecg``."""
+    path = os.fspath(path)
+    header, fields = check_file(path, column)
     if isinstance(blocksize, str):
         blocksize = parse_bytes(blocksize)
     if backend.is_gpu:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from dask_gpu_interop import (
 from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
 
+from ..command import UserPath
 from . import (
     cpu_workers,
     figures,
@@ -135,8 +137,8 @@ def _check_workdir(workdir: str, overwrite: bool) -> None:
     try:
         output.check(workdir, what="generated dataset", overwrite=overwrite)
     except FileExistsError as exc:
-        use = (f" (or --data {workdir} to use it as it is)" if "--overwrite" in str(exc)
-               else "")
+        use = (f" (or --data {workdir} to use it as it is)"
+               if output.held(workdir) == "generated dataset" else "")
         raise click.UsageError(f"{exc}{use}") from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -191,7 +193,7 @@ scale_options = [
                  show_default=True, help="Loans per quarter (about 300,000 at full scale)."),
     click.option("--size", default=None, callback=_callback(_size),
                  help="Aim at this much data (e.g. 10GB) instead of --loans-per-quarter."),
-    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
     click.option("--end-year", type=int, default=None,
                  help="Last reporting year (default: the last vintage + 3)."),
     click.option("--loans-per-part", type=click.IntRange(min=1), default=10_000,
@@ -222,7 +224,7 @@ join_option = click.option(
          "performance rows in the workers' memory until the shuffle ends (spilled to host "
          "memory by GPU workers where they must).")
 json_option = click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    "--json", "json_path", type=UserPath(dir_okay=False), default=None,
     help="Also write the run's figures to this file as JSON (stage seconds, the ETL's rows, "
          "bytes and partitions, ...); it replaces only an earlier figures file.")
 
@@ -245,6 +247,98 @@ def _not_the_device(params: dict) -> None:
     if "device" in params:
         raise ValueError(f"device={params['device']}: XGBoost trains on the workers' device, "
                          "which --device chooses (gpu or cpu); leave device out")
+
+
+def _check_training(params: dict) -> None:
+    """ValueError, saying why, for parameters the job cannot train or score with, which
+    XGBoost would refuse only after the ETL: the job trains on XGBoost's quantized matrix
+    (``QuantileDMatrix``) and reports the test AUC. Those it knows are told by name;
+    then, once ``train.check_params`` has checked the names, :func:`_check_quantized` runs one
+    round on a tiny quantized matrix, before any work."""
+    method = params.get("tree_method")
+    if method is not None and method not in ("hist", "auto"):
+        raise ValueError(
+            f"tree_method={method}: the job trains on XGBoost's quantized matrix "
+            "(QuantileDMatrix), which only the hist method takes; leave tree_method out "
+            "(hist)")
+    if params.get("booster", "gbtree") not in ("gbtree", "dart"):
+        raise ValueError(
+            f"booster={params['booster']}: the job trains on XGBoost's quantized matrix "
+            "(QuantileDMatrix), which only tree boosters take; leave booster out (gbtree), "
+            "or give dart")
+    metric = params.get("eval_metric")
+    metrics = metric if isinstance(metric, list) else [metric]
+    if metric is not None and "auc" not in metrics:
+        raise ValueError(
+            f"eval_metric={metric}: the job scores the model by its test AUC, which XGBoost "
+            "computes as the metric auc; leave eval_metric out (auc), or give a list that "
+            """holds it (--xgb-param 'eval_metric=["auc","logloss"]')""")
+
+
+def _check_quantized(params: dict) -> None:
+    """ValueError, with XGBoost's reason, unless one round trains on a tiny quantized matrix
+    with ``params`` over the notebook's."""
+    if not params:  # nothing to check: XGBoost is imported while the cluster starts
+        return
+    import warnings
+
+    import numpy as np
+    import xgboost
+
+    rng = np.random.default_rng(0)
+    tiny = xgboost.QuantileDMatrix(rng.random((8, 2), dtype=np.float32),
+                                   label=np.arange(8) % 2)
+    given = ", ".join(f"{key}={value}" for key, value in params.items())
+    try:
+        with warnings.catch_warnings():  # unknown names: refused already, by name
+            warnings.simplefilter("ignore")
+            xgboost.train({**train.PARAMS, **params, "device": "cpu"}, tiny, 1,
+                          evals=[(tiny, "test")], verbose_eval=False)
+    except xgboost.core.XGBoostError as exc:
+        reason = re.sub(r"^\[[\d:]+\] \S+: ", "", str(exc).strip().splitlines()[0])
+        raise ValueError(f"{given}: XGBoost cannot train the job's quantized matrix with it "
+                         f"({reason})") from None
+
+
+# What the job's models hold, so that --overwrite replaces a model it wrote and never another.
+MODEL_MARK = ("written_by", "examples.mortgage")
+
+
+def _is_our_model(path: str) -> bool:
+    """Whether ``path`` holds a model an earlier run of the job wrote."""
+    import xgboost
+
+    try:
+        return xgboost.Booster(model_file=path).attr(MODEL_MARK[0]) == MODEL_MARK[1]
+    except xgboost.core.XGBoostError:
+        return False
+
+
+def _separate_outputs(outputs) -> None:
+    """A usage error where two outputs (``(option, path, is a directory)``) name one path, or
+    one lies inside a directory output, which is written and replaced whole."""
+    given = [(option, path, os.path.realpath(path), folder)
+             for option, path, folder in outputs if path]
+    for option, path, real, _ in given:
+        for other, other_path, other_real, folder in given:
+            if other == option:
+                continue
+            if real == other_real:
+                raise click.UsageError(f"{path} is given to both {option} and {other}: give "
+                                       "each output a path of its own")
+            if folder and os.path.commonpath([real, other_real]) == other_real:
+                raise click.UsageError(
+                    f"{option} {path} lies inside {other} {other_path}, a directory the "
+                    "command writes (and replaces) whole: put it elsewhere")
+
+
+def _written(write, path, *args) -> None:
+    """``write(path, *args)``, its refusal (the place changed while the work ran) as one
+    line."""
+    try:
+        write(path, *args)
+    except (ValueError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _check_device(cluster: dict) -> str:
@@ -407,20 +501,21 @@ def _workers_ready(client, cluster: dict, imports) -> None:
 @with_options(scale_options)
 @layout_option
 @with_options(etl_options)
-@click.option("--data", default=None,
+@click.option("--data", type=UserPath(readable=False), default=None,
               help="Use these files (a directory, file or glob; either layout) instead of "
                    "generating.")
-@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+@click.option("--workdir", type=UserPath(file_okay=False), default=None,
               help="Generate here and keep the files (default: a temporary directory).")
 @click.option("--rounds", type=click.IntRange(min=1), default=train.ROUNDS, show_default=True)
 @click.option("--xgb-param", "xgb_params", multiple=True, metavar="KEY=VALUE",
               help="An XGBoost parameter over the notebook's (repeatable), e.g. "
                    "max_depth=10.")
 @click.option("--holdout", default=None, metavar="YYYYQn",
+              callback=lambda ctx, param, value: value and value.strip().upper(),
               help="Quarter to test on (default: the latest).")
-@click.option("--features-out", type=click.Path(), default=None,
+@click.option("--features-out", type=UserPath(), default=None,
               help="Also write the feature table here (a Parquet directory).")
-@click.option("--model-out", type=click.Path(dir_okay=False), default=None,
+@click.option("--model-out", type=UserPath(dir_okay=False), default=None,
               help="Save the trained model here (XGBoost JSON).")
 @click.option("--training-data", type=click.Choice(placement.CHOICES), default="auto",
               show_default=True,
@@ -429,8 +524,9 @@ def _workers_ready(client, cluster: dict, imports) -> None:
                    "memory (host: XGBoost's external memory, its pages read over the bus); "
                    "auto: device when the matrix fits the GPUs.")
 @click.option("--overwrite", is_flag=True,
-              help="Replace what an earlier run wrote at --workdir, --features-out and "
-                   "--model-out (nothing else).")
+              help="Replace what an earlier run wrote at --workdir, --features-out, "
+                   "--model-out and --json, each by an output of the same kind (nothing "
+                   "else).")
 @join_option
 @json_option
 @click.pass_context
@@ -450,7 +546,9 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     cluster = _gpu_threads(_shared_pool(cluster), expected)
     params = _bad("--xgb-param", train.parse_params, xgb_params)
     _bad("--xgb-param", _not_the_device, params)
+    _bad("--xgb-param", _check_training, params)
     _bad("--xgb-param", train.check_params, params)
+    _bad("--xgb-param", _check_quantized, params)
     spec = None if data else _spec(years, loans_per_quarter, size, seed, end_year,
                                    loans_per_part, layout)
     if join != loan_join.DEFAULT and not data and layout == schema.CURRENT.name:
@@ -467,19 +565,21 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         _check_workdir(workdir, overwrite)
     if spec is not None:
         _check_space(workdir or tempfile.gettempdir(), spec, layout)
-    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
-        lambda: _text_of(spec, layout)))
-    _join_note(cluster, expected, join)
-    _prepare_cluster(cluster, expected)
+    _separate_outputs([("--workdir", workdir, True), ("--features-out", features_out, True),
+                       ("--model-out", model_out, False), ("--json", json_path, False)])
     inputs = [data] if data else [workdir] if workdir else []
     if features_out:
         _usage(output.check, features_out, what="feature table", overwrite=overwrite,
                inputs=inputs + (the_plan.inputs() if the_plan else []))
     if model_out:
         _usage(output.check_file, model_out, what="model", overwrite=overwrite,
-               accept=train.is_model)
+               accept=_is_our_model)
     if json_path:
-        _usage(figures.check, json_path, overwrite)
+        _usage(figures.check, json_path, overwrite, "job")
+    cluster = _gpus_for(cluster, expected, the_plan.input_bytes if the_plan else (
+        lambda: _text_of(spec, layout)))
+    _join_note(cluster, expected, join)
+    _prepare_cluster(cluster, expected)
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
@@ -531,8 +631,10 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         writing = time.perf_counter()
         try:  # the place was checked before the work; another run may have written since
             if model_out:
-                output.replace_file(model_out, result.training.booster.save_model,
-                                    what="model", overwrite=overwrite, accept=train.is_model)
+                booster = result.training.booster
+                booster.set_attr(**{MODEL_MARK[0]: MODEL_MARK[1]})  # a later run knows it
+                output.replace_file(model_out, booster.save_model, what="model",
+                                    overwrite=overwrite, accept=_is_our_model)
                 click.echo(f"model written to {os.path.abspath(model_out)}")
         except (ValueError, FileExistsError) as exc:
             raise click.ClickException(str(exc)) from None
@@ -547,11 +649,12 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     click.echo(stage_line("other", total - sum(result.stages.values()) - (stopped - stopping)))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_job(result, stopped - stopping, total), overwrite)
+        _written(figures.write, json_path, figures.of_job(result, stopped - stopping, total),
+                 overwrite, "job")
 
 
 @mortgage.command()
-@click.option("--out", "out", type=click.Path(file_okay=False), required=True,
+@click.option("--out", "out", type=UserPath(file_okay=False), required=True,
               help="Directory for the files (classic: perf/, acq/ and names.csv).")
 @with_options(scale_options)
 @click.option("--layout", type=click.Choice([*schema.DATASET_LAYOUTS, "both"]), default="classic",
@@ -587,20 +690,23 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
 
 @mortgage.command()
 @cluster_options
-@click.option("--data", default=None,
+@click.option("--data", type=UserPath(readable=False), default=None,
               help="The files: a directory, a file or a glob, in either layout.")
-@click.option("--perf", default=None, help="Classic performance files (file, directory, glob).")
-@click.option("--acq", default=None, help="Classic acquisition files (file, directory, glob).")
-@click.option("--names", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--perf", type=UserPath(readable=False), default=None,
+              help="Classic performance files (file, directory, glob).")
+@click.option("--acq", type=UserPath(readable=False), default=None,
+              help="Classic acquisition files (file, directory, glob).")
+@click.option("--names", type=UserPath(exists=True, dir_okay=False), default=None,
               help="names.csv (seller name|short name, with a header).")
-@click.option("--out", required=True, type=click.Path(),
+@click.option("--out", required=True, type=UserPath(),
               help="Where to write the feature table (a directory of Parquet files).")
 @with_options(etl_options)
 @click.option("--overwrite", is_flag=True,
               help="Replace the feature table an earlier run wrote at --out (nothing else).")
 @join_option
 @json_option
-@click.argument("more_data", nargs=-1, type=click.Path(), metavar="[MORE DATA]...")
+@click.argument("more_data", nargs=-1, type=UserPath(readable=False),
+                metavar="[MORE DATA]...")
 def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrite, join,
         json_path, more_data):
     """Write the feature table: the 45 features (float32) and delinquency_12 (int32).
@@ -623,10 +729,11 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
     _join_note(cluster, expected, join)
     _prepare_cluster(cluster, expected)
     given = [p for p in ([*data] if isinstance(data, list) else [data]) + [perf, acq, names] if p]
+    _separate_outputs([("--out", out, True), ("--json", json_path, False)])
     _usage(output.check, out, what="feature table", overwrite=overwrite,
            inputs=given + the_plan.inputs())
     if json_path:
-        _usage(figures.check, json_path, overwrite)
+        _usage(figures.check, json_path, overwrite, "etl")
     started = time.perf_counter()
     stages = {"start": _since_process_start()}  # Python, the imports and the checks above
     with _cluster(cluster, expected, (f"{__package__}.etl",)) as (client, device, starts):
@@ -657,5 +764,11 @@ def etl(cluster, data, perf, acq, names, out, partition_size, bad_rows, overwrit
         click.echo(stage_line(name, seconds))
     click.echo(f"total: {total:.2f} s since the command started")
     if json_path:
-        figures.write(json_path, figures.of_etl(result, device, stages, total, starts),
-                      overwrite)
+        _written(figures.write, json_path, figures.of_etl(result, device, stages, total, starts),
+                 overwrite, "etl")
+
+
+if __name__ == "__main__":  # python -m examples.mortgage.cli: the same command
+    from ..command import run
+
+    run(mortgage, "python -m examples.mortgage")

@@ -19,12 +19,14 @@ its stages (seconds by name, in the order the stage lines print them, "other" la
 of the total), the training's figures, the test AUC (NaN
 where the held-out rows have one class, as Python's ``json`` writes it), where the training
 data lived and why, and the seconds since the command started. A figures file replaces only an
-earlier one (``is_figures``), with ``--overwrite``, never a file the commands did not write.
+earlier one of the same command (``is_figures``), with ``--overwrite``, never a file the
+commands did not write.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 from . import output
 
@@ -69,28 +71,44 @@ def of_job(result, stop: float, total: float) -> dict:
     }
 
 
-def is_figures(path: str) -> bool:
-    """Whether ``path`` holds figures these commands wrote (one a later run may replace)."""
+def is_figures(path: str, command: str | None = None) -> bool:
+    """Whether ``path`` holds figures these commands wrote (of ``command``: "etl" or "job";
+    of either where None)."""
     try:
         with open(path, encoding="utf-8") as f:
             found = json.load(f)
     except (OSError, ValueError):
         return False
-    return isinstance(found, dict) and str(found.get("figures", "")).startswith(KIND)
+    if not isinstance(found, dict):
+        return False
+    kind = str(found.get("figures", ""))
+    return kind == f"{KIND} {command}" if command else kind.startswith(KIND)
 
 
-def check(path: str, overwrite: bool = False) -> str:
-    """The absolute path of ``path`` once figures may be written there (before any work; an
-    earlier figures file only with ``overwrite``): ValueError or FileExistsError, saying what
-    to do."""
-    return output.check_file(path, what=WHAT, overwrite=overwrite, accept=is_figures)
+_COMMANDS = {"etl": "the etl command's", "job": "the whole job's"}
 
 
-def write(path: str, figures: dict, overwrite: bool = False) -> str:
+def check(path: str, overwrite: bool = False, command: str = "job") -> str:
+    """The absolute path of ``path`` once ``command``'s figures may be written there (before
+    any work; an earlier figures file of the same command only with ``overwrite``):
+    ValueError or FileExistsError, saying what to do."""
+    other = next((c for c in _COMMANDS if c != command), None)
+    if os.path.isfile(path) and is_figures(path, other):
+        raise FileExistsError(
+            f"{os.path.abspath(path)} holds {_COMMANDS[other]} figures, not "
+            f"{_COMMANDS[command]}: --overwrite replaces only an earlier figures file of the "
+            "same command; give another file name; nothing was changed")
+    return output.check_file(path, what=WHAT, overwrite=overwrite,
+                             accept=lambda found: is_figures(found, command))
+
+
+def write(path: str, figures: dict, overwrite: bool = False, command: str = "job") -> str:
     """``figures`` as JSON at ``path``, written beside it and renamed into place."""
 
     def dump(partial: str) -> None:
         with open(partial, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=1)
 
-    return output.replace_file(path, dump, what=WHAT, overwrite=overwrite, accept=is_figures)
+    check(path, overwrite, command)
+    return output.replace_file(path, dump, what=WHAT, overwrite=overwrite,
+                               accept=lambda found: is_figures(found, command))

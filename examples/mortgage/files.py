@@ -12,6 +12,9 @@ per-loan features and the forward-looking label need it, and no shuffle does). O
 is known, the partitions are cut again into a multiple of its worker threads, of about equal
 size (:func:`balance`): the tasks then run in full waves, and the last wave keeps every thread
 busy instead of a few.
+
+A dataset's ``names.csv`` (the sellers' short names) is read with its plan
+(:func:`read_names`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from itertools import pairwise
 
 from dask.utils import format_bytes, parse_bytes
 
-from . import schema
+from . import output, schema
 
 # Text per partition by default: a GPU's time per task is mostly fixed costs, so it wants large
 # partitions; a CPU worker is one core, and smaller partitions keep every core busy.
@@ -186,27 +189,48 @@ def find_files(spec) -> list[str]:
     found = []
     for item in map(os.fspath, specs):
         if os.path.isdir(item):
-            inside = []
-            for sub in ("", "perf", "acq"):
-                folder = os.path.join(item, sub)
-                if sub and os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
-                    raise ValueError(f"{folder} cannot be read by this user: give it read "
-                                     f"access (chmod a+rx {folder}), or the files elsewhere")
-                inside += [f for f in _entries(glob.glob(os.path.join(folder, "*")),
-                                               named=False) if os.path.isfile(f)]
+            _not_an_output(item)
+            inside = _folder_files(item)
             if not inside:
                 _no_files_in(item)
             _no_data_left_in_folders(item, given)
             found += inside
         elif os.path.lexists(item):
             found += _entries([item], named=True)
-        else:
-            found += _entries(glob.glob(item), named=False)
+        else:  # a glob: a folder it matches is read as a folder given (DIR/* of perf/, acq/)
+            matched = glob.glob(item)
+            found += _entries([m for m in matched if not os.path.isdir(m)], named=False)
+            for folder in (m for m in matched if os.path.isdir(m)):
+                _not_an_output(folder)
+                found += _folder_files(folder)
     files = _once(found)
     if not files:
         raise FileNotFoundError(f"no files found for {spec!r}: give a file, a directory or a "
                                 "glob of Fannie Mae files (either layout)")
     return [path for f in files for path in (_members(f) if f.lower().endswith(".zip") else [f])]
+
+
+def _folder_files(folder: str) -> list[str]:
+    """The files of ``folder`` and of its perf/ and acq/ folders; ValueError where one of
+    those cannot be read."""
+    inside = []
+    for sub in ("", "perf", "acq"):
+        path = os.path.join(folder, sub)
+        if sub and os.path.isdir(path) and not os.access(path, os.R_OK | os.X_OK):
+            raise ValueError(f"{path} cannot be read by this user: give it read access "
+                             f"(chmod a+rx {path}), or the files elsewhere")
+        inside += [f for f in _entries(glob.glob(os.path.join(path, "*")), named=False)
+                   if os.path.isfile(f)]
+    return inside
+
+
+def _not_an_output(folder: str) -> None:
+    """ValueError for a feature table these commands wrote, given as data."""
+    if output.held(folder) == "feature table":
+        raise ValueError(
+            f"{folder} is a feature table these commands wrote (Parquet), not Fannie Mae "
+            "files: give the text files the ETL reads (the classic Performance_* and "
+            "Acquisition_* files, or the current layout's quarter files)")
 
 
 # A name that Fannie Mae's files have (Performance_2007Q3.txt, Acquisition_2007Q3.txt,
@@ -379,9 +403,29 @@ def layout_of(path: str, lines: int = 20, text: bytes | None = None) -> schema.L
 _DELIMITERS = {b"|": "'|'", b",": "',' (comma)", b"\t": "a tab", b";": "';'"}
 
 
+# The first bytes of files that are not text, and what each is.
+_BINARY = {b"PAR1": "a Parquet file", b"PK\x03\x04": "a zip archive (or a document made of one)",
+           b"\x1f\x8b": "gzip-compressed (name it .gz to have it read)",
+           b"BZh": "bzip2-compressed (name it .bz2 to have it read)",
+           b"\xfd7zXZ\x00": "xz-compressed (name it .xz to have it read)",
+           b"%PDF": "a PDF document"}
+
+
+def binary(text: bytes) -> str | None:
+    """What a file whose first bytes are ``text`` is where it is not text; None for text."""
+    for magic, what in _BINARY.items():
+        if text.startswith(magic):
+            return what
+    return "binary data" if b"\0" in text[:4096] else None
+
+
 def not_data(path: str, text: bytes) -> str:
-    """Why ``path``, whose first bytes are ``text``, is not a Fannie Mae file: what its lines
-    hold (the fields and their delimiter), or that it is empty."""
+    """Why ``path``, whose first bytes are ``text``, is not a Fannie Mae file: that it is no
+    text (and what it is), what its lines hold (the fields and their delimiter), or that it
+    is empty."""
+    kind = binary(text)
+    if kind is not None:
+        return f"is {kind}, not text"
     lines = [line for line in text.split(b"\n")[:20] if line.strip()]
     if not lines:
         return "is empty" if not text else "holds only blank lines"
@@ -399,8 +443,12 @@ def _refuse_unknown(path: str, text: bytes) -> None:
     if why.startswith(("is empty", "holds only blank")):
         raise ValueError(f"{path} {why}: a download that failed? download it again, or move "
                          "it out of the data")
-    fix = ("check that it is a Fannie Mae file, or move it out of the data" if "'|'" in why else
-           "write it with '|' between fields, as Fannie Mae ships it, or move it out of the data")
+    if binary(text) is not None:
+        fix = "give the text files Fannie Mae ships, or move it out of the data"
+    elif "'|'" in why:
+        fix = "check that it is a Fannie Mae file, or move it out of the data"
+    else:
+        fix = "write it with '|' between fields, as Fannie Mae ships it, or move it out of the data"
     raise ValueError(
         f"{path} {why}, where Fannie Mae's files hold 31 (classic performance), 25 (classic "
         f"acquisition) or 108 (current layout) fields separated by '|': {fix}")
@@ -477,9 +525,33 @@ def plan(data=None, *, perf=None, acq=None, names: str | None = None,
                          "partitions: give a larger size")
     total = sum(text_size(p) for p in data_files)
     total += sum(text_size(p) for files in acquisitions.values() for p in files)
-    from .read import read_names
-
     return Plan(layout, parts, acquisitions, read_names(names), total)
+
+
+def read_names(path: str | None) -> dict[str, str] | None:
+    """names.csv: ``seller_name|short name`` lines after a header line."""
+    if path is None:
+        return None
+    mapping = {}
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise ValueError(
+                    f"{path}:{number}: not UTF-8 text (names.csv holds 'seller name|short "
+                    "name' lines after a header line): give the names file of the dataset, "
+                    "saved as UTF-8") from None
+            if number == 1 or not line:
+                continue
+            parts = line.split("|")
+            if len(parts) != 2:
+                raise ValueError(
+                    f"{path}:{number}: expected 'seller name|short name', found {line!r} "
+                    "(names.csv is pipe-delimited with a header line)"
+                )
+            mapping[parts[0].strip()] = parts[1].strip()
+    return mapping
 
 
 def _grouped(paths: list[str], key) -> dict:

@@ -1,10 +1,12 @@
 """Where the commands write, and what they may replace: never a file they did not write.
 
-An output directory is built in a hidden sibling (``.NAME.partial-*``) and renamed into place
-once complete, so that a run that fails or is interrupted leaves nothing a later run would take
-for data. A finished output holds a marker listing the files the command wrote: ``overwrite``
-replaces an output only when the marker is there and the directory holds nothing else, and no
-output may be an input, lie inside one or hold one.
+An output directory is built in a hidden sibling (``.NAME.partial-*``, see ``examples.staging``)
+and renamed into place once complete, so that a run that fails or is interrupted leaves nothing
+a later run would take for data; what a run killed outright left is removed by the next run
+that writes beside it. A finished output holds a marker naming what it is (a generated
+dataset, a feature table) and listing the files the command wrote: ``overwrite`` replaces an
+output only when the marker is there, names the same kind of output, and the directory holds
+nothing else; and no output may be an input, lie inside one or hold one.
 
     with output.Staged(out, what="feature table", overwrite=True, inputs=[data]) as staging:
         frame.to_parquet(staging)     # renamed to ``out`` when the block ends without error
@@ -14,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import tempfile
+import sys
 
+from .. import staging as hidden
 from ..command import at_end
 
 MARKER = ".written-by-examples-mortgage.json"
@@ -43,13 +45,23 @@ def _shown(names: list[str], count: int = 4) -> str:
     return ", ".join(names[:count]) + more
 
 
-def _written_here(directory: str) -> list[str] | None:
-    """The files the marker in ``directory`` lists; None without a marker."""
+def _marker(directory: str) -> tuple[str | None, list[str]] | None:
+    """(what the output is, the files it lists) of the marker in ``directory``; None without
+    one."""
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8") as f:
-            return list(json.load(f)["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+            found = json.load(f)
+        what = found.get("what")
+        return (what if isinstance(what, str) else None), list(found["files"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def held(directory: str) -> str | None:
+    """What an earlier output of these commands in ``directory`` is ("generated dataset",
+    "feature table"), as its marker says; None where there is none."""
+    found = _marker(directory)
+    return None if found is None else found[0]
 
 
 def check(target: str, *, what: str, overwrite: bool = False, inputs=()) -> str:
@@ -69,16 +81,28 @@ def check(target: str, *, what: str, overwrite: bool = False, inputs=()) -> str:
     if real == here or _inside(here, real):
         raise ValueError(f"{target} is or holds the working directory: write the {what} to a "
                          "directory of its own")
-    if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+    if os.path.islink(target):
+        raise FileExistsError(
+            f"{target} is a link (to {os.readlink(target)}), which the finished {what} would "
+            f"replace: give the directory it names, or a new one, for the {what}")
+    if os.path.lexists(target) and not os.path.isdir(target):
         raise FileExistsError(f"{target} exists and is not a directory: give a new or empty "
                               f"directory for the {what}")
+    hidden.remove_stale(os.path.dirname(target))  # what killed runs left beside it
     present = _files(target) if os.path.lexists(target) else []
     if present:
-        listed = _written_here(target)
-        if listed is None:
+        found = _marker(target)
+        if found is None:
             raise FileExistsError(
                 f"{target} holds files these commands did not write ({_shown(present)}): "
                 f"give a new or empty directory for the {what}; nothing was changed")
+        kind, listed = found
+        if kind != what:
+            raise FileExistsError(
+                f"{target} holds {f'a {kind}' if kind else 'an output of another kind'}, "
+                f"not a {what}: "
+                f"--overwrite replaces only an earlier {what}; give another directory for "
+                f"the {what}; nothing was changed")
         foreign = [name for name in present if name not in listed and name != MARKER]
         if foreign:
             raise FileExistsError(
@@ -124,11 +148,15 @@ class Staged:
             if not os.path.exists(parent):
                 os.makedirs(parent)
                 self._made = missing
-            self.staging = _new_folder(parent, f".{os.path.basename(self.target)}.partial-")
+            with hidden.uninterrupted():  # the folder made, and its name kept to remove it
+                self.staging = hidden.new_folder(parent, os.path.basename(self.target))
         except OSError as exc:
             self._remove_made()
             raise ValueError(f"{self.target} cannot be written ({exc.strerror}): give "
                              "another place") from None
+        except BaseException:  # Ctrl-C held back until the folder was made
+            self.__exit__(*sys.exc_info())
+            raise
         return self.staging
 
     def __exit__(self, kind, value, traceback):
@@ -153,7 +181,12 @@ class Staged:
         self._made = None
 
     def commit(self) -> None:
-        """Write the marker and rename the sibling into place."""
+        """Write the marker and rename the sibling into place (Ctrl-C held back until the
+        renames are done: an earlier output is never left under its hidden name)."""
+        with hidden.uninterrupted():
+            self._commit()
+
+    def _commit(self) -> None:
         staging, self.staging = self.staging, None
         listed = [name for name in _files(staging) if name != MARKER]
         with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
@@ -174,9 +207,8 @@ class Staged:
                     f"({exc.strerror}): this run's {self.what} is removed; give another "
                     "place, or run one at a time") from None
             return
-        earlier = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.old-",
-                                   dir=os.path.dirname(self.target))
-        os.rmdir(earlier)
+        earlier = os.path.join(os.path.dirname(self.target),
+                               hidden.hidden_name(os.path.basename(self.target), "old"))
         os.rename(self.target, earlier)
         try:
             os.rename(staging, self.target)
@@ -187,38 +219,14 @@ class Staged:
         shutil.rmtree(earlier)  # an earlier output of these commands, and nothing else
 
 
-def _discard(staging: str) -> None:
+def _discard(staging: str | None) -> None:
     """Remove an unfinished output's folder, now and again when this process ends: tasks
     still running when the work stopped (Ctrl-C: the workers finish the task at hand until
     their cluster closes) may write into it after it is removed."""
+    if staging is None:
+        return
     shutil.rmtree(staging, ignore_errors=True)
     at_end(shutil.rmtree, staging, True)
-
-
-def _new_folder(parent: str, prefix: str) -> str:
-    """A new folder of a name no other has, with the mode the user's umask gives (where
-    ``tempfile.mkdtemp`` makes it 0700, and the renamed output would keep that)."""
-    for _ in range(100):
-        path = os.path.join(parent, prefix + secrets.token_hex(4))
-        try:
-            os.mkdir(path, 0o777)
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free name for a folder {prefix}* in {parent}")
-
-
-def _new_file(parent: str, prefix: str, suffix: str) -> str:
-    """A new empty file of a name no other has, with the mode the user's umask gives (where
-    ``tempfile.mkstemp`` makes it 0600)."""
-    for _ in range(100):
-        path = os.path.join(parent, prefix + secrets.token_hex(4) + suffix)
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free name for a file {prefix}*{suffix} in {parent}")
 
 
 def check_file(target: str, *, what: str, overwrite: bool = False, accept=None) -> str:
@@ -228,6 +236,7 @@ def check_file(target: str, *, what: str, overwrite: bool = False, accept=None) 
     target = os.path.abspath(target)
     if os.path.isdir(target):
         raise ValueError(f"{target} is a directory: give a file name for the {what}")
+    hidden.remove_stale(os.path.dirname(target))
     if os.path.lexists(target) and not (accept and accept(target)):
         raise FileExistsError(f"{target} exists and is not an earlier {what}: give another file "
                               "name; nothing was changed")
@@ -245,13 +254,15 @@ def replace_file(target: str, write, *, what: str, overwrite: bool = False,
                  accept=None) -> str:
     """``write(path)`` into a sibling of ``target``, then renamed to it (see ``check_file``)."""
     target = check_file(target, what=what, overwrite=overwrite, accept=accept)
-    partial = _new_file(os.path.dirname(target), f".{os.path.basename(target)}.partial-",
-                        os.path.splitext(target)[1])
+    partial = None
     try:
+        with hidden.uninterrupted():  # the file made, and its name kept to remove it
+            partial = hidden.new_file(os.path.dirname(target), os.path.basename(target),
+                                      os.path.splitext(target)[1])
         write(partial)
         os.replace(partial, target)
     except BaseException:
-        if os.path.exists(partial):
+        if partial is not None and os.path.exists(partial):
             os.remove(partial)
         raise
     return target

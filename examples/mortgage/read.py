@@ -100,26 +100,6 @@ def check_policy(policy: str) -> str:
     return policy
 
 
-def read_names(path: str | None) -> dict[str, str] | None:
-    """names.csv: ``seller_name|short name`` lines after a header line."""
-    if path is None:
-        return None
-    mapping = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if number == 1 or not line:
-                continue
-            parts = line.split("|")
-            if len(parts) != 2:
-                raise ValueError(
-                    f"{path}:{number}: expected 'seller name|short name', found {line!r} "
-                    "(names.csv is pipe-delimited with a header line)"
-                )
-            mapping[parts[0].strip()] = parts[1].strip()
-    return mapping
-
-
 @dataclass
 class ReadResult:
     frame: object  # pandas or cuDF, columns named as the classic layout names them

@@ -106,3 +106,53 @@ def test_an_unfinished_output_written_into_after_it_was_removed_is_gone_when_run
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 130, done.stderr
     assert os.listdir(tmp_path) == []
+
+
+INTERRUPTED_IN_A_GC_CALLBACK = """
+import gc, signal, sys, time, click
+from examples.command import run
+
+@click.command()
+def main():
+    def callback(phase, info):  # as distributed's GC diagnosis: Ctrl-C may land in it
+        if phase == "start" and not pressed:
+            pressed.append(True)
+            signal.raise_signal(signal.SIGINT)
+            sum(range(1000))  # Python runs the handler here, inside the callback
+
+    pressed = []
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        print("ran on: the interrupt was dropped")
+    except KeyboardInterrupt:
+        print("interrupted")
+        sys.exit(130)
+
+run(main, "prog")
+"""
+
+
+def test_ctrl_c_inside_a_garbage_collector_callback_is_not_dropped():
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_IN_A_GC_CALLBACK],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 130 and done.stdout == "interrupted\n", done
+
+
+def test_ctrl_c_is_held_back_until_an_uninterrupted_block_ends():
+    import signal
+
+    from examples.staging import uninterrupted
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with uninterrupted():
+            signal.raise_signal(signal.SIGINT)
+            steps.append("after the signal")
+            steps.extend(range(3))
+        steps.append("after the block")
+    assert steps == ["after the signal", 0, 1, 2]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

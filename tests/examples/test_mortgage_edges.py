@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from dask_gpu_interop import without_xgboost_rank_lines
-from examples.mortgage import etl, files, output, read, train
+from examples.mortgage import cli, etl, files, output, read, train
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
@@ -217,7 +217,9 @@ def _earlier_outputs(tmp_path):
     with output.Staged(str(features), what="feature table") as staging:
         pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
     matrix = xgboost.DMatrix(np.arange(8.0).reshape(4, 2), label=[0, 1, 0, 1])
-    xgboost.train({"max_depth": 1}, matrix, num_boost_round=1).save_model(str(model))
+    booster = xgboost.train({"max_depth": 1}, matrix, num_boost_round=1)
+    booster.set_attr(**{cli.MODEL_MARK[0]: cli.MODEL_MARK[1]})  # as the job marks its models
+    booster.save_model(str(model))
 
     def snapshot():
         return {str(p): p.read_bytes() for base in (workdir, features, model)

@@ -147,7 +147,7 @@ def test_features_and_label_match_the_per_loan_reference(dataset):
 
 @pytest.mark.parametrize("layout", ["classic", "current"])
 def test_feature_table_matches_the_raw_fields_in_either_layout(dataset, layout):
-    names = read.read_names(dataset.names or os.path.join(classic(dataset), "names.csv"))
+    names = files.read_names(dataset.names or os.path.join(classic(dataset), "names.csv"))
     result = run(dataset.directory_of(layout))
     got = result.frame.compute().reset_index(drop=True)
     want = reference_table(raw_lines(dataset.performance), raw_lines(dataset.acquisition), names)
@@ -884,7 +884,7 @@ def test_missing_inputs_say_what_to_give(dataset, tmp_path):
         run(classic(dataset), bad_rows="maybe")
     names = _write(tmp_path / "names.csv", "seller_name|new\nONLY ONE FIELD\n")
     with pytest.raises(ValueError, match=r"names.csv:2: expected 'seller name\|short name'"):
-        read.read_names(names)
+        files.read_names(names)
 
 
 def test_mixed_layouts_are_refused(dataset):
