@@ -9,7 +9,6 @@ import math
 import os
 
 import dask
-import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 from dask.utils import format_bytes, parse_bytes
@@ -73,12 +72,13 @@ def find_beats(signal, rate):
                                   sigma=sigma, half_width=half_width)
     peaks = response.map_overlap(local_maxima, depth=1, boundary="none", dtype=bool)
     starts = np.cumsum((0, *response.chunks[0][:-1]))
-    chunks = zip(response.to_delayed().ravel(), peaks.to_delayed().ravel(), starts)
+    chunks = zip(response.to_delayed().ravel(), peaks.to_delayed().ravel(), starts,
+                 strict=True)
     # every chunk's peaks, to the client
     found = dask.compute(*[peaks_in(r, p, start) for r, p, start in chunks])
-    positions, heights = (np.concatenate(column) for column in zip(*found))
+    positions, heights = (np.concatenate(column) for column in zip(*found, strict=True))
     beats = [(-SPACING_SECONDS * rate, 0.0)]  # (position, height), one a spacing
-    for beat in zip(positions, heights):
+    for beat in zip(positions, heights, strict=True):
         if beat[0] - beats[-1][0] < SPACING_SECONDS * rate:
             beats[-1] = max(beats[-1], beat, key=lambda b: b[1])  # the highest
         else:

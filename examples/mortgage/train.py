@@ -69,17 +69,6 @@ def parse_params(items) -> dict:
     return params
 
 
-def is_model(path: str) -> bool:
-    """Whether ``path`` holds an XGBoost model (one an earlier run may replace)."""
-    import xgboost
-
-    try:
-        xgboost.Booster(model_file=path)
-    except xgboost.core.XGBoostError:
-        return False
-    return True
-
-
 def check_params(params: dict) -> None:
     """ValueError, naming the parameter and XGBoost's reason, unless XGBoost accepts ``params``
     over the notebook's: one round on a tiny matrix here, before any work on the workers."""

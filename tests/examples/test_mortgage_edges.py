@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from dask_gpu_interop import without_xgboost_rank_lines
-from examples.mortgage import cli, etl, files, output, read, train
+from examples.mortgage import cli, etl, files, output, read
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
@@ -245,7 +245,7 @@ def test_the_job_replaces_an_earlier_output_only_with_overwrite(tmp_path):
                    "--model-out", str(model), "--overwrite"])
     assert result.exit_code == 0, result.output
     after = snapshot()
-    assert after[str(model)] != before[str(model)] and train.is_model(str(model))
+    assert after[str(model)] != before[str(model)] and cli._is_our_model(str(model))
     assert list(pd.read_parquet(features).columns) != ["x"]  # the job's own table now
     def generated(files):
         return sum(len(data) for path, data in files.items() if path.startswith(str(workdir)))
