@@ -1,7 +1,7 @@
 """ECG pipeline, stage by stage: one GPU against the machine's CPUs, side by side in one run.
 
-    python -m benchmarks.ecg                      # 20 h at 250 Hz, GPU (when present) and CPU
-    python -m benchmarks.ecg --hours 0.5 --devices cpu   # a quick look on a machine with no GPU
+    python -m benchmarks.examples.ecg            # 20 h at 250 Hz, GPU (when present) and CPU
+    python -m benchmarks.examples.ecg --hours 0.5 --devices cpu     # a quick look, no GPU
 
 Each device runs twice: in one process (Dask's threaded scheduler, no cluster overhead: the
 figure the "reading + segmentation + embedding of 20 h under 1 s on a GPU" goal is about), and
@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .common import Script, alternate, header, median_range
+from ..common import Script, alternate, header, median_range
 
 STAGES = ("read", "convolve", "detect", "embed", "train", "score")
 SEGMENTATION = ("read", "convolve", "detect", "embed")

@@ -1,6 +1,6 @@
 """The ECG VAE's training step: where its time goes on a GPU, against the CPUs.
 
-    python -m benchmarks.ecg_train [--beats 65000] [--steps 1000] [--cpu-steps 200]
+    python -m benchmarks.examples.ecg_train [--beats 65000] [--steps 1000] [--cpu-steps 200]
 
 On beats of the ECG example's shape (``--beats`` rows of 256 float32, random: the step's work
 does not depend on the values), with the example's model, batch and optimizer
@@ -25,7 +25,7 @@ import argparse
 import os
 import time
 
-from .common import Script, header, in_child, say
+from ..common import Script, header, in_child, say
 
 ALLOCATORS = {"caching": "", "cudaMallocAsync": "backend:cudaMallocAsync"}
 PROFILED_STEPS = 20
@@ -159,7 +159,7 @@ def child(args: argparse.Namespace, allocator: str) -> dict:
 def under(argv: list[str], allocator: str) -> dict:
     """:func:`child` in a process of its own, PyTorch's allocator set before it starts."""
     return in_child(f"m.child(m.parse({argv!r}), {allocator!r})",
-                    setup="from benchmarks import ecg_train as m",
+                    setup="from benchmarks.examples import ecg_train as m",
                     env={"PYTORCH_CUDA_ALLOC_CONF": ALLOCATORS[allocator]})
 
 

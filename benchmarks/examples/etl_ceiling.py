@@ -1,7 +1,7 @@
 """The mortgage ETL against its readers' ceiling: each device's ETL stage beside the reader it
 is built on, on the same files, in one run.
 
-    python -m benchmarks.etl_ceiling --data DIR [--size 9GB] [--layouts classic,current]
+    python -m benchmarks.examples.etl_ceiling --data DIR [--size 9GB] [--layouts classic,current]
         [--runs 2] [--reader-runs 3]
 
 For each layout, on a dataset made by the README's ``generate`` command:
@@ -26,7 +26,7 @@ import os
 import shutil
 import time
 
-from .common import Script, header, in_child, interleave, median_range, say, summary
+from ..common import Script, header, in_child, interleave, median_range, say, summary
 from .mortgage import EXAMPLE, check_layouts, dataset_options, figures_of, generate
 
 RANGE = 2**30  # the GPU reader's byte range
@@ -104,7 +104,7 @@ def timed_in_child(setup: str, call: str, runs: int, env: dict | None = None) ->
     with ``env`` added to the environment: ``runs`` + 1 calls, the first (the process's
     warm-up) discarded."""
     return in_child(f"[{call} for _ in range({runs})]", env=env,
-                    setup=f"from benchmarks import etl_ceiling as m\n{setup}\n{call}")
+                    setup=f"from benchmarks.examples import etl_ceiling as m\n{setup}\n{call}")
 
 
 def layout_runs(directory: str, runs: int, reader_runs: int, scratch: str) -> dict:

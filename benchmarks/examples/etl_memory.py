@@ -1,7 +1,7 @@
 """More data than a GPU holds: the mortgage commands as a user types them, their wall clock,
 their ETL and each GPU's peak memory, on datasets of growing size.
 
-    python -m benchmarks.etl_memory --data /tmp/mb/classic-9GB --data /tmp/mb/classic-36GB
+    python -m benchmarks.examples.etl_memory --data /tmp/mb/classic-9GB --data /tmp/mb/classic-36GB
         [--sections etl,job] [--gpus 1,2] [--pool-cap 16GB] [--managed] [--runs 1]
         [--job-data /tmp/mb/classic-36GB] [--job-gpus 1,2] [--job-runs 1]
         [--job-flags '--xgb-param grow_policy=depthwise'] [--interval 0.05] [--tag NAME]
@@ -39,7 +39,7 @@ import time
 
 from dask.utils import format_bytes, parse_bytes
 
-from .common import Script, choices, header, say
+from ..common import Script, choices, header, say
 from .mortgage import EXAMPLE, figures_of, job_figures
 
 SECTIONS = ("etl", "job")

@@ -2,14 +2,14 @@
 ``etl`` command, XGBoost alone on its output, and the job (uncapped, and on a GPU made smaller);
 the ``etl`` command on a local cluster against a started one.
 
-    python -m benchmarks.job_parts --data /tmp/mb/classic-9GiB --data /tmp/mb/classic-32GiB
+    python -m benchmarks.examples.job_parts --data /tmp/mb/classic-9GiB --data /tmp/mb/classic-32GiB
         [--sections etl,alone,job,capped,started] [--caps 40GB,16GB] [--runs 1] [--tag NAME]
 
 Every ``--data`` folder holds a dataset the README's ``generate`` made. In each round, for
 each dataset (the order turned at every round, so that drift hits both alike):
 
 - ``etl``: ``python -m examples.mortgage etl --data D --out OUT --device gpu``;
-- ``alone``: ``python -m benchmarks.xgboost_alone`` on that OUT (its matrix and training);
+- ``alone``: ``python -m benchmarks.examples.xgboost_alone`` on that OUT (its matrix and training);
 - ``job``: ``python -m examples.mortgage --data D --device gpu``, the whole job;
 - ``capped``: the job again with ``--maximum-pool-size CAP`` for each of ``--caps``, beside a
   process that holds the rest of the GPU's memory, so that every library in the job (XGBoost
@@ -38,7 +38,7 @@ import time
 
 from dask.utils import format_bytes, parse_bytes
 
-from .common import ROOT, Script, choices, header, say
+from ..common import ROOT, Script, choices, header, say
 from .etl_memory import Sampler, nvml_reader, remove_table
 from .mortgage import EXAMPLE, run
 
@@ -160,7 +160,7 @@ def measured(kind: str, argv: list, env=None, ballast: int = 0,
 def _alone(out: str, etl_json: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="alone-") as folder:
         path = os.path.join(folder, "alone.json")
-        argv = [PYTHON, "-m", "benchmarks.xgboost_alone", "--features", out, "--figures",
+        argv = [PYTHON, "-m", "benchmarks.examples.xgboost_alone", "--features", out, "--figures",
                 etl_json, "--json", path]
         read = nvml_reader()
         sampler = Sampler(lambda: {0: read()[0]}, 0.05).start() if read else None

@@ -1,6 +1,6 @@
 """The mortgage example where users run it: the README's commands, GPU and CPU side by side.
 
-    python -m benchmarks.mortgage --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
+    python -m benchmarks.examples.mortgage --data /tmp/mortgage --size 10GB --e2e-size 1GB \\
         --runs 3 --cpu-runs 2 --machine 1xH200
 
 Every figure is a command's own, as a user sees it printed (read from the figures file its
@@ -35,7 +35,7 @@ import time
 
 from dask.utils import format_bytes, parse_bytes
 
-from .common import ROOT, Script, alternate, choices, header, interleave, say, spread, summary
+from ..common import ROOT, Script, alternate, choices, header, interleave, say, spread, summary
 
 EXAMPLE = [sys.executable, "-m", "examples.mortgage"]
 JOB_STAGES = ("cluster start", "ETL", "DMatrix", "training", "cluster stop")

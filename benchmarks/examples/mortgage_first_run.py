@@ -2,7 +2,7 @@
 cluster, as the README's command starts it, with the task stream and the workers' sampled
 profile of each run.
 
-    python -m benchmarks.mortgage_first_run --data DIR [--device gpu] [--runs 3]
+    python -m benchmarks.examples.mortgage_first_run --data DIR [--device gpu] [--runs 3]
         [--threads-per-worker 2] [--memory async] [--out DIR]
 
 The README's ``etl`` command starts a new cluster and runs the ETL once; this harness keeps
@@ -11,7 +11,7 @@ what a fresh cluster pays once (imports and first calls on the workers). Per run
 seconds, when the first task started computing, the seconds the workers spent computing by
 task prefix (count, sum, median), the seconds no task was computing, and the functions the
 workers' sampling profiler saw most. This explains the ETL's time; the figure that counts is
-benchmarks.mortgage's. With ``--out``, the harness (benchmarks/common.py) writes
+benchmarks.examples.mortgage's. With ``--out``, the harness (benchmarks/common.py) writes
 ``--out``/mortgage-first-run-DEVICE-tTHREADS-MEMORY-MACHINE.md (and .json) with the machine and
 the commit.
 """
@@ -23,7 +23,7 @@ import statistics
 import time
 from collections import defaultdict
 
-from .common import Script, header, median_range
+from ..common import Script, header, median_range
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:

@@ -1,6 +1,6 @@
 """Where a partition's ETL spends its time and memory, in one process.
 
-    python -m benchmarks.mortgage_stages --data DIR [--device gpu] [--repeats 3]
+    python -m benchmarks.examples.mortgage_stages --data DIR [--device gpu] [--repeats 3]
         [--chunks 256MiB,1GiB] [--partitions 6] [--streams per-thread] [--io-threads 8]
 
 The largest partition of the dataset in DIR (either layout) goes through the example's steps
@@ -13,7 +13,7 @@ threads, as a local GPU worker does (the throughput, GB/s of text). ``--streams`
 ``--io-threads`` set what the example gives its local GPU workers (per-thread CUDA streams,
 kvikio's threads), before cuDF and CuPy load. The first repeat includes what the first call
 of each kernel costs; the table gives the median of the others. This explains the ETL's time;
-the figure that counts is benchmarks.mortgage's. The harness (benchmarks/common.py) records
+the figure that counts is benchmarks.examples.mortgage's. The harness (benchmarks/common.py) records
 the machine and the commit and writes the results file,
 ``--out``/mortgage-stages-DEVICE-LAYOUT[-TAG]-MACHINE.md (and .json).
 """
@@ -26,7 +26,7 @@ import time
 
 from dask.utils import parse_bytes
 
-from .common import Script, alternate, header, median_range
+from ..common import Script, alternate, header, median_range
 
 
 def _sync(device: str) -> None:

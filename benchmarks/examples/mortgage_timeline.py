@@ -1,6 +1,6 @@
 """Where the `etl` command's ETL time goes across its tasks: a timeline of one run.
 
-    python -m benchmarks.mortgage_timeline --data DIR [--data DIR2] [--warm] [--commit C]
+    python -m benchmarks.examples.mortgage_timeline --data DIR [--data DIR2] [--warm] [--commit C]
         [--out DIR] [-- ETL FLAGS...]
 
 Runs the README's command, ``python -m examples.mortgage etl --data DIR --out OUT`` (with
@@ -12,7 +12,7 @@ table (the command streams it to Parquet). ``--warm`` runs the ETL a second time
 cluster, before the feature table is moved into place (its tasks write the same files again),
 so that the first run's one-time costs (the first call of each kernel, libraries loading) show
 as the difference. This explains the ETL's
-figure; the figure that counts is benchmarks.mortgage's. The harness (benchmarks/common.py)
+figure; the figure that counts is benchmarks.examples.mortgage's. The harness (benchmarks/common.py)
 records the machine and the commit and writes ``--out``/mortgage-timeline-MACHINE[-TAG].md (and
 .json).
 """
@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from .common import Script, header, say
+from ..common import Script, header, say
 
 
 def timeline(records: list[dict], started: float, finished: float) -> dict:

@@ -1,6 +1,6 @@
 """The mortgage ETL's Parquet write, cuDF's ways side by side on the same feature tables.
 
-    python -m benchmarks.parquet_write --data DIR [--partitions 2] [--rounds 3]
+    python -m benchmarks.examples.parquet_write --data DIR [--partitions 2] [--rounds 3]
 
 The etl command's task ends by writing its partition's feature table to a Parquet file
 (``etl.write_table``: ``to_parquet(path, index=False)``, Snappy, statistics per row group,
@@ -29,7 +29,7 @@ import os
 import shutil
 import time
 
-from .common import (
+from ..common import (
     Script,
     alternate,
     as_gpu_worker,

@@ -1,7 +1,7 @@
 """What the host lets the mortgage ETL's task do on 1 to N GPUs at once, without dask: its
 steps and the copies beneath them, each GPU's process working through the ETL's partitions.
 
-    python -m benchmarks.read_ceiling --data DIR [--gpus 1,2,4] [--threads 2] [--runs 2]
+    python -m benchmarks.examples.read_ceiling --data DIR [--gpus 1,2,4] [--threads 2] [--runs 2]
         [--modes task,features,read,csv,device,host]
 
 The partitions are the etl command's own on a cluster of that many GPUs (``files.plan`` cut
@@ -41,7 +41,7 @@ import shutil
 import threading
 import time
 
-from .common import (
+from ..common import (
     Script,
     alternate,
     as_gpu_worker,

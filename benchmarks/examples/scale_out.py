@@ -1,9 +1,10 @@
 """Scale out: the README's commands on 1, 2, 4 ... GPUs and on the CPUs, whole processes.
 
-    python -m benchmarks.scale_out --etl 9GiB=/tmp/m9 --etl 36GiB=/tmp/m36 --job 9GiB=/tmp/m9 \\
-        --default-job --ecg-hours 20 --gpus 1,2,4 --ucx etl --cpu etl,default,ecg \\
-        --real-cluster 2 --runs 1 --machine 4xH100
-    python -m benchmarks.scale_out --etl 9GiB=/tmp/m9 --gpus 1,2,4 --joins quarter,loan,dask
+    python -m benchmarks.examples.scale_out --etl 9GiB=/tmp/m9 --etl 36GiB=/tmp/m36 \\
+        --job 9GiB=/tmp/m9 --default-job --ecg-hours 20 --gpus 1,2,4 --ucx etl \\
+        --cpu etl,default,ecg --real-cluster 2 --runs 1 --machine 4xH100
+    python -m benchmarks.examples.scale_out --etl 9GiB=/tmp/m9 --gpus 1,2,4 \\
+        --joins quarter,loan,dask
 
 Every figure is a command a user types, timed from its start to its exit (the wall clock),
 beside the work it reports (in the figures file its ``--json`` writes: the ETL's seconds, the
@@ -52,7 +53,7 @@ import time
 
 from dask.utils import format_bytes
 
-from .common import ROOT, Script, alternate, choices, header, say, spread, summary
+from ..common import ROOT, Script, alternate, choices, header, say, spread, summary
 
 PYTHON = sys.executable
 EXAMPLE = [PYTHON, "-m", "examples.mortgage"]

@@ -1,7 +1,7 @@
 """The mortgage example's commands as a user runs them: each command's whole wall clock, from
 start to prompt, beside the work it reports, GPU and CPUs alternating in one run.
 
-    python -m benchmarks.wall_clock --data DIR [--size 1GB] [--layouts classic,current]
+    python -m benchmarks.examples.wall_clock --data DIR [--size 1GB] [--layouts classic,current]
         [--runs 2] [--cpu-runs 2] [--fresh-runs 1] [--job-runs 2] [--ecg-runs 0]
         [--ecg-cpu-runs 1] [--ecg-hours 20] [--ecg-fresh-runs 0] [--source-runs 0]
 
@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 
-from .common import Script, header, interleave, median_range, say, summary
+from ..common import Script, header, interleave, median_range, say, summary
 from .mortgage import EXAMPLE, check_layouts, dataset_options, figures_of, generate, run
 
 WORK_STAGES = ("generate", "ETL", "DMatrix", "training")  # the job's stages that are its work

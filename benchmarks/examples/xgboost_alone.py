@@ -1,7 +1,7 @@
 """XGBoost alone on the mortgage ``etl`` command's output: the whole job's matrix and training
 done without Dask or the ETL, the reference the job is measured against.
 
-    python -m benchmarks.xgboost_alone --features OUT --figures ETL.json [--rounds 100]
+    python -m benchmarks.examples.xgboost_alone --features OUT --figures ETL.json [--rounds 100]
         [--json PATH]
 
 One process on one GPU: a ``QuantileDMatrix`` from a ``DataIter`` over the Parquet part files
@@ -37,7 +37,7 @@ def parts(features: str, quarters: list) -> tuple[list[str], list[str]]:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.xgboost_alone",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.examples.xgboost_alone",
                                      description=__doc__.strip().split("\n\n")[0])
     parser.add_argument("--features", required=True, help="the etl command's --out folder")
     parser.add_argument("--figures", required=True, help="the etl command's --json file")

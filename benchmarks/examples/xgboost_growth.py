@@ -1,7 +1,7 @@
 """xgboost.dask on 1 GPU and on several: the classic notebook's lossguide trees against
 depthwise ones, side by side in one run.
 
-    python -m benchmarks.xgboost_growth --rows 50000000 --workers 1,2
+    python -m benchmarks.examples.xgboost_growth --rows 50000000 --workers 1,2
 
 Lossguide (the mortgage notebook's grow_policy, 256 leaves) grows one node at a time, and on
 several workers every node is a collective operation; depthwise grows a whole level at a time.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from .common import Script, alternate, choices, header, median_range, say, summary
+from ..common import Script, alternate, choices, header, median_range, say, summary
 
 POLICIES = {"lossguide": {}, "depthwise": {"grow_policy": "depthwise"}}
 FEATURES = 45

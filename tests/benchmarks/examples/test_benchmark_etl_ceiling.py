@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dask
 
-from benchmarks import etl_ceiling
+from benchmarks.examples import etl_ceiling
 
 
 def test_the_cpu_reader_reads_every_file_in_a_process_of_its_own(tmp_path):

@@ -10,7 +10,7 @@ import time
 import dask
 import pytest
 
-from benchmarks import etl_memory
+from benchmarks.examples import etl_memory
 
 GiB = 2**30
 
@@ -121,7 +121,7 @@ def test_the_tables_give_each_run_its_throughput_memory_and_the_jobs_placement()
              "placement": {"where": where, "line": line if where == "host" else "x"},
              "gpu_memory": {0: {"before": 0, "peak": 40 * GiB}}}
             for n, auc, where in ((1, 0.9151, "host"), (2, 0.9163, "device"))]
-    payload = {"command": "python -m benchmarks.etl_memory --data /d/9", "commit": "abc",
+    payload = {"command": "python -m benchmarks.examples.etl_memory --data /d/9", "commit": "abc",
                "date": "today", "machine": {"gpus": ["H100"], "cores": 32},
                "machine_name": "2xH100", "job_flags": "", "results": results + jobs}
     text = etl_memory.markdown(payload)

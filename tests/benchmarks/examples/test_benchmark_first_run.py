@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import mortgage_first_run as harness
+from benchmarks.examples import mortgage_first_run as harness
 
 
 def test_busy_seconds_count_overlapping_tasks_once():

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import mortgage
+from benchmarks.examples import mortgage
 
 ETL = {"rows": 74_000_000, "bytes": 10 * 2**30, "partitions": 10, "seconds": 2.5,
        "written_bytes": 3 * 2**29, "bad_rows": 0}
@@ -65,7 +65,7 @@ def _etl(seconds, size=10 * 2**30):
 
 def test_tables_and_goals_use_medians_and_show_the_spread():
     payload = {
-        "command": "python -m benchmarks.mortgage", "commit": "abc", "date": "today",
+        "command": "python -m benchmarks.examples.mortgage", "commit": "abc", "date": "today",
         "machine": {"cpu": "cpu", "gpus": ["H200"], "versions": {"cudf": "26"}},
         "machine_name": "1xH200",
         "etl": {"classic": {"gpu": _etl([1.0, 3.0, 2.0]), "cpu": _etl([50.0, 30.0]),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import mortgage_timeline
+from benchmarks.examples import mortgage_timeline
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _task(name: str, thread: int, start: float, stop: float) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from benchmarks import parquet_write
+from benchmarks.examples import parquet_write
 
 
 def test_the_etl_way_is_the_examples_write(monkeypatch, tmp_path):
@@ -31,7 +31,7 @@ def test_the_table_compares_each_way_with_the_etl_commands():
     def runs(*seconds, size=2**20, same=True):
         return [{"table": 0, "seconds": s, "bytes": size, "same rows": same} for s in seconds]
 
-    payload = {"command": "python -m benchmarks.parquet_write --data D", "machine": {},
+    payload = {"command": "python -m benchmarks.examples.parquet_write --data D", "machine": {},
                "commit": "abc", "date": "d",
                "tables": [{"rows": 10, "columns": 2, "device_bytes": 2**20}],
                "ways": {"etl": runs(0.2, 0.1, 0.3), "zstd": runs(0.3, size=2**19),

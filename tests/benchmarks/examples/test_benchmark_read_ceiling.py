@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from benchmarks import read_ceiling
+from benchmarks.examples import read_ceiling
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_the_table_scales_each_count_by_one_gpus_median():
     def run(rate):
         return {"bytes": int(rate * 1e9), "seconds": 1.0, "partitions": 8, "processes": []}
 
-    payload = {"command": "python -m benchmarks.read_ceiling --data D", "machine": {},
+    payload = {"command": "python -m benchmarks.examples.read_ceiling --data D", "machine": {},
                "commit": "abc", "date": "d", "threads": 2,
                "runs": {"read 1": [run(2), run(4), run(3)], "read 4": [run(9), run(6)]}}
     text = read_ceiling.markdown(payload)

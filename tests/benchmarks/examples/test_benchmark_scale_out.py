@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import scale_out
+from benchmarks.examples import scale_out
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

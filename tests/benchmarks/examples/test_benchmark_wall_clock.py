@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from benchmarks import wall_clock
+from benchmarks.examples import wall_clock
 
 
 def test_a_fresh_machine_s_caches_are_emptied(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import xgboost_growth
+from benchmarks.examples import xgboost_growth
 
 
 def test_each_policy_runs_on_each_worker_count(tmp_path):
