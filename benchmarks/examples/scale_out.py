@@ -54,6 +54,7 @@ import time
 from dask.utils import format_bytes
 
 from ..common import ROOT, Script, alternate, choices, header, say, spread, summary
+from .mortgage import JOB_WORK
 
 PYTHON = sys.executable
 EXAMPLE = [PYTHON, "-m", "examples.mortgage"]
@@ -330,7 +331,7 @@ def work_seconds(entry: dict, kind: str) -> float | None:
         return entry.get("etl", {}).get("seconds")
     stages = entry.get("stages", {})
     if kind == "job":
-        return sum(v for k, v in stages.items() if k in ("ETL", "DMatrix", "training")) or None
+        return sum(v for k, v in stages.items() if k in JOB_WORK) or None
     return stages.get("pipeline") or None
 
 

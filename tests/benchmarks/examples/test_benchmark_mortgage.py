@@ -50,7 +50,7 @@ def test_the_example_s_own_figures_are_read_on_cpus(tmp_path):
     jobs = mortgage.job_runs(SAMPLE, {"cpu": ["--device", "cpu", "--workers", "1", "--rounds",
                                               "3"]}, 1)
     (job,) = jobs["cpu"]
-    assert {"cluster start", "ETL", "DMatrix", "training"} <= set(job["stages"])
+    assert {"cluster start", "ETL and sketch", "quantize", "training"} <= set(job["stages"])
     assert list(job["stages"])[-2:] == ["cluster stop", "other"]  # the rest of the total
     assert abs(sum(job["stages"].values()) - job["total"]) < 1e-6
     assert job["total"] > job["stages"]["training"] > 0
@@ -86,8 +86,17 @@ def test_tables_and_goals_use_medians_and_show_the_spread():
     assert text.count("| classic | ") == 3
     assert ("| classic | `--threads-per-worker 1` | 3.00 s (2.00-4.00, 3 runs) | 1.50 "
             "(0.67-4.00) |") in text
-    assert "| configuration | cluster start | ETL |" in text
-    assert "| gpu | 4.50 s (1 run) | 1.00 s (1 run) |" in text
+    assert "| configuration | ETL | cluster start | total | test AUC |" in text
+    assert "| gpu | 1.00 s (1 run) | 4.50 s (1 run) |" in text
+
+
+def test_the_job_table_has_a_column_for_each_stage_the_runs_report():
+    streamed = {"cluster start": 1.0, "ETL and sketch": 2.0, "quantize": 0.5, "training": 3.0}
+    jobs = {"gpu": [{"stages": streamed, "total": 7.0, "auc": 0.9}],
+            "gpu --features-out": [{"stages": {"cluster start": 1.0, "ETL": 2.5, "DMatrix": 0.5,
+                                               "training": 3.0}, "total": 8.0, "auc": 0.9}]}
+    assert mortgage.job_stages(jobs) == ["cluster start", "ETL and sketch", "quantize",
+                                         "training", "ETL", "DMatrix"]
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):

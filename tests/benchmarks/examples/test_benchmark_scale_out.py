@@ -121,6 +121,9 @@ def test_what_a_command_reports_is_read_from_its_figures():
         "stages": {}, "etl": etl}
     job = {"stages": {"ETL": 1.5, "training": 3.0}, "etl": etl, "auc": 0.9, "total": 9.0}
     assert scale_out.reported(job) == {"stages": job["stages"], "etl": etl, "auc": 0.9}
+    streamed = {"stages": {"cluster start": 2.0, "placement": 0.25, "ETL and sketch": 1.5,
+                           "quantize": 0.5, "training": 3.0, "cluster stop": 0.5}}
+    assert scale_out.work_seconds(streamed, "job") == 5.0  # the ETL into the matrix, training
     ecg = {"figures": "examples.ecg", "stages": {"read": 0.5, "score": 0.25}, "pipeline": 0.75}
     found = scale_out.reported(ecg)
     assert found["stages"] == {"read": 0.5, "score": 0.25, "pipeline": 0.75}

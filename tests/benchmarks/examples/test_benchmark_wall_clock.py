@@ -42,6 +42,14 @@ def test_the_cpu_commands_are_timed_whole_and_their_work_subtracted(tmp_path):
     assert "python -m examples.mortgage --help" in text
 
 
+def test_the_default_job_s_work_is_its_data_etl_matrix_and_training_either_way():
+    streamed = {"generate": 1.0, "cluster start": 2.0, "placement": 0.25, "ETL and sketch": 3.0,
+                "quantize": 0.5, "training": 4.0, "report": 0.125, "cluster stop": 0.5}
+    assert wall_clock.job_work(streamed) == 8.5
+    written = {"generate": 1.0, "ETL": 3.0, "DMatrix": 0.5, "training": 4.0, "other": 0.25}
+    assert wall_clock.job_work(written) == 8.5
+
+
 def test_a_from_source_variant_finds_no_bytecode_and_writes_none():
     env = wall_clock.source_env("cpu, from source")
     assert wall_clock.source_env("cpu") is None
