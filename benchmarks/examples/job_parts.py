@@ -2,14 +2,16 @@
 ``etl`` command, XGBoost alone on its output, and the job (uncapped, and on a GPU made smaller);
 the ``etl`` command on a local cluster against a started one.
 
-    python -m benchmarks.examples.job_parts --data /tmp/mb/classic-9GiB --data /tmp/mb/classic-32GiB
-        [--sections etl,alone,job,capped,started] [--caps 40GB,16GB] [--runs 1] [--tag NAME]
+    python -m benchmarks.examples.job_parts --data /tmp/mb/classic-9GiB \\
+        --data /tmp/mb/classic-32GiB [--sections etl,alone,job,capped,started]
+        [--caps 40GB,16GB] [--runs 1] [--tag NAME]
 
 Every ``--data`` folder holds a dataset the README's ``generate`` made. In each round, for
 each dataset (the order turned at every round, so that drift hits both alike):
 
 - ``etl``: ``python -m examples.mortgage etl --data D --out OUT --device gpu``;
-- ``alone``: ``python -m benchmarks.examples.xgboost_alone`` on that OUT (its matrix and training);
+- ``alone``: XGBoost alone on that OUT (``benchmarks.examples.xgboost_alone``: its matrix and
+  training, in a process of its own);
 - ``job``: ``python -m examples.mortgage --data D --device gpu``, the whole job;
 - ``capped``: the job again with ``--maximum-pool-size CAP`` for each of ``--caps``, beside a
   process that holds the rest of the GPU's memory, so that every library in the job (XGBoost
@@ -339,6 +341,8 @@ SCRIPT = Script(file=__file__, doc=__doc__, options=options, check=check, measur
                 markdown=markdown, name="job-parts",
                 dry_run=lambda args: "\n".join(
                     f"{d}: {', '.join(args.sections)}" for d in args.data))
+parse, main = SCRIPT.parse, SCRIPT.main
+
 
 if __name__ == "__main__":
-    SCRIPT.main()
+    main()

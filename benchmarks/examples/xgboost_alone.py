@@ -36,14 +36,19 @@ def parts(features: str, quarters: list) -> tuple[list[str], list[str]]:
             [p for p, q in zip(paths, quarters, strict=True) if q == latest])
 
 
-def main(argv=None) -> dict:
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments (``argv``, or this process's); nothing runs."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.examples.xgboost_alone",
                                      description=__doc__.strip().split("\n\n")[0])
     parser.add_argument("--features", required=True, help="the etl command's --out folder")
     parser.add_argument("--figures", required=True, help="the etl command's --json file")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse(argv)
     with open(args.figures) as f:
         quarters = json.load(f)["etl"]["quarters"]
     train_files, test_files = parts(args.features, quarters)
