@@ -60,6 +60,23 @@ def test_every_result_file_is_indexed_and_every_indexed_file_exists():
     assert not sorted(set(listed) - set(present)), "indexed but not in benchmarks/results/"
 
 
+def test_results_keep_one_current_markdown_file_per_claim_named_by_its_script():
+    """At most 20 files, the tables alone (no ``.json``: the tables hold the figures), each
+    named ``<script>-<machine>[-<tag>]`` after a script whose command it records."""
+    files = sorted(p for p in RESULTS.iterdir() if not p.name.startswith("."))
+    assert len(files) <= 20, f"{len(files)} files in benchmarks/results/: at most 20"
+    assert all(p.suffix == ".md" for p in files), [p.name for p in files if p.suffix != ".md"]
+    for path in files:
+        scripts = {split(c)[0] for w, c in RECORDED if w == f"results/{path.name}"}
+        prefixes = set()
+        for name in scripts:
+            results_name = importlib.import_module(f"benchmarks.{name}").SCRIPT.name
+            if isinstance(results_name, str):
+                prefixes.add(results_name)
+        assert any(path.name.startswith(f"{prefix}-") for prefix in prefixes), (
+            f"{path.name}: not named after the script it records ({sorted(prefixes)})")
+
+
 def commands_in(text: str) -> list[str]:
     """Every ``python -m benchmarks.<name> ...`` (or ``python benchmarks/<name>.py ...``) in
     markdown ``text``: in inline code spans
@@ -313,6 +330,6 @@ def test_the_scripts_named_by_the_readmes_exist():
         for script in re.findall(r"(?<![\w/])benchmarks/((?:examples/)?\w+)\.py\b", text):
             name = script.replace("/", ".")
             assert path_of(name).exists(), f"{path}: benchmarks/{script}.py"
-        for script in re.findall(r"-m benchmarks\.((?:examples\.)?\w+)", text):
+        for script in re.findall(r"-m benchmarks\.((?:examples\.)?\w+)(?![\w.])", text):
             if not script.split(".")[-1].isupper():  # benchmarks.NAME stands for any of them
                 assert path_of(script).exists(), f"{path}: benchmarks.{script}"
