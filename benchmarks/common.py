@@ -1,7 +1,8 @@
 """The benchmarks' harness: the one contract every script in benchmarks/ fills in, and what the
 scripts share.
 
-Run a script as a module from the checkout's root: ``python -m benchmarks.NAME [options]``.
+Run a script as a module from the checkout's root: ``python -m benchmarks.NAME [options]``
+(the library's), ``python -m benchmarks.examples.NAME [options]`` (the applications').
 
 - The contract: :class:`Script`. A script is its measurement: its options, their checks, the
   measurement itself (``measure(args, run)``), its table (``markdown(payload)``) and its results
@@ -63,13 +64,20 @@ def say(text: str) -> None:
 # The command line
 
 
+def module_of(script: str) -> str:
+    """The dotted module of a script's file in the checkout: ``benchmarks.shuffle``,
+    ``benchmarks.examples.mortgage``."""
+    path = os.path.splitext(os.path.relpath(os.path.abspath(script), ROOT))[0]
+    return ".".join(path.split(os.sep))
+
+
 def command_line(script: str, argv=None) -> str:
     """How a benchmark was run (``argv``, or this process's own), for its results file:
-    ``python -m benchmarks.<name> <arguments>``, whatever the interpreter's path and the
-    current directory (``script``: the script's file)."""
+    ``python -m benchmarks.<name> <arguments>`` (``benchmarks.examples.<name>`` for an
+    application's), whatever the interpreter's path and the current directory (``script``:
+    the script's file)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    module = f"benchmarks.{os.path.splitext(os.path.basename(script))[0]}"
-    return "python " + " ".join(shlex.quote(a) for a in ["-m", module, *args])
+    return "python " + " ".join(shlex.quote(a) for a in ["-m", module_of(script), *args])
 
 
 def choices(parser, flag: str, text: str, allowed) -> list[str]:
@@ -322,7 +330,7 @@ class Script:
 
     What a script gives:
 
-    - ``file``, ``doc``: its ``__file__`` (its command, ``python -m benchmarks.NAME``) and its
+    - ``file``, ``doc``: its ``__file__`` (its command, ``python -m`` its module) and its
       docstring (the first paragraph describes it in ``--help``);
     - ``options(parser)``: its options (the harness adds ``--out``, ``--machine`` and
       ``--commit``, see :func:`output_options`);
@@ -333,7 +341,7 @@ class Script:
       measured;
     - ``markdown(payload)``: the results table;
     - ``name``: the results file's name: a prefix followed by the machine's name and the
-      ``--tag`` where the script has one ("scale-out" gives scale-out-4xH100.md), or
+      ``--tag`` where the script has one ("shuffle" gives shuffle-4xH100.md), or
       ``name(args, payload)``;
     - ``gpus(args)``: how many of the machine's GPUs the run uses, for the machine's name (None:
       all of them; 0: none, a run on the CPUs);
@@ -356,7 +364,7 @@ class Script:
 
     @property
     def module(self) -> str:
-        return f"benchmarks.{os.path.splitext(os.path.basename(self.file))[0]}"
+        return module_of(self.file)
 
     def parser(self) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(
@@ -494,10 +502,10 @@ def as_gpu_worker(pool: bool = True) -> None:
 def in_child(call: str, setup: str = "", env: dict | None = None,
              timeout: float | None = None):
     """The value of the Python expression ``call`` (something JSON holds), evaluated after
-    ``setup`` in a fresh interpreter in the checkout's root (``from benchmarks import NAME``
-    there imports a script), with ``env`` added to this process's environment: its allocators,
-    device memory and imports go with it. A RuntimeError whose first line is the child's last
-    line of error output where it fails."""
+    ``setup`` in a fresh interpreter in the checkout's root (``from benchmarks import NAME`` or
+    ``from benchmarks.examples import NAME`` there imports a script), with ``env`` added to
+    this process's environment: its allocators, device memory and imports go with it. A
+    RuntimeError whose first line is the child's last line of error output where it fails."""
     code = f"import json\n{setup}\nprint('RESULT ' + json.dumps({call}))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})

@@ -1,5 +1,11 @@
 """dask-gpu-interop: a Dask cluster of GPUs that behaves like one coherent GPU machine.
 
+One RMM memory pool per GPU that cuDF, CuPy, Numba, PyTorch and XGBoost share
+(``GPUMemoryPlugin``, ``memory_report``); GPU data kept on the GPUs between workers and between
+frameworks; an all-to-all shuffle and join of its own that send each worker's rows straight to
+the GPUs they belong on (``shuffle``, ``shuffle_merge``); and XGBoost trained on data larger
+than the GPUs (``train_streamed``).
+
 The public names are those in ``__all__``; the documented modules beside them are
 :mod:`.convert` (zero-copy conversions), :mod:`.preload` (the worker preload),
 :mod:`.gpu_workers` (how GPU workers run tasks), :mod:`.fork_server` (local worker

@@ -7,8 +7,9 @@
 #           cluster-start-bench compat-tests cluster-tests serialize-tests convert-tests mortgage-tests
 #           mortgage-streams-tests ecg-tests demo-tests all_to_all-tests transfer-bench
 #           shuffle-bench join-bench
-#           mortgage-stages-bench mortgage-timeline-bench mortgage-bench etl-ceiling-bench
-#           wall-clock-bench ecg-bench
+#           the applications' (benchmarks/examples/): mortgage-stages-bench
+#           mortgage-timeline-bench mortgage-bench etl-ceiling-bench wall-clock-bench ecg-bench
+#           ecg-train-bench
 #           (scripts/scaling.sh runs the multi-GPU ones with every GPU)
 # What each benchmark section measures, and its current results file: benchmarks/README.md.
 # Extra arguments by environment: MEMORY_TESTS_K (pytest -k), MEMORY_BENCH_SECTIONS,
@@ -131,28 +132,28 @@ mortgage_stages() {  # each layout's partition step by step, with and without th
   local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout
   for layout in classic current; do
     mortgage_dataset "$data/$layout-$size" "$layout" "$size" || return 1
-    python3 -m benchmarks.mortgage_stages --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --streams per-thread --io-threads 8 --tag workers ${MORTGAGE_STAGES_ARGS:-} || return 1
-    python3 -m benchmarks.mortgage_stages --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --tag defaults ${MORTGAGE_STAGES_ARGS:-} || return 1
+    python3 -m benchmarks.examples.mortgage_stages --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --streams per-thread --io-threads 8 --tag workers ${MORTGAGE_STAGES_ARGS:-} || return 1
+    python3 -m benchmarks.examples.mortgage_stages --data "$data/$layout-$size" --out "$OUT/results" --partitions 6 --tag defaults ${MORTGAGE_STAGES_ARGS:-} || return 1
   done
 }
-want mortgage-stages-bench benchmarks/mortgage_stages.py && section mortgage-stages-bench 900 mortgage_stages
+want mortgage-stages-bench benchmarks/examples/mortgage_stages.py && section mortgage-stages-bench 900 mortgage_stages
 mortgage_timeline() {  # the etl command's tasks over time, first and warm ETL, on the stages' data
   local data=${MORTGAGE_DATA:-/tmp/mortgage-bench} size=${MORTGAGE_STAGES_SIZE:-10GB} layout args=()
   for layout in classic current; do
     mortgage_dataset "$data/$layout-$size" "$layout" "$size" || return 1
     args+=(--data "$data/$layout-$size")
   done
-  python3 -m benchmarks.mortgage_timeline "${args[@]}" --warm --out "$OUT/results"
+  python3 -m benchmarks.examples.mortgage_timeline "${args[@]}" --warm --out "$OUT/results"
 }
-want mortgage-timeline-bench benchmarks/mortgage_timeline.py && section mortgage-timeline-bench 600 mortgage_timeline
+want mortgage-timeline-bench benchmarks/examples/mortgage_timeline.py && section mortgage-timeline-bench 600 mortgage_timeline
 want transfer-bench benchmarks/transfer.py && section transfer-bench 600 python3 -m benchmarks.transfer --out "$OUT/results" ${TRANSFER_ARGS:-}
 want shuffle-bench benchmarks/shuffle.py && section shuffle-bench 600 python3 -m benchmarks.shuffle --out "$OUT/results" ${SHUFFLE_ARGS:-}
 want join-bench benchmarks/join.py && section join-bench 600 python3 -m benchmarks.join --out "$OUT/results" ${JOIN_ARGS:-}
-want mortgage-bench benchmarks/mortgage.py && section mortgage-bench 3000 python3 -m benchmarks.mortgage --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
-want etl-ceiling-bench benchmarks/etl_ceiling.py && section etl-ceiling-bench 900 python3 -m benchmarks.etl_ceiling --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
-want wall-clock-bench benchmarks/wall_clock.py && section wall-clock-bench 900 python3 -m benchmarks.wall_clock --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
-want ecg-bench benchmarks/ecg.py && section ecg-bench 600 python3 -m benchmarks.ecg --out "$OUT/results" ${ECG_ARGS:-}
-want ecg-train-bench benchmarks/ecg_train.py && section ecg-train-bench 600 python3 -m benchmarks.ecg_train --out "$OUT/results" ${ECG_TRAIN_ARGS:-}
+want mortgage-bench benchmarks/examples/mortgage.py && section mortgage-bench 3000 python3 -m benchmarks.examples.mortgage --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${MORTGAGE_ARGS:-}
+want etl-ceiling-bench benchmarks/examples/etl_ceiling.py && section etl-ceiling-bench 900 python3 -m benchmarks.examples.etl_ceiling --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${ETL_CEILING_ARGS:-}
+want wall-clock-bench benchmarks/examples/wall_clock.py && section wall-clock-bench 900 python3 -m benchmarks.examples.wall_clock --data "${MORTGAGE_DATA:-/tmp/mortgage-bench}" --out "$OUT/results" ${WALL_CLOCK_ARGS:-}
+want ecg-bench benchmarks/examples/ecg.py && section ecg-bench 600 python3 -m benchmarks.examples.ecg --out "$OUT/results" ${ECG_ARGS:-}
+want ecg-train-bench benchmarks/examples/ecg_train.py && section ecg-train-bench 600 python3 -m benchmarks.examples.ecg_train --out "$OUT/results" ${ECG_TRAIN_ARGS:-}
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
 cat "$SUMMARY"

@@ -4,9 +4,11 @@
 - Every command recorded in the index, in the results files and in scripts/gpu-check.sh (and
   the arguments scripts/scaling.sh hands it) parses with the script's current options: the
   script's own ``parse(argv)``, which checks the arguments and runs nothing. A flag a script
-  no longer has (``python -m benchmarks.mortgage ... --configs``) fails here. Commands are
-  recorded as ``python -m benchmarks.NAME ...``; results files written before the benchmarks
-  were a package hold ``python benchmarks/NAME.py ...``, which parses the same way.
+  no longer has (``python -m benchmarks.examples.mortgage ... --configs``) fails here, and so
+  does a module that moved. Commands are recorded as ``python -m benchmarks.NAME ...`` (the
+  library's) and ``python -m benchmarks.examples.NAME ...`` (the applications'); results files
+  written before the benchmarks were a package hold ``python benchmarks/NAME.py ...``, which
+  parses the same way.
 - The READMEs, the docs and the code cite only results files that exist (a removed one is
   cited as ``git show COMMIT:benchmarks/results/NAME``).
 """
@@ -25,20 +27,22 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "benchmarks"
+from .scripts import BENCHMARKS, CHILD_SCRIPTS, ROOT, SCRIPTS, path_of
+
 RESULTS = BENCHMARKS / "results"
 INDEX = BENCHMARKS / "README.md"
 
-# ``python -m benchmarks.<name> <arguments>``, or the historical ``python benchmarks/<name>.py
-# <arguments>`` (any interpreter path)
-COMMAND = re.compile(r"(?:^|[\s`(\"'])(?:\S*/)?python3?\s+(-m\s+benchmarks\.\w+|benchmarks/\w+\.py)"
+# ``python -m benchmarks.<name> <arguments>`` (``benchmarks.examples.<name>``), or the
+# historical ``python benchmarks/<name>.py <arguments>`` (any interpreter path)
+COMMAND = re.compile(r"(?:^|[\s`(\"'])(?:\S*/)?python3?\s+"
+                     r"(-m\s+benchmarks\.(?:examples\.)?\w+|benchmarks/(?:examples/)?\w+\.py)"
                      r"(?![\w.])(.*)", re.S)
 STOP = {";", "&&", "||", "|", ">", ">>", "2>&1", "&", "#", "do", "done"}
 # a results file's name, alone or after ``results/`` (every script's prefix)
 RESULT_NAME = re.compile(
     r"(?:(?<=results/)|(?<![\w/:.-]))((?:vs-dask-cuda|memory|cupy-allocators|cluster-start|"
-    r"transfer|shuffle|join|ecg|mortgage|xgboost-growth|wall-clock|etl-memory|scale-out)-"
+    r"transfer|shuffle|join|ecg|mortgage|xgboost-growth|wall-clock|etl-memory|scale-out|"
+    r"job-parts)-"
     r"[A-Za-z0-9._-]*?\.(?:md|json))\b")
 REMOVED = re.compile(r"git show \w+:benchmarks/results/[\w.-]+")
 
@@ -54,6 +58,23 @@ def test_every_result_file_is_indexed_and_every_indexed_file_exists():
     assert sorted(set(listed)) == sorted(listed), "a file is listed twice"
     assert not sorted(set(present) - set(listed)), "in benchmarks/results/ but not indexed"
     assert not sorted(set(listed) - set(present)), "indexed but not in benchmarks/results/"
+
+
+def test_results_keep_one_current_markdown_file_per_claim_named_by_its_script():
+    """At most 20 files, the tables alone (no ``.json``: the tables hold the figures), each
+    named ``<script>-<machine>[-<tag>]`` after a script whose command it records."""
+    files = sorted(p for p in RESULTS.iterdir() if not p.name.startswith("."))
+    assert len(files) <= 20, f"{len(files)} files in benchmarks/results/: at most 20"
+    assert all(p.suffix == ".md" for p in files), [p.name for p in files if p.suffix != ".md"]
+    for path in files:
+        scripts = {split(c)[0] for w, c in RECORDED if w == f"results/{path.name}"}
+        prefixes = set()
+        for name in scripts:
+            results_name = importlib.import_module(f"benchmarks.{name}").SCRIPT.name
+            if isinstance(results_name, str):
+                prefixes.add(results_name)
+        assert any(path.name.startswith(f"{prefix}-") for prefix in prefixes), (
+            f"{path.name}: not named after the script it records ({sorted(prefixes)})")
 
 
 def commands_in(text: str) -> list[str]:
@@ -81,7 +102,8 @@ def split(command: str) -> tuple[str, list[str]]:
     if words[1] == "-m":
         name, rest = words[2].removeprefix("benchmarks."), words[3:]
     else:
-        name, rest = Path(words[1]).stem, words[2:]
+        path = words[1].split("benchmarks/", 1)[1].removesuffix(".py")
+        name, rest = path.replace("/", "."), words[2:]
     args = []
     for word in rest:
         if word in STOP or word.startswith("#"):
@@ -93,7 +115,7 @@ def split(command: str) -> tuple[str, list[str]]:
 def check(command: str) -> None:
     """``command`` parses with its script's current options (nothing runs)."""
     name, args = split(command)
-    assert (BENCHMARKS / f"{name}.py").exists(), f"{command}: no benchmarks/{name}.py"
+    assert path_of(name).exists(), f"{command}: no {path_of(name).relative_to(ROOT)}"
     module = importlib.import_module(f"benchmarks.{name}")
     err = io.StringIO()
     try:
@@ -140,7 +162,7 @@ def usages(name: str) -> list[str]:
     (the first of ``a|b``): the flags a script documents are flags it has."""
     import ast
 
-    doc = ast.get_docstring(ast.parse((BENCHMARKS / f"{name}.py").read_text())) or ""
+    doc = ast.get_docstring(ast.parse(path_of(name).read_text())) or ""
     commands: list[str] = []
     for line in doc.replace("\\\n", " ").splitlines():
         if "python -m benchmarks." in line:
@@ -154,9 +176,6 @@ def usages(name: str) -> list[str]:
         command = re.sub(r"\[([^\]]*)\]", r"\1", command.split("#")[0])
         out.append(re.sub(r"(\S+)\|\S+", r"\1", command).strip())
     return out
-
-
-SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if p.stem not in ("common", "__init__"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -173,10 +192,9 @@ def test_recorded_commands_in_the_transfer_notes_parse():
         check(command)
 
 
-def test_the_index_records_a_command_for_every_script_but_the_helper():
+def test_the_index_records_a_command_for_every_script_run_on_its_own():
     scripts = {split(c)[0] for w, c in RECORDED if w == "benchmarks/README.md"}
-    helpers = {"peer"}  # run by transfer and shuffle, never on its own for a claim
-    assert scripts | helpers == set(SCRIPTS)
+    assert scripts | CHILD_SCRIPTS == set(SCRIPTS)
 
 
 def test_the_index_and_the_scripts_record_the_module_form():
@@ -184,7 +202,7 @@ def test_the_index_and_the_scripts_record_the_module_form():
     historical form stays only inside the results files written with it."""
     for path in (INDEX, BENCHMARKS / "transfer_notes.md", ROOT / "scripts" / "gpu-check.sh",
                  ROOT / "README.md", *sorted((ROOT / "examples").glob("*/README.md"))):
-        old = re.findall(r"python3? benchmarks/\w+\.py", path.read_text())
+        old = re.findall(r"python3? benchmarks/[\w/]+\.py", path.read_text())
         assert not old, f"{path.relative_to(ROOT)}: {old}"
     for name in SCRIPTS:
         assert all(command.startswith(f"python -m benchmarks.{name}")
@@ -192,12 +210,15 @@ def test_the_index_and_the_scripts_record_the_module_form():
 
 
 @pytest.mark.parametrize("command", [
-    "python -m benchmarks.mortgage --data /tmp/m --configs gpu1-pool,gpu2-pool --rounds 0",
-    "python -m benchmarks.mortgage --data /tmp/m --gb 10",
-    "python -m benchmarks.mortgage_stages --device cpu --data /tmp/ms --all-chunks --name x",
+    "python -m benchmarks.examples.mortgage --data /tmp/m --configs gpu1-pool --rounds 0",
+    "python -m benchmarks.examples.mortgage --data /tmp/m --gb 10",
+    "python -m benchmarks.examples.mortgage_stages --device cpu --data /tmp/ms --all-chunks",
     "python -m benchmarks.memory --sections alloc,nothing",
     "python -m benchmarks.nothing --help",
-    "python benchmarks/mortgage.py --data /tmp/m --gb 10",  # the historical form
+    "python -m benchmarks.mortgage --data /tmp/m",  # an application's, by its former module
+    "python -m benchmarks.examples.shuffle --sizes 64MiB",  # the library's, in the wrong part
+    "python benchmarks/examples/mortgage.py --data /tmp/m --gb 10",  # the historical form
+    "python benchmarks/mortgage.py --data /tmp/m",
     "python benchmarks/nothing.py --help",
 ])
 def test_a_stale_command_fails(command):
@@ -206,16 +227,21 @@ def test_a_stale_command_fails(command):
 
 
 def test_commands_are_found_in_code_spans_and_blocks():
-    text = ("Run `python -m\nbenchmarks.mortgage --data d\n--runs 1`, then:\n\n```\nfor x in 1; "
-            "do python -m benchmarks.ecg --max-steps 3; done\n/opt/v/bin/python3 -m "
-            "benchmarks.shuffle \\\n  --protocols tcp --device cpu\n```\nand once "
-            "`python benchmarks/join.py --repeats 1`; not `python -m benchmarks.common_x.y`.\n")
-    assert commands_in(text) == ["python -m benchmarks.ecg --max-steps 3; done",
-                                 "python -m benchmarks.shuffle --protocols tcp --device cpu",
-                                 "python -m benchmarks.mortgage --data d --runs 1",
-                                 "python benchmarks/join.py --repeats 1"]
-    assert split("python -m benchmarks.ecg --max-steps 3; done") == ("ecg", ["--max-steps", "3"])
-    assert split("python benchmarks/ecg.py --max-steps 3; done") == ("ecg", ["--max-steps", "3"])
+    text = ("Run `python -m\nbenchmarks.examples.mortgage --data d\n--runs 1`, then:\n\n```\n"
+            "for x in 1; do python -m benchmarks.examples.ecg --max-steps 3; done\n"
+            "/opt/v/bin/python3 -m benchmarks.shuffle \\\n  --protocols tcp --device cpu\n```\n"
+            "and once `python benchmarks/join.py --repeats 1`; not `python -m "
+            "benchmarks.common_x.y` nor `python -m benchmarks.examples_x.y`.\n")
+    assert commands_in(text) == [
+        "python -m benchmarks.examples.ecg --max-steps 3; done",
+        "python -m benchmarks.shuffle --protocols tcp --device cpu",
+        "python -m benchmarks.examples.mortgage --data d --runs 1",
+        "python benchmarks/join.py --repeats 1"]
+    assert split("python -m benchmarks.examples.ecg --max-steps 3; done") == (
+        "examples.ecg", ["--max-steps", "3"])
+    assert split("python benchmarks/examples/ecg.py --max-steps 3") == (
+        "examples.ecg", ["--max-steps", "3"])
+    assert split("python benchmarks/join.py --repeats 1") == ("join", ["--repeats", "1"])
 
 
 def gpu_check_commands() -> list[str]:
@@ -228,7 +254,7 @@ def gpu_check_commands() -> list[str]:
     scaling = dict(line.split("=", 1) for line in dry.splitlines() if "=" in line)
     out = []
     for line in text.splitlines():
-        match = re.search(r"python3 (-m benchmarks\.\w+.*?)(?:\|\||$)", line)
+        match = re.search(r"python3 (-m benchmarks\.[\w.]+.*?)(?:\|\||$)", line)
         if not match:
             continue
         command = match[1].strip()
@@ -251,15 +277,16 @@ def test_gpu_check_is_valid_shell_and_its_commands_parse():
     subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-check.sh")], check=True)
     commands = gpu_check_commands()
     scripts = {split(c)[0] for c in commands}
-    assert {"memory", "cupy_allocators", "vs_dask_cuda", "cluster_start", "mortgage_stages",
-            "mortgage_timeline", "transfer", "shuffle", "join", "mortgage", "ecg"} <= scripts
+    assert {"memory", "cupy_allocators", "vs_dask_cuda", "cluster_start",
+            "examples.mortgage_stages", "examples.mortgage_timeline", "transfer", "shuffle",
+            "join", "examples.mortgage", "examples.ecg"} <= scripts
     for command in commands:
         check(command)
     text = (ROOT / "scripts" / "gpu-check.sh").read_text()
-    for path in re.findall(r"\b(benchmarks/\w+\.py|tests/[\w/]+\.py)\b", text):
+    for path in re.findall(r"\b(benchmarks/[\w/]+\.py|tests/[\w/]+\.py)\b", text):
         assert (ROOT / path).exists(), f"gpu-check.sh names {path}, which does not exist"
-    for name in re.findall(r"-m benchmarks\.(\w+)", text):
-        assert (BENCHMARKS / f"{name}.py").exists(), f"gpu-check.sh runs benchmarks.{name}"
+    for name in re.findall(r"-m benchmarks\.([\w.]+)", text):
+        assert path_of(name).exists(), f"gpu-check.sh runs benchmarks.{name}"
 
 
 def citing_files() -> list[Path]:
@@ -300,8 +327,9 @@ def test_readmes_docs_and_code_cite_only_results_that_exist():
 def test_the_scripts_named_by_the_readmes_exist():
     for path in citing_files():
         text = path.read_text()
-        for script in re.findall(r"(?<![\w/])benchmarks/(\w+)\.py\b", text):
-            assert (BENCHMARKS / f"{script}.py").exists(), f"{path}: benchmarks/{script}.py"
-        for script in re.findall(r"-m benchmarks\.(\w+)", text):
-            if not script.isupper():  # benchmarks.NAME stands for any of them
-                assert (BENCHMARKS / f"{script}.py").exists(), f"{path}: benchmarks.{script}"
+        for script in re.findall(r"(?<![\w/])benchmarks/((?:examples/)?\w+)\.py\b", text):
+            name = script.replace("/", ".")
+            assert path_of(name).exists(), f"{path}: benchmarks/{script}.py"
+        for script in re.findall(r"-m benchmarks\.((?:examples\.)?\w+)(?![\w.])", text):
+            if not script.split(".")[-1].isupper():  # benchmarks.NAME stands for any of them
+                assert path_of(script).exists(), f"{path}: benchmarks.{script}"
