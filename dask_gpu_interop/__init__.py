@@ -13,7 +13,14 @@ library; GPU libraries are touched only where used.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._defaults import load_defaults
+from ._imports import alias_modules as _alias_modules
+
+# The modules that moved into a subpackage, by their old dotted paths: those keep working
+# (``import dask_gpu_interop.gpu_workers`` gives ``dask_gpu_interop.worker.gpu_workers``).
+_MOVED: dict[str, str] = {}
+_alias_modules({f"{__name__}.{old}": f"{__name__}.{new}" for old, new in _MOVED.items()})
+
+from ._defaults import load_defaults  # noqa: E402
 
 load_defaults()
 
