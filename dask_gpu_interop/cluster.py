@@ -23,7 +23,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, fork_server, gpu_workers, ucx_setup, worker_exit
+from . import _interrupts, fork_server, ucx_setup, worker_exit
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
@@ -31,6 +31,7 @@ from .memory.plugin import GPUMemoryPlugin
 from .scheduler_workers import workers_of
 from .serialize import register as register_serializers
 from .shuffle_method import shuffle_config
+from .worker import gpu_workers
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 NANNY_ENVIRON = "distributed.nanny.environ"
@@ -215,7 +216,7 @@ def local_cluster(
     threads_per_worker : int, optional
         Threads of each worker: on GPUs ``gpu-interop.worker.threads`` (1; with 2, one task's
         host work overlaps another's kernels, each thread on its own CUDA stream, see
-        :mod:`dask_gpu_interop.gpu_workers`); on CPUs the cores shared out.
+        :mod:`dask_gpu_interop.worker.gpu_workers`); on CPUs the cores shared out.
     protocol : {"tcp", "ucx", "tls", "inproc"}
         How the workers talk; "ucx" (NVLink, InfiniBand) is for GPU clusters.
     memory : dict, optional

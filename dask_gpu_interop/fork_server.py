@@ -20,8 +20,8 @@ the device its nanny gives it: cuDF is imported with ``RAPIDS_NO_INITIALIZE=1`` 
 of the GPU and driver at import is left out, in the workers too), and none of the modules
 creates a CUDA context as it is imported. The variables that the libraries (and the C
 library's allocator) read as a process starts are the server's: the GPU workers' settings
-(:mod:`.gpu_workers`) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash seed,
-the thread counts of the numeric libraries, the allocator's thresholds); a cluster that needs
+(:mod:`.worker.gpu_workers`) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash
+seed, the thread counts of the numeric libraries, the allocator's thresholds); a cluster that needs
 them otherwise than the running server has them gets spawned worker processes (the server
 cannot change them, and stopping it would leave the workers already forked from it without
 the server that reports their end to their nannies). Every other variable of this process's
@@ -103,7 +103,7 @@ def server_environ(device: str = "gpu") -> dict[str, str]:
     the modules to import."""
     import dask.config
 
-    from . import gpu_workers
+    from .worker import gpu_workers
 
     pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
     chosen = {**(gpu_workers.settings() if device == "gpu" else {}),

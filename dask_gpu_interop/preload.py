@@ -11,10 +11,10 @@ the reason: a worker that came up without its memory setup would be worse than o
 not come up.
 
 Importing the preload also gives the worker the GPU workers' settings of
-:mod:`dask_gpu_interop.gpu_workers` (each thread its own CUDA stream, kvikio's reader threads),
-before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``, one task's
-host work overlaps another's kernels. And a dask-cuda worker imports cuDF in the background
-instead of before it joins the cluster (:mod:`dask_gpu_interop.worker_cudf_import`).
+:mod:`dask_gpu_interop.worker.gpu_workers` (each thread its own CUDA stream, kvikio's reader
+threads), before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``,
+one task's host work overlaps another's kernels. And a dask-cuda worker imports cuDF in the
+background instead of before it joins the cluster (:mod:`dask_gpu_interop.worker_cudf_import`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import logging
 
 import click
 
-from . import gpu_workers, worker_cudf_import, worker_exit, worker_start
+from . import worker_cudf_import, worker_exit, worker_start
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -34,11 +34,13 @@ from .memory.config import PRELOAD_PREFIX
 from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
+from .worker import gpu_workers
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
-# The GPU workers' settings (per-thread streams, kvikio's threads: dask_gpu_interop.gpu_workers),
-# now: a worker imports its preloads before any GPU library, which reads them at import.
+# The GPU workers' settings (per-thread streams, kvikio's threads:
+# dask_gpu_interop.worker.gpu_workers), now: a worker imports its preloads before any GPU
+# library, which reads them at import.
 gpu_workers.apply()
 
 PREFIX = PRELOAD_PREFIX  # --gpu-pool-size

@@ -137,7 +137,7 @@ def test_after_a_setting_read_at_process_start_changed_workers_are_spawned_with_
 
 def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_variables(
         monkeypatch):
-    from dask_gpu_interop import gpu_workers
+    from dask_gpu_interop.worker import gpu_workers
 
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a nanny may have set it here

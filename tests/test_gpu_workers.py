@@ -1,5 +1,5 @@
-"""How GPU workers run tasks (dask_gpu_interop.gpu_workers): the settings, where they apply, and
-the plugin's wait for each task's stream."""
+"""How GPU workers run tasks (dask_gpu_interop.worker.gpu_workers): the settings, where they
+apply, and the plugin's wait for each task's stream."""
 
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ import time
 
 from distributed import WorkerPlugin
 
-from .. import compat, device, gpu_workers, worker_start
+from .. import compat, device, worker_start
 from ..serialize import register as register_serializers
+from ..worker import gpu_workers
 from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
 from .errors import GPUMemorySetupError

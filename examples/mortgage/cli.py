@@ -31,8 +31,8 @@ from dask_gpu_interop import (
     without_xgboost_rank_lines,
     worker_starts,
 )
-from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
 from dask_gpu_interop.options import cluster_options, with_options
+from dask_gpu_interop.worker.gpu_workers import environ as gpu_worker_environ
 
 from . import (
     cpu_workers,

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client, LocalCluster
 
-from dask_gpu_interop import gpu_workers
+from dask_gpu_interop.worker import gpu_workers
 from examples.mortgage import files, schema
 from examples.mortgage.cli import mortgage as main
 

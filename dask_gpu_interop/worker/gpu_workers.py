@@ -148,6 +148,6 @@ def wait_for_streams(worker) -> bool:
     per-thread streams; True when it does (from now on)."""
     if not per_thread_streams():
         return False
-    from .compat import wrap_default_executor
+    from ..compat import wrap_default_executor
 
     return wrap_default_executor(worker, waiting_call)
