@@ -2,7 +2,7 @@
 
 The public names are those in ``__all__``; the documented modules beside them are
 :mod:`.convert` (zero-copy conversions), :mod:`.preload` (the worker preload),
-:mod:`.worker.gpu_workers` (how GPU workers run tasks), :mod:`.fork_server` (local worker
+:mod:`.worker.gpu_workers` (how GPU workers run tasks), :mod:`.worker.fork_server` (local worker
 processes forked from a server with the libraries imported), :mod:`.ucx_setup` (the UCX
 setup of a process that starts a local cluster over UCX, begun early), :mod:`.options`
 (click options for your own commands), :mod:`.tls` (certificates for ``tls://`` clusters) and
@@ -18,6 +18,7 @@ from ._imports import alias_modules as _alias_modules
 # The modules that moved into a subpackage, by their old dotted paths: those keep working
 # (``import dask_gpu_interop.gpu_workers`` gives ``dask_gpu_interop.worker.gpu_workers``).
 _MOVED: dict[str, str] = {
+    "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
 }
 _alias_modules({f"{__name__}.{old}": f"{__name__}.{new}" for old, new in _MOVED.items()})

@@ -27,7 +27,7 @@ WORKER_DEFAULTS = {
     "quick-exit": True,
     # Local worker processes forked from a server that imported the libraries once:
     # "ucx" (GPU workers over UCX), true (all, CPU workers included) or false
-    # (dask_gpu_interop.fork_server).
+    # (dask_gpu_interop.worker.fork_server).
     "fork-server": "ucx",
 }
 

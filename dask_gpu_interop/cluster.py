@@ -23,7 +23,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, fork_server, ucx_setup, worker_exit
+from . import _interrupts, ucx_setup, worker_exit
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
@@ -31,7 +31,7 @@ from .memory.plugin import GPUMemoryPlugin
 from .scheduler_workers import workers_of
 from .serialize import register as register_serializers
 from .shuffle_method import shuffle_config
-from .worker import gpu_workers
+from .worker import fork_server, gpu_workers
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 NANNY_ENVIRON = "distributed.nanny.environ"
@@ -508,7 +508,7 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
                           **others) -> bool:
     """Start now what :func:`cluster_client` given the same arguments will use as it starts a
     local cluster, so that it is ready by then: the fork server of its worker processes
-    (:mod:`dask_gpu_interop.fork_server`; by default for GPU workers over UCX) and, over UCX,
+    (:mod:`dask_gpu_interop.worker.fork_server`; by default for GPU workers over UCX) and, over UCX,
     this process's UCX setup (:mod:`dask_gpu_interop.ucx_setup`). Call it as
     early as you know the arguments, and after setting what the workers' processes start with
     (environment, ``distributed.nanny.pre-spawn-environ``): what it starts works in the

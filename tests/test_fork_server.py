@@ -1,5 +1,5 @@
 """Local worker processes forked from a server with the libraries imported
-(dask_gpu_interop.fork_server): what the server starts with, when it is used, and workers
+(dask_gpu_interop.worker.fork_server): what the server starts with, when it is used, and workers
 forked from it (on CPU workers in a child interpreter, and on two GPUs)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import textwrap
 import dask
 import pytest
 
-from dask_gpu_interop import fork_server, prepare_local_cluster
+from dask_gpu_interop import prepare_local_cluster
+from dask_gpu_interop.worker import fork_server
 
 # A child interpreter (its fork server is its own): a local cluster of two worker processes
 # started inside fork_server.forking(), or without it; each worker's parent process, a marker
@@ -22,10 +23,10 @@ PROBE = textwrap.dedent("""
     import json, multiprocessing, os, sys
     import dask
     from distributed import Client, LocalCluster
-    from dask_gpu_interop import fork_server
+    from dask_gpu_interop.worker import fork_server
 
     def seen():
-        imports = sys.modules.get("dask_gpu_interop._fork_server_imports")
+        imports = sys.modules.get("dask_gpu_interop.worker._fork_server_imports")
         return [os.getppid(), os.environ.get("PROBE_MARK"),
                 os.environ.get("RAPIDS_NO_INITIALIZE"), os.environ.get("PYTHONHASHSEED"),
                 "dask.dataframe" in sys.modules,
@@ -103,7 +104,7 @@ RESTART = textwrap.dedent("""
     import json, multiprocessing, os
     import dask
     from distributed import Client, LocalCluster
-    from dask_gpu_interop import fork_server
+    from dask_gpu_interop.worker import fork_server
 
     def seen():
         return [os.getppid(), os.environ.get("PROBE_SETTING")]

@@ -20,8 +20,8 @@ the device its nanny gives it: cuDF is imported with ``RAPIDS_NO_INITIALIZE=1`` 
 of the GPU and driver at import is left out, in the workers too), and none of the modules
 creates a CUDA context as it is imported. The variables that the libraries (and the C
 library's allocator) read as a process starts are the server's: the GPU workers' settings
-(:mod:`.worker.gpu_workers`) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash
-seed, the thread counts of the numeric libraries, the allocator's thresholds); a cluster that needs
+(:mod:`.gpu_workers`) and distributed's ``distributed.nanny.pre-spawn-environ`` (the hash seed,
+the thread counts of the numeric libraries, the allocator's thresholds); a cluster that needs
 them otherwise than the running server has them gets spawned worker processes (the server
 cannot change them, and stopping it would leave the workers already forked from it without
 the server that reports their end to their nannies). Every other variable of this process's
@@ -61,7 +61,7 @@ GPU_MODULES = ("dask_cuda", "rmm", "cupy", "numba", "cudf", "dask_cudf",
 IMPORTS_VARIABLE = "DASK_GPU_INTEROP_FORK_SERVER_IMPORTS"
 #: What the server is told to import: a module that imports each of those on its own, so that
 #: one failing with any error (not only an ImportError) leaves the server up.
-PRELOAD = "dask_gpu_interop._fork_server_imports"
+PRELOAD = "dask_gpu_interop.worker._fork_server_imports"
 #: distributed's config keys: a worker process's start method; the variables a nanny sets in
 #: its worker process.
 METHOD_KEY = "distributed.worker.multiprocessing-method"
@@ -80,8 +80,8 @@ def wanted(protocol: str, device: str = "gpu") -> bool:
     exit off), and the platform has the ``forkserver`` start method (Linux)."""
     import dask.config
 
-    from . import worker_exit
-    from ._defaults import flag
+    from .. import worker_exit
+    from .._defaults import flag
 
     if not sys.platform.startswith("linux") or not flag(worker_exit.CONFIG_KEY, True):
         return False
@@ -103,7 +103,7 @@ def server_environ(device: str = "gpu") -> dict[str, str]:
     the modules to import."""
     import dask.config
 
-    from .worker import gpu_workers
+    from . import gpu_workers
 
     pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
     chosen = {**(gpu_workers.settings() if device == "gpu" else {}),
