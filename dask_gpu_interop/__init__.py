@@ -20,6 +20,7 @@ from ._imports import alias_modules as _alias_modules
 _MOVED: dict[str, str] = {
     "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
+    "worker_start": "worker.start",
 }
 _alias_modules({f"{__name__}.{old}": f"{__name__}.{new}" for old, new in _MOVED.items()})
 
@@ -56,7 +57,7 @@ from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .scheduler_workers import cluster_workers  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
 from .work_stealing import without_work_stealing  # noqa: E402
-from .worker_start import WorkerStart, worker_starts  # noqa: E402
+from .worker.start import WorkerStart, worker_starts  # noqa: E402
 from .workers_import import check_workers_import  # noqa: E402
 
 try:

@@ -23,7 +23,7 @@ import logging
 
 import click
 
-from . import worker_cudf_import, worker_exit, worker_start
+from . import worker_cudf_import, worker_exit
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -35,6 +35,7 @@ from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
 from .worker import gpu_workers
+from .worker import start as worker_start
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 

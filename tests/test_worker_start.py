@@ -11,7 +11,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_gpu_interop import WorkerStart, cluster_client, cluster_workers, worker_starts
-from dask_gpu_interop.worker_start import MARKS, mark, process_started
+from dask_gpu_interop.worker.start import MARKS, mark, process_started
 
 
 def test_each_worker_process_starts_then_preloads_then_joins_within_the_clusters_start():
@@ -38,7 +38,7 @@ def test_a_worker_in_the_clients_process_has_no_process_of_its_own():
 def test_a_process_start_is_when_the_process_began():
     before = time.time()
     done = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from "
-                           "dask_gpu_interop.worker_start import process_started; "
+                           "dask_gpu_interop.worker.start import process_started; "
                            "print(process_started())"], capture_output=True, text=True,
                           check=True)
     after = time.time()

@@ -8,9 +8,10 @@ import time
 
 from distributed import WorkerPlugin
 
-from .. import compat, device, worker_start
+from .. import compat, device
 from ..serialize import register as register_serializers
 from ..worker import gpu_workers
+from ..worker import start as worker_start
 from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
 from .errors import GPUMemorySetupError
