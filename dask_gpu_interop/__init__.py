@@ -20,6 +20,7 @@ from ._imports import alias_modules as _alias_modules
 _MOVED: dict[str, str] = {
     "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
+    "worker_exit": "worker.quick_exit",
     "worker_start": "worker.start",
 }
 _alias_modules({f"{__name__}.{old}": f"{__name__}.{new}" for old, new in _MOVED.items()})

@@ -23,7 +23,7 @@ WORKER_DEFAULTS = {
     # Threads of each GPU worker of a local cluster (dask_gpu_interop.worker.gpu_workers).
     "threads": 1,
     # A nanny's worker process ends right after its worker closed, without Python's teardown
-    # (dask_gpu_interop.worker_exit).
+    # (dask_gpu_interop.worker.quick_exit).
     "quick-exit": True,
     # Local worker processes forked from a server that imported the libraries once:
     # "ucx" (GPU workers over UCX), true (all, CPU workers included) or false

@@ -23,7 +23,7 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, ucx_setup, worker_exit
+from . import _interrupts, ucx_setup
 from . import device as device_mod
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
@@ -31,7 +31,7 @@ from .memory.plugin import GPUMemoryPlugin
 from .scheduler_workers import workers_of
 from .serialize import register as register_serializers
 from .shuffle_method import shuffle_config
-from .worker import fork_server, gpu_workers
+from .worker import fork_server, gpu_workers, quick_exit
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 NANNY_ENVIRON = "distributed.nanny.environ"
@@ -311,7 +311,7 @@ def local_cluster(
             security=security,
             processes=processes is not False,
             # a terminal's Ctrl-C is for the client only; a closed worker's process ends at once
-            preload=[_interrupts.PRELOAD, worker_exit.PRELOAD],
+            preload=[_interrupts.PRELOAD, quick_exit.PRELOAD],
         )
 
 

@@ -23,7 +23,7 @@ import logging
 
 import click
 
-from . import worker_cudf_import, worker_exit
+from . import worker_cudf_import
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -34,7 +34,7 @@ from .memory.config import PRELOAD_PREFIX
 from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
-from .worker import gpu_workers
+from .worker import gpu_workers, quick_exit
 from .worker import start as worker_start
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
@@ -110,8 +110,9 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
 
 
 def dask_teardown(worker) -> None:
-    """As the worker closes: its process ends right after (:mod:`dask_gpu_interop.worker_exit`)."""
-    worker_exit.end_process_at_exit(worker)
+    """As the worker closes: its process ends right after
+    (:mod:`dask_gpu_interop.worker.quick_exit`)."""
+    quick_exit.end_process_at_exit(worker)
 
 
 def _stop(message: str):

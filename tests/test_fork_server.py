@@ -168,9 +168,9 @@ def test_the_setting_says_for_which_clusters_the_server_is_used(value, protocol,
 
 
 def test_with_the_quick_exit_off_worker_processes_are_spawned_so_their_teardown_runs():
-    from dask_gpu_interop import worker_exit
+    from dask_gpu_interop.worker import quick_exit
 
-    with dask.config.set({fork_server.CONFIG_KEY: True, worker_exit.CONFIG_KEY: False}):
+    with dask.config.set({fork_server.CONFIG_KEY: True, quick_exit.CONFIG_KEY: False}):
         assert fork_server.wanted("ucx", "gpu") is False
         assert fork_server.wanted("tcp", "cpu") is False
 

@@ -31,7 +31,7 @@ variable removed after the server started stays in the workers).
 ``gpu-interop.worker.fork-server`` in dask config: ``ucx`` (the default: GPU worker processes
 over UCX), ``true`` (every local cluster's worker processes, CPU ones included) or ``false``
 (none: each worker a new interpreter, distributed's way). Linux only. A forked process ends
-without Python's teardown, as the quick exit (:mod:`.worker_exit`) has a worker process end:
+without Python's teardown, as the quick exit (:mod:`.quick_exit`) has a worker process end:
 with ``gpu-interop.worker.quick-exit`` off, worker processes are new interpreters, whose
 teardown runs. A worker process that its nanny
 restarts later is started the way distributed's config says (a new interpreter by default).
@@ -80,10 +80,10 @@ def wanted(protocol: str, device: str = "gpu") -> bool:
     exit off), and the platform has the ``forkserver`` start method (Linux)."""
     import dask.config
 
-    from .. import worker_exit
     from .._defaults import flag
+    from . import quick_exit
 
-    if not sys.platform.startswith("linux") or not flag(worker_exit.CONFIG_KEY, True):
+    if not sys.platform.startswith("linux") or not flag(quick_exit.CONFIG_KEY, True):
         return False
     value = dask.config.get(CONFIG_KEY, default=UCX_ONLY)
     if isinstance(value, str) and value.strip().lower() == UCX_ONLY:
