@@ -20,6 +20,7 @@ from ._imports import alias_modules as _alias_modules
 _MOVED: dict[str, str] = {
     "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
+    "worker_cudf_import": "worker.cudf_import",
     "worker_exit": "worker.quick_exit",
     "worker_start": "worker.start",
 }

@@ -14,7 +14,7 @@ Importing the preload also gives the worker the GPU workers' settings of
 :mod:`dask_gpu_interop.worker.gpu_workers` (each thread its own CUDA stream, kvikio's reader
 threads), before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``,
 one task's host work overlaps another's kernels. And a dask-cuda worker imports cuDF in the
-background instead of before it joins the cluster (:mod:`dask_gpu_interop.worker_cudf_import`).
+background instead of before it joins the cluster (:mod:`dask_gpu_interop.worker.cudf_import`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import logging
 
 import click
 
-from . import worker_cudf_import
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -34,7 +33,7 @@ from .memory.config import PRELOAD_PREFIX
 from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
 from .options import given_memory, memory_click_options, with_options
-from .worker import gpu_workers, quick_exit
+from .worker import cudf_import, gpu_workers, quick_exit
 from .worker import start as worker_start
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
@@ -106,7 +105,7 @@ def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
     add_pending_worker_plugin(worker, plugin)
     # dask-cuda's cuDF options without holding the worker's start for cuDF's import, which
     # runs from now on, beside dask-cuda's CUDA start
-    worker_cudf_import.import_beside_start(worker, spill=plugin.config.spill)
+    cudf_import.import_beside_start(worker, spill=plugin.config.spill)
 
 
 def dask_teardown(worker) -> None:
