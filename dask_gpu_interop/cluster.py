@@ -23,15 +23,15 @@ from dask.utils import parse_timedelta
 from distributed import Client, LocalCluster
 from distributed.comm.addressing import parse_address
 
-from . import _interrupts, ucx_setup
 from . import device as device_mod
+from . import ucx_setup
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import Setting, Worded
 from .memory.plugin import GPUMemoryPlugin
 from .scheduler_workers import workers_of
 from .serialize import register as register_serializers
 from .shuffle_method import shuffle_config
-from .worker import fork_server, gpu_workers, quick_exit
+from .worker import _interrupts, fork_server, gpu_workers, quick_exit
 
 PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
 NANNY_ENVIRON = "distributed.nanny.environ"
