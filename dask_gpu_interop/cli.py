@@ -20,8 +20,9 @@ import time
 
 import click
 
-from . import cluster
 from . import tls as tls_mod
+from .cluster import ClusterError
+from .cluster.running import connect as connect_scheduler
 from .options import with_options
 from .scheduler_workers import cluster_workers
 
@@ -43,8 +44,8 @@ CONNECTION_OPTIONS = [
 
 
 def connect(scheduler, scheduler_file, tls_dir, timeout):
-    """:func:`.cluster.connect` with the values of ``CONNECTION_OPTIONS``: a Client, with the
-    client certificate of ``tls_dir``; a click error that says what to change."""
+    """:func:`.cluster.running.connect` with the values of ``CONNECTION_OPTIONS``: a Client,
+    with the client certificate of ``tls_dir``; a click error that says what to change."""
     if (scheduler is None) == (scheduler_file is None):
         raise click.UsageError("give one of --scheduler ADDRESS or --scheduler-file FILE")
     try:
@@ -52,9 +53,9 @@ def connect(scheduler, scheduler_file, tls_dir, timeout):
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
     try:
-        return cluster.connect(
+        return connect_scheduler(
             scheduler, scheduler_file=scheduler_file, security=security, timeout=timeout)
-    except cluster.ClusterError as err:
+    except ClusterError as err:
         raise click.ClickException(err.message(flags="")) from None
 
 

@@ -21,7 +21,7 @@ import functools
 
 import click
 
-from .cluster import DEVICES, PROTOCOLS, ClusterError, check_local
+from .cluster.checks import DEVICES, PROTOCOLS, ClusterError, check_local
 from .memory.config import OPTIONS, MemoryConfig
 from .memory.errors import OptionError
 

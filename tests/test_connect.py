@@ -1,4 +1,4 @@
-"""One way to reach a running cluster: ``cluster.connect`` (an address or a scheduler file,
+"""One way to reach a running cluster: ``cluster.running.connect`` (an address or a scheduler file,
 TLS, a timeout, one message when no scheduler answers), used by the examples and the
 commands alike."""
 
@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from distributed import LocalCluster
 
-from dask_gpu_interop import cluster as cluster_mod
+from dask_gpu_interop import ClusterError
 from dask_gpu_interop.cli import main
+from dask_gpu_interop.cluster.running import connect
 
 NOBODY = "tcp://127.0.0.1:1"  # nothing listens on port 1
 
@@ -32,21 +33,21 @@ def scheduler_file(tmp_path, address):
 
 def test_an_address_or_a_scheduler_file_reaches_the_same_scheduler(running, tmp_path):
     address = running.scheduler_address
-    with cluster_mod.connect(address) as client:
+    with connect(address) as client:
         assert client.scheduler.address == address
-    with cluster_mod.connect(scheduler_file=scheduler_file(tmp_path, address)) as client:
+    with connect(scheduler_file=scheduler_file(tmp_path, address)) as client:
         assert client.scheduler.address == address
 
 
 @pytest.mark.parametrize("where", [{}, {"scheduler": NOBODY, "scheduler_file": "s.json"}])
 def test_one_of_address_and_scheduler_file(where):
     with pytest.raises(ValueError, match="give one of scheduler= .* or scheduler_file="):
-        cluster_mod.connect(**where)
+        connect(**where)
 
 
 def test_no_scheduler_at_the_address():
-    with pytest.raises(cluster_mod.ClusterError) as info:
-        cluster_mod.connect(NOBODY, timeout="1s")
+    with pytest.raises(ClusterError) as info:
+        connect(NOBODY, timeout="1s")
     assert str(info.value) == (
         f"no scheduler answered at {NOBODY}: nothing listens there; check the address, or "
         "start one (python -m dask scheduler)")
@@ -54,9 +55,9 @@ def test_no_scheduler_at_the_address():
 
 def test_no_scheduler_at_the_address_in_the_file(tmp_path):
     path = scheduler_file(tmp_path, NOBODY)
-    with pytest.raises(cluster_mod.ClusterError, match=re.escape(
+    with pytest.raises(ClusterError, match=re.escape(
             f"no scheduler answered at {NOBODY} (the address in {path}): nothing listens")):
-        cluster_mod.connect(scheduler_file=path, timeout="1s")
+        connect(scheduler_file=path, timeout="1s")
 
 
 def test_the_commands_say_the_same_when_no_scheduler_answers(tmp_path):
@@ -123,19 +124,19 @@ def test_something_that_is_not_a_scheduler_is_refused_within_the_timeout():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     address = f"tcp://127.0.0.1:{server.server_address[1]}"
     try:
-        err, seconds = _bounded(lambda: cluster_mod.connect(address, timeout="2s"), 20)
+        err, seconds = _bounded(lambda: connect(address, timeout="2s"), 20)
     finally:
         server.shutdown()
         server.server_close()
-    assert isinstance(err, cluster_mod.ClusterError), repr(err)
+    assert isinstance(err, ClusterError), repr(err)
     assert str(err).startswith(f"no Dask scheduler answered at {address} (")
     assert seconds < 10
 
 
 def test_a_worker_s_address_is_not_taken_for_the_scheduler_s(running):
     (worker,) = running.scheduler_info["workers"]
-    err, _ = _bounded(lambda: cluster_mod.connect(worker, timeout="5s"), 20)
-    assert isinstance(err, cluster_mod.ClusterError), repr(err)
+    err, _ = _bounded(lambda: connect(worker, timeout="5s"), 20)
+    assert isinstance(err, ClusterError), repr(err)
     assert "it answered as Worker, not a scheduler" in str(err)
 
 
@@ -146,8 +147,8 @@ def test_a_missing_or_broken_scheduler_file_is_refused_at_once(tmp_path, content
     path = tmp_path / "scheduler.json"
     if content is not None:
         path.write_text(content)
-    err, seconds = _bounded(lambda: cluster_mod.connect(scheduler_file=str(path)), 20)
-    assert isinstance(err, cluster_mod.ClusterError) and words in str(err), repr(err)
+    err, seconds = _bounded(lambda: connect(scheduler_file=str(path)), 20)
+    assert isinstance(err, ClusterError) and words in str(err), repr(err)
     assert seconds < 5
 
 

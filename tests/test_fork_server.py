@@ -189,13 +189,13 @@ def test_by_default_the_server_is_for_gpu_workers_over_ucx():
 ])
 def test_preparing_asks_for_the_server_only_where_worker_processes_will_start(
         monkeypatch, arguments, asked):
-    from dask_gpu_interop import cluster
+    from dask_gpu_interop.cluster import local
 
     started = []
     monkeypatch.setattr(fork_server, "start",
                         lambda protocol, device: started.append((protocol, device)) or True)
-    monkeypatch.setattr(cluster, "resolve_device", lambda device: device)  # as on a GPU machine
-    monkeypatch.setattr(cluster.ucx_setup, "begin", lambda: False)  # tests/test_ucx_setup.py
+    monkeypatch.setattr(local, "resolve_device", lambda device: device)  # as on a GPU machine
+    monkeypatch.setattr(local.ucx_setup, "begin", lambda: False)  # tests/test_ucx_setup.py
     assert prepare_local_cluster(**arguments, memory={"pool_size": "1GiB"}) is bool(asked)
     assert started == asked
 

@@ -10,7 +10,9 @@ import types
 import dask.config
 import pytest
 
-from dask_gpu_interop import cluster, device, gpu_workers
+from dask_gpu_interop import device
+from dask_gpu_interop.cluster import local
+from dask_gpu_interop.worker import gpu_workers
 
 
 @pytest.fixture
@@ -110,23 +112,23 @@ class _Recorded(Exception):
 def _recording_cluster(monkeypatch, seen):
     def record(**kwargs):
         seen["kwargs"] = kwargs
-        seen["nanny_environ"] = dict(dask.config.get(cluster.NANNY_ENVIRON, default={}))
+        seen["nanny_environ"] = dict(dask.config.get(local.NANNY_ENVIRON, default={}))
         raise _Recorded
 
     fake = types.ModuleType("dask_cuda")
     fake.LocalCUDACluster = record
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
-    monkeypatch.setattr(cluster, "check_local", lambda device, protocol, **checks: "gpu")
+    monkeypatch.setattr(local, "check_local", lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(device, "gpu_count", lambda: 2)
 
 
 def test_local_gpu_worker_processes_get_the_settings_and_the_configured_threads(monkeypatch):
     seen = {}
     _recording_cluster(monkeypatch, seen)
-    with dask.config.set({cluster.NANNY_ENVIRON: {"OTHER": "1"},
+    with dask.config.set({local.NANNY_ENVIRON: {"OTHER": "1"},
                           "gpu-interop.worker.threads": 2}):
         with pytest.raises(_Recorded):
-            cluster.local_cluster("gpu")
+            local.local_cluster("gpu")
     assert seen["kwargs"]["threads_per_worker"] == 2
     assert seen["nanny_environ"] == {**gpu_workers.ENVIRON, "OTHER": "1"}
 
@@ -135,7 +137,7 @@ def test_threads_asked_for_win_over_the_gpu_workers_default(monkeypatch):
     seen = {}
     _recording_cluster(monkeypatch, seen)
     with pytest.raises(_Recorded), dask.config.set({"gpu-interop.worker.threads": 2}):
-        cluster.local_cluster("gpu", threads_per_worker=3)
+        local.local_cluster("gpu", threads_per_worker=3)
     assert seen["kwargs"]["threads_per_worker"] == 3
 
 

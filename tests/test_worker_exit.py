@@ -11,7 +11,7 @@ import dask
 import pytest
 from distributed import Client
 
-from dask_gpu_interop import cluster, preload
+from dask_gpu_interop import local_cluster, preload
 from dask_gpu_interop.worker import quick_exit
 
 
@@ -22,7 +22,7 @@ def _leave_a_mark_at_exit(path: str) -> None:
 
 
 def _close_a_cluster_whose_workers_mark_their_exit(tmp_path) -> list[bool]:
-    with cluster.local_cluster("cpu", n_workers=2) as local, Client(local) as client:
+    with local_cluster("cpu", n_workers=2) as local, Client(local) as client:
         workers = sorted(client.nthreads())
         for i, address in enumerate(workers):
             client.run(_leave_a_mark_at_exit, str(tmp_path / f"mark-{i}"), workers=[address])
@@ -75,7 +75,7 @@ def test_the_library_preload_ends_its_workers_process_once(monkeypatch, register
 
 
 def test_a_worker_in_the_clients_process_is_left_alone(registered):
-    with cluster.local_cluster("cpu", n_workers=1, processes=False) as local, \
+    with local_cluster("cpu", n_workers=1, processes=False) as local, \
             Client(local) as client:
         assert client.submit(sum, [1, 2]).result() == 3
     assert registered == []

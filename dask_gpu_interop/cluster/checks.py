@@ -1,0 +1,162 @@
+"""What a local cluster asks of this machine, checked before anything starts: the device, the
+protocol and its certificates, the number of workers. :class:`ClusterError` says what to change.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from .. import device as device_mod
+from ..memory.errors import Setting, Worded
+
+PROTOCOLS = ("tcp", "ucx", "tls", "inproc")
+
+
+class ClusterError(Worded, RuntimeError):
+    """The cluster asked for cannot be had: no GPU, no scheduler at the address (or something
+    else answers there), a protocol the device cannot use, more workers than the machine
+    holds, workers that cannot import the program's code.
+
+    Raised before anything starts or any work is sent. The message says what to change:
+    ``str(err)`` names the options as keyword arguments (``device='gpu'``),
+    ``err.message(flags="")`` as flags (``--device``).
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import ClusterError, local_cluster
+    >>> try:
+    ...     local_cluster("cpu", protocol="ucx")
+    ... except ClusterError as err:
+    ...     print(err.message(flags=""))
+    --protocol 'ucx' is for GPU clusters (distributed-ucxx): use --protocol 'tcp' on CPUs
+    """
+
+
+DEVICES = ("auto", "gpu", "cpu")
+GPU_STACK = ("cudf", "cupy", "dask_cuda")
+
+
+def _gpu_stack_missing() -> list[str]:
+    return [name for name in GPU_STACK if importlib.util.find_spec(name) is None]
+
+
+def resolve_device(device: str = "auto") -> str:
+    """The device a local cluster would use here: ``"gpu"`` or ``"cpu"``.
+
+    Parameters
+    ----------
+    device : {"auto", "gpu", "cpu"}
+        What is asked for. "auto" is "gpu" when this machine has a CUDA GPU and the GPU
+        stack (cuDF, CuPy, dask-cuda), else "cpu".
+
+    Returns
+    -------
+    str
+        ``"gpu"`` or ``"cpu"``.
+
+    Raises
+    ------
+    ClusterError
+        ``device="gpu"`` where no GPU is visible or the GPU stack is not installed; the
+        message says what to install or to change.
+    ValueError
+        ``device`` is none of the three.
+
+    Examples
+    --------
+    >>> from dask_gpu_interop import resolve_device
+    >>> resolve_device("cpu")
+    'cpu'
+    >>> resolve_device("auto") in ("gpu", "cpu")
+    True
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    have_gpu = device_mod.gpu_count() > 0
+    missing = _gpu_stack_missing() if have_gpu else []
+    if device == "auto":
+        return "gpu" if have_gpu and not missing else "cpu"
+    if not have_gpu:
+        raise ClusterError(
+            "{device:=} but no CUDA GPU is visible here (check nvidia-smi and "
+            "CUDA_VISIBLE_DEVICES), or use {device:'cpu'}", Setting("device", device))
+    if missing:
+        raise ClusterError(
+            f"{{device:=}} needs {', '.join(missing)}: pip install 'dask-gpu-interop[cuda13]' "
+            "(or [cuda12]), or use {device:'cpu'}", Setting("device", device))
+    return "gpu"
+
+
+def _check_protocol(protocol: str, device: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+    if protocol == "ucx" and device != "gpu":
+        raise ClusterError("{protocol:=} is for GPU clusters (distributed-ucxx): use "
+                           "{protocol:'tcp'} on CPUs", Setting("protocol", protocol))
+
+
+def _check_tls(protocol: str, security) -> None:
+    """ClusterError unless a local cluster over "tls" has every role's certificates (given,
+    or in dask config): without them its scheduler fails to start, in a long traceback."""
+    if protocol != "tls":
+        return
+    from distributed import Security
+
+    security = security or Security()
+    if not all((security.tls_ca_file, security.tls_scheduler_cert, security.tls_worker_cert,
+                security.tls_client_cert)):
+        raise ClusterError(
+            "{protocol:=} needs certificates for the scheduler, the workers and the client: "
+            "make them (dask-gpu-interop tls make DIR), then give them "
+            "(security=dask_gpu_interop.tls.local_security(DIR), or in dask config: eval "
+            "\"$(dask-gpu-interop tls env DIR --role ROLE)\" for each of scheduler, worker and "
+            "client), or use {protocol:'tcp'}", Setting("protocol", protocol))
+
+
+WORKER_MEMORY = 256 * 2**20  # what a CPU worker process holds before its data, with room to run
+WORKERS_PER_CORE = 4  # beyond, processes only wait for the cores (and take ages to start)
+
+
+def _check_workers(n_workers: int | None, device: str, processes: bool | None) -> None:
+    """ClusterError, before anything starts, for more local workers than this machine can
+    hold: one per GPU; CPU worker processes as the cores and the free memory allow."""
+    if n_workers is None:
+        return
+    if n_workers < 1:
+        raise ClusterError("{n_workers:=}: give at least 1", Setting("n_workers", n_workers, flag="workers"))
+    if device == "gpu":
+        gpus = device_mod.gpu_count()
+        if n_workers > gpus:
+            raise ClusterError(
+                f"{{n_workers:=}}: a GPU worker per GPU, and {gpus} GPU(s) are visible here: "
+                f"ask for at most {gpus}", Setting("n_workers", n_workers, flag="workers"))
+        return
+    if processes is False:
+        return
+    import psutil
+    from dask.system import cpu_count
+    from dask.utils import format_bytes
+
+    free, cores = psutil.virtual_memory().available, cpu_count()  # as CPU quotas allow
+    by_memory, by_cores = free // WORKER_MEMORY, WORKERS_PER_CORE * cores
+    if n_workers > min(by_memory, by_cores):
+        why = (f"{format_bytes(free)} of memory free, {format_bytes(WORKER_MEMORY)} a worker "
+               "process" if by_memory < by_cores else
+               f"{cores} cores, {WORKERS_PER_CORE} worker processes a core")
+        raise ClusterError(
+            f"{{n_workers:=}} is more than this machine holds: at most "
+            f"{max(1, min(by_memory, by_cores))} worker processes here ({why}); ask for fewer "
+            "(and more threads each, if you want them)", Setting("n_workers", n_workers, flag="workers"))
+
+
+def check_local(device: str = "auto", protocol: str = "tcp", *, n_workers: int | None = None,
+                processes: bool | None = None, security=None) -> str:
+    """The device a local cluster would use, after checking that it can (the protocol, its
+    certificates, the number of workers); ClusterError."""
+    device = resolve_device(device)
+    _check_protocol(protocol, device)
+    _check_tls(protocol, security)
+    _check_workers(n_workers, device, processes)
+    return device
