@@ -1,5 +1,5 @@
 """The UCX setup of a process that starts a local GPU cluster over UCX, begun in the
-background (dask_gpu_interop.ucx_setup): distributed-ucxx's and dask-cuda's modules stand in
+background (dask_gpu_interop.cluster.ucx_setup): distributed-ucxx's and dask-cuda's modules stand in
 here where they are not installed; the real setup runs in the GPU test below."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import types
 import dask
 import pytest
 
-from dask_gpu_interop import ucx_setup
-from dask_gpu_interop.cluster import local
+from dask_gpu_interop.cluster import local, ucx_setup
 
 
 @pytest.fixture

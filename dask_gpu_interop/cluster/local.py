@@ -18,11 +18,11 @@ import dask.config
 from distributed import LocalCluster
 
 from .. import device as device_mod
-from .. import ucx_setup
 from ..memory.config import PRELOAD_PREFIX
 from ..memory.errors import Setting
 from ..memory.plugin import GPUMemoryPlugin
 from ..worker import _interrupts, fork_server, gpu_workers, quick_exit
+from . import ucx_setup
 from .checks import ClusterError, _gpu_stack_missing, check_local, resolve_device
 
 NANNY_ENVIRON = "distributed.nanny.environ"
@@ -188,7 +188,7 @@ def prepare_local_cluster(device: str = "auto", n_workers: int | None = None,
     """Start now what :func:`cluster_client` given the same arguments will use as it starts a
     local cluster, so that it is ready by then: the fork server of its worker processes
     (:mod:`dask_gpu_interop.worker.fork_server`; by default for GPU workers over UCX) and, over UCX,
-    this process's UCX setup (:mod:`dask_gpu_interop.ucx_setup`). Call it as
+    this process's UCX setup (:mod:`dask_gpu_interop.cluster.ucx_setup`). Call it as
     early as you know the arguments, and after setting what the workers' processes start with
     (environment, ``distributed.nanny.pre-spawn-environ``): what it starts works in the
     background meanwhile.
