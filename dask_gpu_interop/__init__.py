@@ -15,11 +15,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ._imports import alias_modules as _alias_modules
 
-# The modules that moved into a subpackage, by their old dotted paths: those keep working
+# The modules that moved, by their old dotted paths: those keep working
 # (``import dask_gpu_interop.gpu_workers`` gives ``dask_gpu_interop.worker.gpu_workers``).
 _MOVED: dict[str, str] = {
     "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
+    "scheduler_workers": "_client",
     "ucx_setup": "cluster.ucx_setup",
     "worker_cudf_import": "worker.cudf_import",
     "worker_exit": "worker.quick_exit",
@@ -35,6 +36,7 @@ from .serialize import register as _register_serializers  # noqa: E402
 
 _register_serializers()  # lazily: no torch/JAX import until one of their objects is sent
 
+from ._client import cluster_workers  # noqa: E402
 from ._imports import import_in_background  # noqa: E402
 from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
 from .cluster import (  # noqa: E402
@@ -57,7 +59,6 @@ from .memory import (  # noqa: E402
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
-from .scheduler_workers import cluster_workers  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
 from .work_stealing import without_work_stealing  # noqa: E402
 from .worker.start import WorkerStart, worker_starts  # noqa: E402

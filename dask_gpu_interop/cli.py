@@ -21,10 +21,10 @@ import time
 import click
 
 from . import tls as tls_mod
+from ._client import cluster_workers
 from .cluster import ClusterError
 from .cluster.running import connect as connect_scheduler
 from .options import with_options
-from .scheduler_workers import cluster_workers
 
 
 @click.group()

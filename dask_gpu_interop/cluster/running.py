@@ -11,8 +11,8 @@ from dask.utils import parse_timedelta
 from distributed import Client
 from distributed.comm.addressing import parse_address
 
+from .._client import workers_of
 from ..memory.errors import Setting
-from ..scheduler_workers import workers_of
 from .checks import DEVICES, ClusterError, resolve_device
 
 CONNECT_TIMEOUT = "10s"
