@@ -22,6 +22,7 @@ _MOVED: dict[str, str] = {
     "gpu_workers": "worker.gpu_workers",
     "scheduler_workers": "_client",
     "ucx_setup": "cluster.ucx_setup",
+    "work_stealing": "cluster.work_stealing",
     "worker_cudf_import": "worker.cudf_import",
     "worker_exit": "worker.quick_exit",
     "worker_start": "worker.start",
@@ -46,6 +47,7 @@ from .cluster import (  # noqa: E402
     prepare_local_cluster,
     resolve_device,
 )
+from .cluster.work_stealing import without_work_stealing  # noqa: E402
 from .device import gpu_count  # noqa: E402
 from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
@@ -60,7 +62,6 @@ from .memory import (  # noqa: E402
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
-from .work_stealing import without_work_stealing  # noqa: E402
 from .worker.start import WorkerStart, worker_starts  # noqa: E402
 from .workers_import import check_workers_import  # noqa: E402
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ._client import require_client
+from .._client import require_client
 
 EXTENSION = "stealing"  # distributed's work-stealing extension, and its periodic callback
 HOLDERS = "_dask_gpu_interop_stealing_holders"  # blocks that hold it paused, on the scheduler
