@@ -24,6 +24,7 @@ _MOVED: dict[str, str] = {
     "ucx_setup": "cluster.ucx_setup",
     "work_stealing": "cluster.work_stealing",
     "worker_cudf_import": "worker.cudf_import",
+    "workers_import": "cluster.workers_import",
     "worker_exit": "worker.quick_exit",
     "worker_start": "worker.start",
 }
@@ -48,6 +49,7 @@ from .cluster import (  # noqa: E402
     resolve_device,
 )
 from .cluster.work_stealing import without_work_stealing  # noqa: E402
+from .cluster.workers_import import check_workers_import  # noqa: E402
 from .device import gpu_count  # noqa: E402
 from .frameworks.xgboost import without_xgboost_rank_lines  # noqa: E402
 from .memory import (  # noqa: E402
@@ -63,7 +65,6 @@ from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
 from .shuffle_method import shuffle_config  # noqa: E402
 from .worker.start import WorkerStart, worker_starts  # noqa: E402
-from .workers_import import check_workers_import  # noqa: E402
 
 try:
     __version__ = version("dask-gpu-interop")

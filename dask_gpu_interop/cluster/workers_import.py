@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from ._client import require_client
-from .cluster import ClusterError
+from .._client import require_client
+from .checks import ClusterError
 
 
 def check_workers_import(client, *modules: str) -> None:
