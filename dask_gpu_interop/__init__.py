@@ -4,7 +4,7 @@ The public names are those in ``__all__``; the documented modules beside them ar
 :mod:`.convert` (zero-copy conversions), :mod:`.preload` (the worker preload),
 :mod:`.worker.gpu_workers` (how GPU workers run tasks), :mod:`.worker.fork_server` (local worker
 processes forked from a server with the libraries imported), :mod:`.cluster.ucx_setup` (the UCX
-setup of a process that starts a local cluster over UCX, begun early), :mod:`.options`
+setup of a process that starts a local cluster over UCX, begun early), :mod:`.cluster.options`
 (click options for your own commands), :mod:`.tls` (certificates for ``tls://`` clusters) and
 :mod:`.serialize` (serializers for CUDA PyTorch tensors and JAX arrays). The API page,
 docs/api.rst, documents them from their docstrings. Importing this package imports no CUDA
@@ -20,6 +20,7 @@ from ._imports import alias_modules as _alias_modules
 _MOVED: dict[str, str] = {
     "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
+    "options": "cluster.options",
     "scheduler_workers": "_client",
     "ucx_setup": "cluster.ucx_setup",
     "work_stealing": "cluster.work_stealing",

@@ -23,8 +23,8 @@ import click
 from . import tls as tls_mod
 from ._client import cluster_workers
 from .cluster import ClusterError
+from .cluster.options import with_options
 from .cluster.running import connect as connect_scheduler
-from .options import with_options
 
 
 @click.group()
@@ -241,8 +241,8 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
               help="Also write the samples as CSV.")
 def memory_plot(scheduler, scheduler_file, tls_dir, png, interval, duration, csv_path):
     """Record each worker's GPU memory of a running cluster and plot it over time."""
+    from .cluster.options import check_plot_path
     from .memory.timeline import MemoryTimeline, gpu_statuses
-    from .options import check_plot_path
 
     check_plot_path(png, "--png")
     if csv_path:

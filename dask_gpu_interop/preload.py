@@ -23,6 +23,7 @@ import logging
 
 import click
 
+from .cluster.options import given_memory, memory_click_options, with_options
 from .compat import (
     DASK_CUDA_PRELOAD,
     DASK_CUDA_PRELOAD_FLAGS,
@@ -32,7 +33,6 @@ from .compat import (
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
-from .options import given_memory, memory_click_options, with_options
 from .worker import cudf_import, gpu_workers, quick_exit
 from .worker import start as worker_start
 

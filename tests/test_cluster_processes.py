@@ -13,7 +13,7 @@ from distributed import Client
 
 from dask_gpu_interop import ClusterError, GPUMemoryPlugin, device
 from dask_gpu_interop.cluster import local, session
-from dask_gpu_interop.options import cluster_options
+from dask_gpu_interop.cluster.options import cluster_options
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_graph_is_read():
     known = modules()
     graph = {name: imports(name, path, set(known)) for name, path in known.items()}
-    assert "dask_gpu_interop.memory.config" in graph["dask_gpu_interop.options"]
+    assert "dask_gpu_interop.memory.config" in graph["dask_gpu_interop.cluster.options"]
     assert "dask_gpu_interop.compat" in graph["dask_gpu_interop.memory.plugin"]  # from .. import
     # an import in a function
     assert "dask_gpu_interop.memory.timeline" in graph["dask_gpu_interop.cluster.session"]

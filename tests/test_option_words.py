@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from dask_gpu_interop import GPUMemoryPlugin, MemoryConfig
 from dask_gpu_interop.cluster import checks
+from dask_gpu_interop.cluster.options import cluster_options
 from dask_gpu_interop.memory.errors import (
     CONFIG,
     DEFAULT,
@@ -19,7 +20,6 @@ from dask_gpu_interop.memory.errors import (
     OptionError,
     OptionTypeError,
 )
-from dask_gpu_interop.options import cluster_options
 
 POOL_SIZE_VARIABLE = "DASK_GPU_INTEROP__MEMORY__POOL_SIZE"
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from distributed import Client
 
 from dask_gpu_interop import GPUMemoryPlugin
+from dask_gpu_interop.cluster.options import given_memory
 from dask_gpu_interop.memory.config import OPTIONS
-from dask_gpu_interop.options import given_memory
 from dask_gpu_interop.preload import PREFIX, dask_setup
 from tests.dask_cuda_stand_ins import start_in_process_worker, write_preload
 

@@ -1,9 +1,9 @@
 """The plugin's options: declared once, parsed and validated once, on the client.
 
-``MemoryConfig``'s fields are the one source of the memory options. Each field's metadata
-gives its help text and how a user's value is parsed; from them come the plugin's keyword
-arguments, the dask config defaults (``gpu-interop.memory.<name with dashes>``), the worker
-preload's ``--gpu-*`` flags and the commands' ``--*`` flags (see :mod:`dask_gpu_interop.options`).
+``MemoryConfig``'s fields are the one source of the memory options. Each field's metadata gives
+its help text and how a user's value is parsed; from them come the plugin's keyword arguments,
+the dask config defaults (``gpu-interop.memory.<name with dashes>``), the worker preload's
+``--gpu-*`` flags and the commands' ``--*`` flags (see :mod:`dask_gpu_interop.cluster.options`).
 Adding an option is one new field.
 
 A value the plugin cannot use raises :class:`OptionError` (``errors``), which knows where each

@@ -8,10 +8,10 @@ is then a fork of it, its modules already loaded. The library starts that server
 cluster of worker processes starts, before the cluster's own imports and scheduler, so that the
 server's imports overlap them; a program that will start such a cluster can start the server
 earlier still, as soon as it knows (:func:`~dask_gpu_interop.prepare_local_cluster`, or
-:func:`~dask_gpu_interop.options.prepare_from_command_line` first in a command's entry point,
-as the examples' commands do), so that the server's imports overlap the program's own
-imports and work. By default the server serves GPU worker processes over UCX only: GPU
-worker processes over TCP, which start faster, and CPU worker processes gained nothing from it
+:func:`~dask_gpu_interop.cluster.options.prepare_from_command_line` first in a command's entry
+point, as the examples' commands do), so that the server's imports overlap the program's own
+imports and work. By default the server serves GPU worker processes over UCX only: GPU worker
+processes over TCP, which start faster, and CPU worker processes gained nothing from it
 that held from one run to the next (benchmarks/README.md), so they are spawned unless the
 setting says otherwise.
 

@@ -16,7 +16,7 @@ import click
 import numpy as np
 
 from dask_gpu_interop import cluster_workers, gpu_count
-from dask_gpu_interop.options import cluster_options
+from dask_gpu_interop.cluster.options import cluster_options
 
 DEFAULT_MINUTES = 20
 DEFAULT_RATE = 250.0

@@ -31,7 +31,7 @@ from dask_gpu_interop import (
     without_xgboost_rank_lines,
     worker_starts,
 )
-from dask_gpu_interop.options import cluster_options, with_options
+from dask_gpu_interop.cluster.options import cluster_options, with_options
 from dask_gpu_interop.worker.gpu_workers import environ as gpu_worker_environ
 
 from . import (

@@ -21,9 +21,9 @@ import functools
 
 import click
 
-from .cluster.checks import DEVICES, PROTOCOLS, ClusterError, check_local
-from .memory.config import OPTIONS, MemoryConfig
-from .memory.errors import OptionError
+from ..memory.config import OPTIONS, MemoryConfig
+from ..memory.errors import OptionError
+from .checks import DEVICES, PROTOCOLS, ClusterError, check_local
 
 
 def with_options(options: list):
@@ -120,7 +120,7 @@ def cluster_options(command):
     """Add --scheduler/--device/--protocol/--workers/--threads-per-worker/--processes, the
     memory flags and --memory-plot.
 
-    The command receives ``cluster``: keyword arguments for :func:`.cluster.cluster_client`.
+    The command receives ``cluster``: keyword arguments for :func:`.session.cluster_client`.
     """
 
     @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -192,7 +192,7 @@ def prepare_from_command_line(args: list[str] | None = None) -> bool:
     Examples
     --------
     >>> # the entry point of a command, before its own imports
-    >>> from dask_gpu_interop.options import prepare_from_command_line
+    >>> from dask_gpu_interop.cluster.options import prepare_from_command_line
     >>> prepare_from_command_line(["--device", "gpu", "--protocol", "ucx"])  # doctest: +SKIP
     True
     """
@@ -224,6 +224,6 @@ def prepare_from_command_line(args: list[str] | None = None) -> bool:
         if not given["n_workers"].isdigit() or int(given["n_workers"]) < 1:
             return False
         given["n_workers"] = int(given["n_workers"])
-    from .cluster import prepare_local_cluster
+    from .local import prepare_local_cluster
 
     return prepare_local_cluster(**given)
