@@ -195,7 +195,7 @@ def test_preparing_asks_for_the_server_only_where_worker_processes_will_start(
     monkeypatch.setattr(fork_server, "start",
                         lambda protocol, device: started.append((protocol, device)) or True)
     monkeypatch.setattr(local, "resolve_device", lambda device: device)  # as on a GPU machine
-    monkeypatch.setattr(local.ucx_setup, "begin", lambda: False)  # tests/test_ucx_setup.py
+    monkeypatch.setattr(local.ucx_setup, "begin", lambda: False)  # tests/cluster/test_ucx_setup.py
     assert prepare_local_cluster(**arguments, memory={"pool_size": "1GiB"}) is bool(asked)
     assert started == asked
 
