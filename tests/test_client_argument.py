@@ -2,7 +2,6 @@
 (the usual mistake), in a TypeError that names the fix."""
 
 import pytest
-from distributed import Client, LocalCluster
 
 from dask_gpu_interop import (
     MemoryTimeline,
@@ -12,28 +11,20 @@ from dask_gpu_interop import (
 )
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as running:
-        yield running
-
-
 @pytest.mark.parametrize("call, name", [
     (memory_report, "memory_report"), (xgboost_config, "xgboost_config"),
     (MemoryTimeline, "MemoryTimeline"), (check_workers_import, "check_workers_import")])
-def test_a_cluster_given_for_the_client_is_named_with_the_fix(cluster, call, name):
+def test_a_cluster_given_for_the_client_is_named_with_the_fix(cpu_cluster, call, name):
     with pytest.raises(TypeError) as info:
-        call(cluster)
+        call(cpu_cluster)
     assert str(info.value) == (
         f"{name}() takes the cluster's Client, not a LocalCluster: pass its client: "
         "Client(cluster), or the one cluster_client yields")
 
 
-def test_the_client_itself_is_taken(cluster):
-    with Client(cluster) as client:
-        assert set(memory_report(client)) == set(cluster.scheduler_info["workers"])
-        check_workers_import(client, "json")
+def test_the_client_itself_is_taken(cpu_cluster, cpu_client):
+    assert set(memory_report(cpu_client)) == set(cpu_cluster.scheduler_info["workers"])
+    check_workers_import(cpu_client, "json")
 
 
 def test_something_else_is_named_too():
