@@ -85,3 +85,15 @@ def test_the_frameworks_import_nothing_of_memory():
             for name, targets in graph.items() if name.startswith("dask_gpu_interop.frameworks")}
     assert len(back) == 7  # the package and its six frameworks
     assert not {name: found for name, found in back.items() if found}
+
+
+def test_the_memory_package_imports_no_start_up_code():
+    """``memory/`` holds the plugin, its configuration and the RMM stack: the worker start-up
+    (``worker/``) and the client side (``cluster/``) build on it, never the other way."""
+    known = modules()
+    graph = {name: imports(name, path, set(known)) for name, path in known.items()}
+    up = ("dask_gpu_interop.worker", "dask_gpu_interop.cluster", "dask_gpu_interop.preload")
+    back = {name: sorted(t for t in targets if t.startswith(up))
+            for name, targets in graph.items() if name.startswith("dask_gpu_interop.memory")}
+    assert "dask_gpu_interop.memory.plugin" in back
+    assert not {name: found for name, found in back.items() if found}

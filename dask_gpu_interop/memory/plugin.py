@@ -10,8 +10,6 @@ from distributed import WorkerPlugin
 
 from .. import compat, device
 from ..serialize import register as register_serializers
-from ..worker import gpu_workers
-from ..worker import start as worker_start
 from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
 from .errors import GPUMemorySetupError
@@ -182,7 +180,7 @@ class GPUMemoryPlugin(WorkerPlugin):
             self.config, self.name, worker=worker, label=label, force=self.force
         )
         # Per-thread streams: a task's kernels may outlive its function; each task waits.
-        gpu_workers.wait_for_streams(worker)
+        device.wait_for_streams(worker)
         return installed
 
     async def setup(self, worker) -> None:
@@ -192,7 +190,6 @@ class GPUMemoryPlugin(WorkerPlugin):
         except Exception:
             await self._forget_failed_registration(worker)
             raise
-        worker_start.mark(worker, "memory")
 
     def teardown(self, worker) -> None:
         from distributed.core import Status

@@ -27,8 +27,8 @@ def clean_environ(monkeypatch):
 def test_the_settings_are_per_thread_streams_and_kvikio_threads_by_default():
     assert gpu_workers.settings() == gpu_workers.ENVIRON
     assert gpu_workers.threads() == 1  # dask-cuda's: two only where asked
-    assert gpu_workers.per_thread_streams(gpu_workers.settings())
-    assert not gpu_workers.per_thread_streams({"CUDF_PER_THREAD_STREAM": "0"})
+    assert device.per_thread_streams(gpu_workers.settings())
+    assert not device.per_thread_streams({"CUDF_PER_THREAD_STREAM": "0"})
 
 
 def test_dask_config_adds_changes_and_removes_settings():
@@ -82,26 +82,26 @@ def test_a_worker_waits_for_its_streams_only_where_they_are_per_thread(clean_env
 
     stand = Stand()
     before = stand.executors["default"]
-    assert not gpu_workers.wait_for_streams(stand)  # no per-thread streams here
+    assert not device.wait_for_streams(stand)  # no per-thread streams here
     assert stand.executors["default"] is before
     monkeypatch.setenv("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "1")
-    assert gpu_workers.wait_for_streams(stand)
+    assert device.wait_for_streams(stand)
     assert stand.executors["default"] is not before
     assert stand.executors["default"]._max_workers == 2
 
 
 def test_the_waiting_call_waits_after_the_function(monkeypatch):
     order = []
-    monkeypatch.setattr(gpu_workers, "synchronize", lambda: order.append("wait"))
-    assert gpu_workers.waiting_call(lambda x: order.append(x) or x * 2, 21) == 42
+    monkeypatch.setattr(device, "synchronize", lambda: order.append("wait"))
+    assert device.waiting_call(lambda x: order.append(x) or x * 2, 21) == 42
     assert order == [21, "wait"]
 
 
 def test_a_failing_task_is_not_waited_for(monkeypatch):
     order = []
-    monkeypatch.setattr(gpu_workers, "synchronize", lambda: order.append("wait"))
+    monkeypatch.setattr(device, "synchronize", lambda: order.append("wait"))
     with pytest.raises(KeyError):
-        gpu_workers.waiting_call(lambda: {}["missing"])
+        device.waiting_call(lambda: {}["missing"])
     assert order == []
 
 
