@@ -204,14 +204,14 @@ def test_local_gpu_cluster_is_given_the_security(monkeypatch, certs):
     import types
 
     from dask_gpu_interop.cluster import local
+    from tests.dask_cuda_stand_ins import LocalCUDACluster
 
-    seen = {}
     fake = types.ModuleType("dask_cuda")
-    fake.LocalCUDACluster = lambda **kwargs: seen.update(kwargs) or "cluster"
+    fake.LocalCUDACluster = LocalCUDACluster
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
     monkeypatch.setattr(local, "check_local", lambda device, protocol, **checks: "gpu")
     security = tls.local_security(certs.directory)
-    assert local.local_cluster("gpu", protocol="tls", security=security) == "cluster"
+    seen = local.local_cluster("gpu", protocol="tls", security=security).kwargs
     assert seen["security"] is security and seen["protocol"] == "tls"
 
 

@@ -17,11 +17,12 @@ import os
 import dask.config
 from distributed import LocalCluster
 
+from .. import compat
 from .. import device as device_mod
-from ..memory.config import PRELOAD_PREFIX
+from ..memory.config import CheckedOptions
 from ..memory.errors import Setting
 from ..memory.plugin import GPUMemoryPlugin
-from ..worker import _interrupts, fork_server, gpu_workers, quick_exit
+from ..worker import _interrupts, fork_server, gpu_start, gpu_workers, quick_exit
 from . import ucx_setup
 from .checks import ClusterError, _gpu_stack_missing, check_local, resolve_device
 
@@ -34,7 +35,7 @@ def local_cluster(
     n_workers: int | None = None,
     threads_per_worker: int | None = None,
     protocol: str = "tcp",
-    memory: dict | None = None,
+    memory: dict | GPUMemoryPlugin | None = None,
     dashboard_address: str | None = ":0",
     security=None,
     processes: bool | None = None,
@@ -48,8 +49,8 @@ def local_cluster(
     Parameters
     ----------
     device : {"auto", "gpu", "cpu"}
-        "gpu": a dask-cuda ``LocalCUDACluster``, each worker starting with the plugin's
-        preload (every framework bound before its first allocation). "cpu": a
+        "gpu": a dask-cuda ``LocalCUDACluster``, each worker given the plugin as it starts
+        (every framework bound before its first allocation). "cpu": a
         ``LocalCluster`` of processes. "auto": GPUs when present (:func:`resolve_device`).
     n_workers : int, optional
         Workers: by default one per GPU, or up to 4 processes sharing the cores.
@@ -59,8 +60,10 @@ def local_cluster(
         :mod:`dask_gpu_interop.worker.gpu_workers`); on CPUs the cores shared out.
     protocol : {"tcp", "ucx", "tls", "inproc"}
         How the workers talk; "ucx" (NVLink, InfiniBand) is for GPU clusters.
-    memory : dict, optional
-        :class:`GPUMemoryPlugin` options for every GPU worker, e.g. ``{"pool_size": "0.8"}``.
+    memory : dict or GPUMemoryPlugin, optional
+        :class:`GPUMemoryPlugin` options for every GPU worker, e.g. ``{"pool_size": "0.8"}``,
+        or the plugin itself. Checked here, once; each worker is given the plugin configured
+        from them.
     dashboard_address : str, optional
         Where the scheduler's dashboard listens (":0": any free port; None: none).
     security : distributed.Security, optional
@@ -94,11 +97,34 @@ def local_cluster(
     ...     client.submit(sum, [1, 2]).result()
     3
     """
-    plugin = GPUMemoryPlugin(**(memory or {}))  # validate first, whatever the device
+    plugin = memory_plugin(memory)  # validate first, whatever the device
     device = check_local(device, protocol, n_workers=n_workers, processes=processes,
                          security=security)
-    preload = {"preload": ["dask_gpu_interop.preload"],
-               "preload_argv": plugin.config.argv(PRELOAD_PREFIX)}
+    return start(device, plugin, n_workers=n_workers, threads_per_worker=threads_per_worker,
+                 protocol=protocol, dashboard_address=dashboard_address, security=security,
+                 processes=processes)
+
+
+def memory_plugin(memory: dict | GPUMemoryPlugin | None) -> GPUMemoryPlugin:
+    """The memory plugin of ``memory``, a :func:`local_cluster`'s or :func:`cluster_client`'s
+    argument: the plugin itself, or made from a dict of its options (one that the commands'
+    flags gave, already parsed as they were read, is not parsed again); OptionError."""
+    if isinstance(memory, GPUMemoryPlugin):
+        return memory
+    if memory is not None and not isinstance(memory, dict):
+        raise TypeError(f"memory= takes a dict of GPUMemoryPlugin options or a GPUMemoryPlugin, "
+                        f"not a {type(memory).__name__}: e.g. memory={{'pool_size': '0.8'}}")
+    checked = memory.checked() if isinstance(memory, CheckedOptions) else None
+    if checked is not None:
+        return GPUMemoryPlugin.from_config(checked)
+    return GPUMemoryPlugin(**(memory or {}))
+
+
+def start(device: str, plugin: GPUMemoryPlugin, *, n_workers: int | None = None,
+          threads_per_worker: int | None = None, protocol: str = "tcp",
+          dashboard_address: str | None = ":0", security=None, processes: bool | None = None):
+    """:func:`local_cluster` on ``device`` ("gpu" or "cpu", as :func:`check_local` gave it),
+    its GPU workers given ``plugin``: what was checked is not checked again."""
     if device == "gpu" and in_process(n_workers, protocol, processes):
         # The worker's GPU libraries are this process's: their settings go in its environment
         # (where none of them is imported yet).
@@ -111,7 +137,8 @@ def local_cluster(
             dashboard_address=dashboard_address,
             security=security,
             data=device_spilling(),
-            **preload,
+            preload=[gpu_start.PRELOAD],
+            plugins=(plugin,),  # the configured object itself: nothing to parse in the worker
         )
     if device == "gpu":
         # Over UCX this process's UCX setup runs in the background meanwhile (it may have begun
@@ -123,19 +150,22 @@ def local_cluster(
         # Each worker process gets the GPU workers' settings from its nanny, at every (re)start;
         # a variable set in this process's environment wins over them.
         with fork_server.forking(protocol, "gpu"):
-            from dask_cuda import LocalCUDACluster
+            import dask_cuda  # noqa: F401 - its import, begun while the server starts
 
             if protocol == "ucx":
                 ucx_setup.finish()
             with dask.config.set({NANNY_ENVIRON: {
                     **gpu_workers.settings(), **dask.config.get(NANNY_ENVIRON, default={})}}):
-                return LocalCUDACluster(
+                # Each worker is given the configured plugin with its other arguments, as
+                # dask-cuda gives its own plugins: the worker process parses nothing.
+                return compat.local_cuda_cluster(
+                    [plugin],
                     n_workers=n_workers,
                     threads_per_worker=threads_per_worker or gpu_workers.threads(),
                     protocol=protocol,
                     dashboard_address=dashboard_address,
                     security=security,
-                    **{**preload, "preload": [*preload["preload"], _interrupts.PRELOAD]},
+                    preload=[gpu_start.PRELOAD, _interrupts.PRELOAD],
                 )
     count = n_workers or max(1, min(4, os.cpu_count() or 1))
     # Worker processes forked from a server with pandas and dask's dataframes imported once,

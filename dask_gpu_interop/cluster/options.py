@@ -21,7 +21,7 @@ import functools
 
 import click
 
-from ..memory.config import OPTIONS, MemoryConfig
+from ..memory.config import OPTIONS, CheckedOptions, MemoryConfig
 from ..memory.errors import OptionError
 from .checks import DEVICES, PROTOCOLS, ClusterError, check_local
 
@@ -59,14 +59,16 @@ def given_memory(kwargs: dict) -> dict:
 
 def memory_options(prefix: str = ""):
     """Add the memory flags; the command receives ``memory``: the options given (a dict),
-    already checked together (``MemoryConfig``), for ``GPUMemoryPlugin(**memory)``."""
+    already checked together (``MemoryConfig``), for ``GPUMemoryPlugin(**memory)``. The dict
+    carries the configuration they were parsed into, which :func:`.cluster_client` and
+    :func:`.local_cluster` use as it is (they parse a changed one again)."""
 
     def decorate(command):
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
             memory = given_memory(kwargs)
-            check_memory(memory, prefix)
-            return command(*args, memory=memory, **kwargs)
+            checked = CheckedOptions(memory, check_memory(memory, prefix))
+            return command(*args, memory=checked, **kwargs)
 
         return with_options(memory_click_options(prefix))(wrapper)
 

@@ -18,7 +18,7 @@ from ..memory.plugin import GPUMemoryPlugin
 from ..serialize import register as register_serializers
 from ..shuffle_method import shuffle_config
 from .checks import check_local
-from .local import local_cluster
+from .local import memory_plugin, start
 from .running import _check_workers_joined, connect, workers_device
 
 
@@ -30,7 +30,7 @@ def cluster_client(
     n_workers: int | None = None,
     threads_per_worker: int | None = None,
     protocol: str = "tcp",
-    memory: dict | None = None,
+    memory: dict | GPUMemoryPlugin | None = None,
     security=None,
     memory_plot=None,
     processes: bool | None = None,
@@ -73,7 +73,7 @@ def cluster_client(
     gpu
     """
     if scheduler is not None:
-        plugin = GPUMemoryPlugin(**(memory or {}))  # validate before connecting
+        plugin = memory_plugin(memory)  # validate before connecting
         with connect(scheduler, security=security) as client:
             _check_workers_joined(client, scheduler)
             device = workers_device(client, device)
@@ -85,11 +85,10 @@ def cluster_client(
         return
     device = check_local(device, protocol, n_workers=n_workers, processes=processes,
                          security=security)
-    cluster = local_cluster(
-        device, n_workers=n_workers, threads_per_worker=threads_per_worker, protocol=protocol,
-        memory=memory, security=security, processes=processes,
-    )
-    _take_spillable(device == "gpu" and GPUMemoryPlugin(**(memory or {})))
+    plugin = memory_plugin(memory)  # the one configured object, for the workers and here
+    cluster = start(device, plugin, n_workers=n_workers, threads_per_worker=threads_per_worker,
+                    protocol=protocol, security=security, processes=processes)
+    _take_spillable(device == "gpu" and plugin)
     with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot), \
             dask.config.set(shuffle_config(device)):
         yield client, device

@@ -409,6 +409,25 @@ OPTIONS: tuple[OptionSpec, ...] = tuple(
 )
 
 
+class CheckedOptions(dict):
+    """Memory options as a user gave them (keyword arguments of :class:`GPUMemoryPlugin`),
+    with the :class:`MemoryConfig` they were parsed into: what the commands' flags give a
+    program, so that the cluster it starts is configured from that one parse.
+
+    It is a dict of the options as given, for the program to read; a copy (``dict(options)``,
+    ``{**options, ...}``), or these options changed since, is read as options again.
+    """
+
+    def __init__(self, options: dict, config: MemoryConfig):
+        super().__init__(options)
+        self._given = dict(options)
+        self._config = config
+
+    def checked(self) -> MemoryConfig | None:
+        """The configuration they were parsed into; None where they changed since."""
+        return self._config if dict(self) == self._given else None
+
+
 def option_names() -> tuple[str, ...]:
     return tuple(spec.name for spec in OPTIONS)
 

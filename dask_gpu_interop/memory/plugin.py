@@ -138,7 +138,35 @@ class GPUMemoryPlugin(WorkerPlugin):
     idempotent = True
 
     def __init__(self, *, force: bool = False, **options):
-        self.config = MemoryConfig.from_options(**options)
+        self._configure(MemoryConfig.from_options(**options), force)
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig, *, force: bool = False) -> GPUMemoryPlugin:
+        """The plugin of a configuration already parsed and checked (``MemoryConfig``), as the
+        commands' flags give it: the options are not read again.
+
+        Parameters
+        ----------
+        config : MemoryConfig
+            The options, from :meth:`MemoryConfig.from_options`.
+        force : bool
+            As the constructor takes it.
+
+        Returns
+        -------
+        GPUMemoryPlugin
+            The same plugin as ``GPUMemoryPlugin(**options)`` of the options ``config`` came
+            from.
+        """
+        if not isinstance(config, MemoryConfig):
+            raise TypeError(f"from_config() takes a MemoryConfig, not a {type(config).__name__}:"
+                            " MemoryConfig.from_options(**options), or GPUMemoryPlugin(**options)")
+        plugin = cls.__new__(cls)
+        plugin._configure(config, force)
+        return plugin
+
+    def _configure(self, config: MemoryConfig, force: bool) -> None:
+        self.config = config
         _check_bool(force, "force")
         self.force = force
         setting = conflicts.ucxx_pool_size()

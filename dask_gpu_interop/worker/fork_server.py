@@ -55,7 +55,7 @@ COMMON_MODULES = ("distributed", "numpy", "pandas", "pyarrow", "dask.dataframe",
                   "dask_gpu_interop")
 #: ... and for GPU workers.
 GPU_MODULES = ("dask_cuda", "rmm", "cupy", "numba", "cudf", "dask_cudf",
-               "dask_gpu_interop.preload")
+               "dask_gpu_interop.worker.gpu_start")
 #: The server's environment variable that names the modules it imports (removed there once
 #: read, so that the workers do not inherit it).
 IMPORTS_VARIABLE = "DASK_GPU_INTEROP_FORK_SERVER_IMPORTS"

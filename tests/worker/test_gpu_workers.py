@@ -110,13 +110,14 @@ class _Recorded(Exception):
 
 
 def _recording_cluster(monkeypatch, seen):
-    def record(**kwargs):
-        seen["kwargs"] = kwargs
-        seen["nanny_environ"] = dict(dask.config.get(local.NANNY_ENVIRON, default={}))
-        raise _Recorded
+    class Recorded:  # dask-cuda's cluster, recording its arguments instead of starting
+        def __init__(self, **kwargs):
+            seen["kwargs"] = kwargs
+            seen["nanny_environ"] = dict(dask.config.get(local.NANNY_ENVIRON, default={}))
+            raise _Recorded
 
     fake = types.ModuleType("dask_cuda")
-    fake.LocalCUDACluster = record
+    fake.LocalCUDACluster = Recorded
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
     monkeypatch.setattr(local, "check_local", lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(device, "gpu_count", lambda: 2)
