@@ -2,13 +2,14 @@
 
 The public names are those in ``__all__``; the documented modules beside them are
 :mod:`.convert` (zero-copy conversions), :mod:`.preload` (the worker preload),
-:mod:`.worker.gpu_workers` (how GPU workers run tasks), :mod:`.worker.fork_server` (local worker
-processes forked from a server with the libraries imported), :mod:`.cluster.ucx_setup` (the UCX
-setup of a process that starts a local cluster over UCX, begun early), :mod:`.cluster.options`
-(click options for your own commands), :mod:`.tls` (certificates for ``tls://`` clusters) and
-:mod:`.serialize` (serializers for CUDA PyTorch tensors and JAX arrays). The API page,
-docs/api.rst, documents them from their docstrings. Importing this package imports no CUDA
-library; GPU libraries are touched only where used.
+:mod:`.worker.gpu_workers` (how GPU workers run tasks), :mod:`.worker.fork_server` (local
+worker processes forked from a server with the libraries imported), :mod:`.cluster.ucx_setup`
+(the UCX setup of a process that starts a local cluster over UCX, begun early),
+:mod:`.cluster.options` (click options for your own commands), :mod:`.tls` (certificates for
+``tls://`` clusters) and :mod:`.serialize` (serializers for CUDA PyTorch tensors and JAX
+arrays). The API page, docs/api.rst, documents them from their docstrings; their former paths
+(``dask_gpu_interop.options``, ``dask_gpu_interop.gpu_workers``, ...) still import them.
+Importing this package imports no CUDA library; GPU libraries are touched only where used.
 """
 
 from importlib.metadata import PackageNotFoundError, version
