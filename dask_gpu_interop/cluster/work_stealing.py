@@ -9,7 +9,9 @@ leave a worker with an empty matrix, and makes two runs on the same data and see
 different models. Paused stealing keeps every such task next to its data.
 
 The scheduler's stealing is paused, not turned off: what was queued stays, and it resumes
-when the block ends (also on an error), unless another client's block still holds it.
+when the block ends (also on an error), unless another client's block still holds it. A
+client that goes without ending its block (closed, or its process killed) lets go of it as
+the scheduler removes the client: the pause never outlives the client that made it.
 """
 
 from __future__ import annotations
@@ -19,31 +21,58 @@ import contextlib
 from .._client import require_client
 
 EXTENSION = "stealing"  # distributed's work-stealing extension, and its periodic callback
-HOLDERS = "_dask_gpu_interop_stealing_holders"  # blocks that hold it paused, on the scheduler
+HOLDERS = "_dask_gpu_interop_stealing_holders"  # {client: its blocks holding it}, on the scheduler
+PLUGIN = "dask-gpu-interop-stealing-pause"  # ends a client's holds when the client goes
 
 
 def _scheduler_calls():
-    """(pause, resume), to run on the scheduler. Made here, they travel by value: the
-    scheduler's environment need not have this package."""
-    extension, holders_name = EXTENSION, HOLDERS
+    """(pause, resume), to run on the scheduler. Made here, they travel by value, with the
+    scheduler plugin they add: the scheduler's environment need not have this package."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
 
-    async def pause(dask_scheduler=None) -> bool:
+    extension, holders_name, plugin_name = EXTENSION, HOLDERS, PLUGIN
+
+    def holders_of(scheduler) -> dict:
+        holders = getattr(scheduler, holders_name, None)
+        if not isinstance(holders, dict):
+            holders = {}
+            setattr(scheduler, holders_name, holders)
+        return holders
+
+    class EndsWithItsClient(SchedulerPlugin):
+        """A client that goes (closed, or its process killed) lets go of its blocks: stealing
+        resumes when no other client's block holds it."""
+
+        name = plugin_name
+
+        def remove_client(self, scheduler, client) -> None:
+            holders = holders_of(scheduler)
+            if holders.pop(client, 0) and not holders:
+                scheduler.loop.add_callback(scheduler.extensions[extension].start)
+
+    async def pause(client: str, dask_scheduler=None) -> bool:
         """Pause the scheduler's work stealing (once in-flight moves are settled) and count
-        this block; False where the scheduler has no work stealing running."""
+        this block of ``client``'s; False where the scheduler has no work stealing running."""
         stealing = dask_scheduler.extensions.get(extension)
-        holders = getattr(dask_scheduler, holders_name, 0)
-        if stealing is None or (holders == 0 and
+        holders = holders_of(dask_scheduler)
+        if stealing is None or (not holders and
                                 extension not in dask_scheduler.periodic_callbacks):
             return False  # off by its configuration or by another's hand: not ours to resume
-        setattr(dask_scheduler, holders_name, holders + 1)
+        if client not in dask_scheduler.clients:
+            return False  # the client went already: nothing would end the pause
+        dask_scheduler.add_plugin(EndsWithItsClient(), name=plugin_name, idempotent=True)
+        holders[client] = holders.get(client, 0) + 1
         await stealing.stop()
         return True
 
-    async def resume(dask_scheduler=None) -> None:
-        """This block has ended: resume work stealing when no other block holds it."""
-        holders = max(0, getattr(dask_scheduler, holders_name, 1) - 1)
-        setattr(dask_scheduler, holders_name, holders)
-        if holders == 0:
+    async def resume(client: str, dask_scheduler=None) -> None:
+        """This block of ``client``'s has ended: resume work stealing when no block holds
+        it."""
+        holders = holders_of(dask_scheduler)
+        left = holders.pop(client, 0) - 1
+        if left > 0:
+            holders[client] = left
+        if not holders:
             await dask_scheduler.extensions[extension].start()
 
     return pause, resume
@@ -53,7 +82,9 @@ def _scheduler_calls():
 def without_work_stealing(client):
     """A ``with`` block in which ``client``'s scheduler moves no queued task to another
     worker: each runs on the worker it was given, next to its inputs (see the module's
-    description). The cluster's other clients are affected for as long as the block lasts.
+    description). The cluster's other clients are affected for as long as the block lasts,
+    and no longer than ``client`` does: a client that goes (its process killed, say) lets go
+    of its block as the scheduler removes it.
     A scheduler that blocks the functions clients send it (``run_function`` in its
     ``distributed.scheduler.blocked-handlers``) keeps its work stealing.
 
@@ -81,11 +112,11 @@ def without_work_stealing(client):
     require_client(client, "without_work_stealing")
     pause, resume = _scheduler_calls()
     try:
-        paused = client.run_on_scheduler(pause)
+        paused = client.run_on_scheduler(pause, client.id)
     except ValueError:  # a scheduler that blocks the functions sent to it: stealing as it is
         paused = False
     try:
         yield
     finally:
         if paused:
-            client.run_on_scheduler(resume)
+            client.run_on_scheduler(resume, client.id)
