@@ -15,10 +15,14 @@ from __future__ import annotations
 
 
 def require_client(client, caller: str):
-    """``client`` when it is a ``distributed.Client``; TypeError naming ``caller`` and the fix."""
+    """``client`` when it is a ``distributed.Client`` that is open; TypeError (not a client) or
+    ValueError (a closed one) naming ``caller`` and the fix."""
     from distributed import Client
 
     if isinstance(client, Client):
+        if client.status in ("closing", "closed"):
+            raise ValueError(f"{caller}() was given a closed Client: call it while the client "
+                             "is open (inside its `with` block), or connect a new one")
         return client
     given = type(client).__name__
     if hasattr(client, "scheduler_address"):  # a cluster: LocalCluster, LocalCUDACluster, ...
@@ -54,6 +58,8 @@ def cluster_workers(client) -> dict[str, dict]:
     ------
     TypeError
         ``client`` is not a ``distributed.Client`` (a cluster object, say).
+    ValueError
+        ``client`` is closed.
 
     Examples
     --------

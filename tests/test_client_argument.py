@@ -1,12 +1,15 @@
 """The public functions that take the cluster's client say so when given the cluster instead
-(the usual mistake), in a TypeError that names the fix."""
+(the usual mistake), in a TypeError that names the fix, and when given a closed client."""
 
 import pytest
+from distributed import Client
 
 from dask_gpu_interop import (
     MemoryTimeline,
     check_workers_import,
+    cluster_workers,
     memory_report,
+    without_work_stealing,
     xgboost_config,
 )
 
@@ -30,3 +33,17 @@ def test_the_client_itself_is_taken(cpu_cluster, cpu_client):
 def test_something_else_is_named_too():
     with pytest.raises(TypeError, match=r"not a str: pass a distributed.Client of the cluster"):
         memory_report("tcp://127.0.0.1:8786")
+
+
+@pytest.mark.parametrize("call, name", [
+    (memory_report, "memory_report"), (xgboost_config, "xgboost_config"),
+    (MemoryTimeline, "MemoryTimeline"), (check_workers_import, "check_workers_import"),
+    (cluster_workers, "cluster_workers"), (without_work_stealing, "without_work_stealing")])
+def test_a_closed_client_is_named_with_the_fix(cpu_cluster, call, name):
+    client = Client(cpu_cluster)
+    client.close()
+    with pytest.raises(ValueError) as info:
+        call(client).__enter__()  # a with block's function is called as the block begins
+    assert str(info.value) == (
+        f"{name}() was given a closed Client: call it while the client is open (inside its "
+        "`with` block), or connect a new one")
