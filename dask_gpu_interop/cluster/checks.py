@@ -5,6 +5,7 @@ protocol and its certificates, the number of workers. :class:`ClusterError` says
 from __future__ import annotations
 
 import importlib.util
+import numbers
 
 from .. import device as device_mod
 from ..memory.errors import Setting, Worded
@@ -115,6 +116,43 @@ def _check_tls(protocol: str, security) -> None:
             "client), or use {protocol:'tcp'}", Setting("protocol", protocol))
 
 
+def _check_inproc(protocol: str, device: str, n_workers: int | None,
+                  processes: bool | None) -> None:
+    """ClusterError for "inproc" between workers that are not all in this process: distributed
+    fails to start their nannies, in a long traceback."""
+    if protocol != "inproc":
+        return
+    if device == "cpu" and processes is not False:
+        raise ClusterError(
+            "{protocol:=} connects workers in this process only, and CPU workers are processes "
+            "of their own unless told: add {processes:False}, or use {protocol:'tcp'}",
+            Setting("protocol", protocol), Setting("processes", processes))
+    if device == "gpu" and (processes or (n_workers or device_mod.gpu_count()) > 1):
+        raise ClusterError(
+            "{protocol:=} connects workers in this process only, where one GPU worker runs "
+            "(one worker, processes left out); for worker processes use {protocol:'tcp'} or "
+            "{protocol:'ucx'}", Setting("protocol", protocol))
+
+
+def _check_counts(n_workers, threads_per_worker, processes) -> None:
+    """ClusterError for a count that is not a whole number of at least 1, or ``processes``
+    that is not True, False or None: said at once, rather than deep in distributed (or, for
+    no threads, silently taken as the default)."""
+    for name, value, flag in (("n_workers", n_workers, "workers"),
+                              ("threads_per_worker", threads_per_worker, "")):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ClusterError(f"{{{name}:=}}: give a whole number, such as {{{name}:2}}",
+                               Setting(name, value, flag=flag))
+        if value < 1:
+            raise ClusterError(f"{{{name}:=}}: give at least 1, or leave it out for the "
+                               "default", Setting(name, value, flag=flag))
+    if processes is not None and not isinstance(processes, bool):
+        raise ClusterError("{processes:=}: give True or False, or leave it out",
+                           Setting("processes", processes))
+
+
 WORKER_MEMORY = 256 * 2**20  # what a CPU worker process holds before its data, with room to run
 WORKERS_PER_CORE = 4  # beyond, processes only wait for the cores (and take ages to start)
 
@@ -124,8 +162,6 @@ def _check_workers(n_workers: int | None, device: str, processes: bool | None) -
     hold: one per GPU; CPU worker processes as the cores and the free memory allow."""
     if n_workers is None:
         return
-    if n_workers < 1:
-        raise ClusterError("{n_workers:=}: give at least 1", Setting("n_workers", n_workers, flag="workers"))
     if device == "gpu":
         gpus = device_mod.gpu_count()
         if n_workers > gpus:
@@ -152,11 +188,14 @@ def _check_workers(n_workers: int | None, device: str, processes: bool | None) -
 
 
 def check_local(device: str = "auto", protocol: str = "tcp", *, n_workers: int | None = None,
-                processes: bool | None = None, security=None) -> str:
+                processes: bool | None = None, security=None,
+                threads_per_worker: int | None = None) -> str:
     """The device a local cluster would use, after checking that it can (the protocol, its
-    certificates, the number of workers); ClusterError."""
+    certificates, the number of workers and threads); ClusterError."""
+    _check_counts(n_workers, threads_per_worker, processes)
     device = resolve_device(device)
     _check_protocol(protocol, device)
+    _check_inproc(protocol, device, n_workers, processes)
     _check_tls(protocol, security)
     _check_workers(n_workers, device, processes)
     return device

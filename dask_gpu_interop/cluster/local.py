@@ -99,7 +99,7 @@ def local_cluster(
     """
     plugin = memory_plugin(memory)  # validate first, whatever the device
     device = check_local(device, protocol, n_workers=n_workers, processes=processes,
-                         security=security)
+                         security=security, threads_per_worker=threads_per_worker)
     return start(device, plugin, n_workers=n_workers, threads_per_worker=threads_per_worker,
                  protocol=protocol, dashboard_address=dashboard_address, security=security,
                  processes=processes)

@@ -84,7 +84,7 @@ def cluster_client(
                 yield client, device
         return
     device = check_local(device, protocol, n_workers=n_workers, processes=processes,
-                         security=security)
+                         security=security, threads_per_worker=threads_per_worker)
     plugin = memory_plugin(memory)  # the one configured object, for the workers and here
     cluster = start(device, plugin, n_workers=n_workers, threads_per_worker=threads_per_worker,
                     protocol=protocol, security=security, processes=processes)

@@ -1,12 +1,13 @@
 """A local cluster that this machine cannot have is refused before anything starts, in one
 line naming the option and the limit: more workers than GPUs, cores or memory allow; the
-tls protocol without every role's certificates."""
+tls protocol without every role's certificates; inproc between worker processes; counts that
+are not whole numbers of at least 1."""
 
 from __future__ import annotations
 
 import pytest
 
-from dask_gpu_interop import local_cluster, tls
+from dask_gpu_interop import cluster_client, local_cluster, tls
 from dask_gpu_interop.cluster import checks
 
 
@@ -64,3 +65,43 @@ def test_a_machine_of_one_role_needs_only_that_role_s_certificates(tmp_path):
     assert tls.security(made.directory, "client").tls_client_cert == str(made.cert("client"))
     with pytest.raises(FileNotFoundError, match="lacks worker.pem, worker-key.pem"):
         tls.security(made.directory, "worker")
+
+
+@pytest.mark.parametrize("options, keywords, flags", [
+    ({"device": "cpu", "protocol": "inproc"},
+     "protocol='inproc' connects workers in this process only, and CPU workers are processes "
+     "of their own unless told: add processes=False, or use protocol='tcp'",
+     "--protocol 'inproc' connects workers in this process only, and CPU workers are "
+     "processes of their own unless told: add --no-processes, or use --protocol 'tcp'"),
+    ({"device": "cpu", "n_workers": "2"}, "n_workers='2': give a whole number, such as "
+     "n_workers=2", "--workers '2': give a whole number, such as --workers 2"),
+    ({"device": "cpu", "n_workers": 2.0}, "n_workers=2.0: give a whole number, such as "
+     "n_workers=2", None),
+    ({"device": "cpu", "threads_per_worker": 0}, "threads_per_worker=0: give at least 1, or "
+     "leave it out for the default", "--threads-per-worker 0: give at least 1, or leave it out "
+     "for the default"),
+    ({"device": "cpu", "n_workers": 0}, "n_workers=0: give at least 1, or leave it out for the "
+     "default", None),
+    ({"device": "cpu", "processes": "no"}, "processes='no': give True or False, or leave it "
+     "out", None),
+])
+def test_a_local_cluster_s_mistakes_are_named_before_anything_starts(options, keywords, flags):
+    """As cluster_client and local_cluster take them (distributed would fail to start the
+    nannies of an inproc cluster in a long traceback, compare a string with an int, or take
+    no threads as the default)."""
+    for start in (local_cluster, lambda **given: cluster_client(**given).__enter__()):
+        with pytest.raises(checks.ClusterError) as info:
+            start(**options)
+        assert str(info.value) == keywords
+        if flags:
+            assert info.value.message(flags="") == flags
+
+
+def test_inproc_on_gpus_is_one_worker_in_this_process(monkeypatch):
+    monkeypatch.setattr(checks.device_mod, "gpu_count", lambda: 2)
+    monkeypatch.setattr(checks, "resolve_device", lambda device: "gpu")
+    assert checks.check_local("gpu", "inproc", n_workers=1) == "gpu"
+    for extra in ({}, {"n_workers": 1, "processes": True}):
+        with pytest.raises(checks.ClusterError, match=r"protocol='inproc' connects workers in "
+                           r"this process only, where one GPU worker runs"):
+            checks.check_local("gpu", "inproc", **extra)
