@@ -100,7 +100,16 @@ def _check_scheduler(address: str, security, timeout: float, where: str) -> None
     from distributed.comm import connect as comm_connect
 
     security = security or Security()
+    if address.split("://", 1)[0].lower() in ("http", "https"):
+        raise ClusterError(
+            f"{where} is a web address: give the scheduler's own, tcp://HOST:PORT (port 8786 "
+            "unless it was started with another; the dashboard's web port is not it)")
     scheme, location = parse_address(address)
+    if scheme == "tcp" and security.require_encryption:
+        raise ClusterError(
+            f"{where} is a plain tcp:// address, and the TLS settings given require encryption "
+            "(the commands' --tls, security=, or dask config): give the scheduler's tls:// "
+            "address, or leave the TLS settings out for a scheduler without TLS")
     if scheme == "tls" and not security.tls_client_cert and not security.tls_ca_file:
         raise ClusterError(
             f"{where} is a tls:// address and no TLS settings are given: pass the client's "
@@ -126,7 +135,9 @@ def _check_scheduler(address: str, security, timeout: float, where: str) -> None
             answer = pool.submit(asyncio.run, bounded()).result()
         except TimeoutError:
             failure = f"no answer within {timeout:g} s"
-        except (OSError, ValueError, TypeError) as err:
+        except MemoryError:  # the reply's first bytes read as a length: not Dask's protocol
+            failure = "what answered speaks another protocol, a web server's perhaps"
+        except Exception as err:  # whatever the reply made of the handshake: said, not raised
             failure = f"{type(err).__name__}: {err}".strip().rstrip(":")
         else:
             kind = answer.get("type") if isinstance(answer, dict) else None

@@ -2,6 +2,7 @@
 file, TLS, a timeout, one message when no scheduler answers), used by the examples and the
 commands alike."""
 
+import contextlib
 import json
 import re
 import threading
@@ -123,6 +124,47 @@ def test_something_that_is_not_a_scheduler_is_refused_within_the_timeout():
     assert isinstance(err, ClusterError), repr(err)
     assert str(err).startswith(f"no Dask scheduler answered at {address} (")
     assert seconds < 10
+
+
+def test_a_web_server_that_answers_at_once_is_refused_in_one_line():
+    """A web server answers what it cannot read (nginx: 400, then it closes): distributed
+    reads that answer's first bytes as the length of a frame, and fails allocating exabytes."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        err, _ = _bounded(lambda: connect(address, timeout="5s"), 20)
+    finally:
+        listener.close()
+    assert isinstance(err, ClusterError), repr(err)
+    assert str(err).startswith(f"no Dask scheduler answered at {address} (what answered speaks "
+                               "another protocol, a web server's perhaps): check the host")
+
+
+def test_a_web_address_is_refused_at_once():
+    with pytest.raises(ClusterError, match=r"^http://127.0.0.1:8787/status is a web address: "
+                       r"give the scheduler's own, tcp://HOST:PORT"):
+        connect("http://127.0.0.1:8787/status")
+
+
+def test_tls_settings_with_a_plain_tcp_address_are_refused_at_once(cpu_cluster, tmp_path):
+    from dask_gpu_interop import tls
+
+    security = tls.security(tls.make_certificates(tmp_path / "certs").directory, "client")
+    with pytest.raises(ClusterError, match=r"is a plain tcp:// address, and the TLS settings "
+                       r"given require encryption .*give the scheduler's tls:// address"):
+        connect(cpu_cluster.scheduler_address, security=security)
 
 
 def test_a_worker_s_address_is_not_taken_for_the_scheduler_s(cpu_cluster):
