@@ -9,7 +9,8 @@
     dask-gpu-interop wait-for-workers --scheduler-file F -n 4
     dask-gpu-interop memory-plot --scheduler ADDR --png memory.png [--duration 600]
 
-The examples (``python -m examples.mortgage``, ...) live beside the package, not in it.
+Also ``python -m dask_gpu_interop``. The examples (``python -m examples.mortgage``, ...) live
+beside the package, not in it.
 """
 
 from __future__ import annotations
@@ -214,12 +215,7 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
     """Wait until the cluster has N workers (exit status 1 on timeout)."""
     deadline = time.monotonic() + timeout
     if scheduler_file is not None:
-        from pathlib import Path
-
-        while not Path(scheduler_file).exists():
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"no scheduler file {scheduler_file} after {timeout:g} s")
-            time.sleep(0.5)
+        _wait_for_scheduler_file(scheduler_file, timeout, deadline)
     try:
         with connect(scheduler, scheduler_file, tls_dir, f"{timeout}s") as client:
             left = max(1.0, deadline - time.monotonic())
@@ -228,6 +224,28 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
     except (OSError, TimeoutError) as err:
         raise click.ClickException(f"{type(err).__name__}: {err}") from None
     click.echo(f"{count} workers")
+
+
+def _wait_for_scheduler_file(scheduler_file: str, timeout: float, deadline: float) -> None:
+    """Until the scheduler has written ``scheduler_file``: said at once where it is not there
+    yet, a click error where it cannot come (its folder does not exist) or did not come."""
+    import os
+
+    if os.path.exists(scheduler_file):
+        return
+    folder = os.path.dirname(os.path.abspath(scheduler_file))
+    if not os.path.isdir(folder):
+        raise click.ClickException(
+            f"{scheduler_file}: the folder {folder} does not exist, so no scheduler writes its "
+            "file there: check the path (the one given to dask scheduler --scheduler-file)")
+    click.echo(f"waiting up to {timeout:g} s for the scheduler to write {scheduler_file}",
+               err=True)
+    while not os.path.exists(scheduler_file):
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"no scheduler file {scheduler_file} after {timeout:g} s: start the scheduler "
+                f"with --scheduler-file {scheduler_file}, or check the path")
+        time.sleep(0.5)
 
 
 @main.command("memory-plot")
