@@ -25,6 +25,10 @@ def require_client(client, caller: str):
                              "is open (inside its `with` block), or connect a new one")
         return client
     given = type(client).__name__
+    if isinstance(client, tuple) and client and isinstance(client[0], Client):
+        raise TypeError(f"{caller}() takes the cluster's Client, not the (client, device) that "
+                        "cluster_client yields: unpack it, `with cluster_client(...) as "
+                        "(client, device):`")
     if hasattr(client, "scheduler_address"):  # a cluster: LocalCluster, LocalCUDACluster, ...
         fix = "pass its client: Client(cluster), or the one cluster_client yields"
     else:

@@ -116,6 +116,20 @@ def _check_tls(protocol: str, security) -> None:
             "client), or use {protocol:'tcp'}", Setting("protocol", protocol))
 
 
+def check_security(security) -> None:
+    """TypeError unless ``security`` is None or a ``distributed.Security``: a folder of
+    certificates given as it is would fail deep in distributed."""
+    if security is None:
+        return
+    from distributed import Security
+
+    if not isinstance(security, Security):
+        raise TypeError(
+            f"security= takes a distributed.Security, not a {type(security).__name__}: for the "
+            "certificates of `dask-gpu-interop tls make DIR`, dask_gpu_interop.tls.security(DIR) "
+            "(a client's) or dask_gpu_interop.tls.local_security(DIR) (a local cluster's)")
+
+
 def _check_inproc(protocol: str, device: str, n_workers: int | None,
                   processes: bool | None) -> None:
     """ClusterError for "inproc" between workers that are not all in this process: distributed
@@ -193,6 +207,7 @@ def check_local(device: str = "auto", protocol: str = "tcp", *, n_workers: int |
     """The device a local cluster would use, after checking that it can (the protocol, its
     certificates, the number of workers and threads); ClusterError."""
     _check_counts(n_workers, threads_per_worker, processes)
+    check_security(security)
     device = resolve_device(device)
     _check_protocol(protocol, device)
     _check_inproc(protocol, device, n_workers, processes)

@@ -18,12 +18,14 @@ flag (or the dask config key or environment variable, when the value came from t
 from __future__ import annotations
 
 import functools
+import warnings
 
 import click
 
 from ..memory.config import OPTIONS, CheckedOptions, MemoryConfig
 from ..memory.errors import OptionError
 from .checks import DEVICES, PROTOCOLS, ClusterError, check_local
+from .session import LocalOnlyWarning
 
 
 def with_options(options: list):
@@ -110,7 +112,7 @@ def _note_local_only(scheduler: str, **given) -> None:
     """A note, on standard error, for the options of a local cluster given with --scheduler:
     the running cluster keeps its own workers, and they would go unheeded without a word."""
     flags = {"n_workers": "--workers", "threads_per_worker": "--threads-per-worker",
-             "processes": "--processes/--no-processes"}
+             "processes": "--processes/--no-processes", "protocol": "--protocol"}
     named = [flags[name] for name, value in given.items() if value is not None]
     if named:
         verb = "is" if len(named) == 1 else "are"
@@ -153,7 +155,8 @@ def cluster_options(command):
                 raise click.UsageError(err.message(flags="")) from None
         else:
             _note_local_only(scheduler, n_workers=n_workers,
-                             threads_per_worker=threads_per_worker, processes=processes)
+                             threads_per_worker=threads_per_worker, processes=processes,
+                             protocol=None if protocol == "tcp" else protocol)
         if memory_plot is not None:
             check_plot_path(memory_plot, "--memory-plot")
         cluster = dict(
@@ -162,7 +165,9 @@ def cluster_options(command):
             memory_plot=memory_plot, processes=processes,
         )
         try:
-            return command(*args, cluster=cluster, **kwargs)
+            with warnings.catch_warnings():  # the note above said it in the flags' words
+                warnings.simplefilter("ignore", LocalOnlyWarning)
+                return command(*args, cluster=cluster, **kwargs)
         except ClusterError as err:
             raise click.ClickException(err.message(flags="")) from None
 

@@ -13,7 +13,7 @@ from distributed.comm.addressing import parse_address
 
 from .._client import workers_of
 from ..memory.errors import Setting
-from .checks import DEVICES, ClusterError, resolve_device
+from .checks import DEVICES, ClusterError, check_security, resolve_device
 
 CONNECT_TIMEOUT = "10s"
 
@@ -49,6 +49,8 @@ def connect(
     """
     if (scheduler is None) == (scheduler_file is None):
         raise ValueError("give one of scheduler= (an address) or scheduler_file=")
+    _check_address(scheduler)
+    check_security(security)
     where = scheduler
     if scheduler_file is not None:
         scheduler = _address_in(scheduler_file)
@@ -65,6 +67,22 @@ def connect(
     raise ClusterError(
         f"no scheduler answered at {where} within {timeout} ({failure}): "
         "check the address, or start one (python -m dask scheduler)")
+
+
+def _check_address(scheduler) -> None:
+    """TypeError unless ``scheduler`` is None or an address (a str): a cluster, a client or a
+    port number given for it is said with the fix."""
+    if scheduler is None or isinstance(scheduler, str):
+        return
+    given = type(scheduler).__name__
+    if hasattr(scheduler, "scheduler_address"):  # a cluster: LocalCluster, LocalCUDACluster
+        raise TypeError(f"scheduler= takes the scheduler's address, not a {given}: pass its "
+                        "scheduler_address (a string such as 'tcp://127.0.0.1:8786')")
+    if hasattr(scheduler, "scheduler_info"):  # a Client
+        raise TypeError(f"scheduler= takes the scheduler's address, not a {given}: use that "
+                        "client as it is, or pass client.scheduler.address")
+    raise TypeError(f"scheduler={scheduler!r}: give the scheduler's address as a string, such "
+                    "as 'tcp://127.0.0.1:8786'")
 
 
 def _address_in(scheduler_file: str) -> str:

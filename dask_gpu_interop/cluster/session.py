@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
+from typing import NamedTuple
 
 import dask.config
 from distributed import Client
@@ -20,6 +22,28 @@ from ..shuffle_method import shuffle_config
 from .checks import check_local
 from .local import memory_plugin, start
 from .running import _check_workers_joined, connect, workers_device
+
+
+class ClientAndDevice(NamedTuple):
+    """What :func:`cluster_client` yields: the client, and "gpu" or "cpu". Unpacked as it is
+    given (``as (client, device)``); used as the client, it says so."""
+
+    client: Client
+    device: str
+
+    def __getattr__(self, name: str):
+        raise AttributeError(
+            f"cluster_client yields (client, device), and {name!r} is the client's: unpack it, "
+            f"`with cluster_client(...) as (client, device):`, then client.{name}")
+
+
+class LocalOnlyWarning(UserWarning):
+    """Options of a local cluster given with a running cluster's address: they are not used."""
+
+
+#: The options of a local cluster, and the value each has when not given.
+LOCAL_ONLY = {"n_workers": None, "threads_per_worker": None, "processes": None,
+              "protocol": "tcp"}
 
 
 @contextlib.contextmanager
@@ -58,6 +82,12 @@ def cluster_client(
     tuple of (distributed.Client, str)
         The client, and ``"gpu"`` or ``"cpu"``.
 
+    Warns
+    -----
+    LocalOnlyWarning
+        ``n_workers``, ``threads_per_worker``, ``processes`` or ``protocol`` given with
+        ``scheduler``: the running cluster keeps its own workers.
+
     Raises
     ------
     OptionError
@@ -74,6 +104,13 @@ def cluster_client(
     """
     if scheduler is not None:
         plugin = memory_plugin(memory)  # validate before connecting
+        given = {"n_workers": n_workers, "threads_per_worker": threads_per_worker,
+                 "processes": processes, "protocol": protocol}
+        unused = [name for name, value in given.items() if value != LOCAL_ONLY[name]]
+        if unused:
+            warnings.warn(f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} for a "
+                          f"local cluster; the running cluster at {scheduler} keeps the workers "
+                          "it has", LocalOnlyWarning, stacklevel=3)
         with connect(scheduler, security=security) as client:
             _check_workers_joined(client, scheduler)
             device = workers_device(client, device)
@@ -81,7 +118,7 @@ def cluster_client(
                 client.register_plugin(plugin)
             _take_spillable(device == "gpu" and memory is not None and plugin)
             with _recording(client, memory_plot), dask.config.set(shuffle_config(device)):
-                yield client, device
+                yield ClientAndDevice(client, device)
         return
     device = check_local(device, protocol, n_workers=n_workers, processes=processes,
                          security=security, threads_per_worker=threads_per_worker)
@@ -91,7 +128,7 @@ def cluster_client(
     _take_spillable(device == "gpu" and plugin)
     with cluster, Client(cluster, security=security) as client, _recording(client, memory_plot), \
             dask.config.set(shuffle_config(device)):
-        yield client, device
+        yield ClientAndDevice(client, device)
 
 
 def _take_spillable(plugin) -> None:

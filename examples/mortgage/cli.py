@@ -572,7 +572,7 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
     cluster = {"scheduler": scheduler}
     try:
         with cluster_client(scheduler, device="cpu", n_workers=n_workers,
-                            threads_per_worker=1) as (client, _):
+                            threads_per_worker=None if scheduler else 1) as (client, _):
             _workers_ready(client, cluster, [gen.__name__])
             made = _usage(gen.generate, out, spec, layout=layout, overwrite=overwrite,
                           progress=True)
