@@ -210,6 +210,11 @@ def import_in_background(*modules: str, client=None) -> None:
     >>> import_in_background("cudf")                             # doctest: +SKIP
     >>> import_in_background("torch", client=client)             # doctest: +SKIP
     """
+    wrong = [name for name in modules if not isinstance(name, str)]
+    if wrong:
+        raise TypeError("import_in_background() takes the names of modules, then client= "
+                        "for a cluster's workers: import_in_background('cudf', client=client), "
+                        f"not a {type(wrong[0]).__name__}")
     if client is not None:
         client.run(_start_importing, modules)
         return

@@ -47,3 +47,27 @@ def test_a_closed_client_is_named_with_the_fix(cpu_cluster, call, name):
     assert str(info.value) == (
         f"{name}() was given a closed Client: call it while the client is open (inside its "
         "`with` block), or connect a new one")
+
+
+def test_modules_given_as_a_list_are_named_with_the_fix(cpu_client):
+    with pytest.raises(TypeError, match=r"check_workers_import\(\) takes the names of modules as "
+                       r"arguments of their own, check_workers_import\(client, 'pkg.tasks', "
+                       r"'pkg.io'\), not a list"):
+        check_workers_import(cpu_client, ["json", "os"])
+
+
+def test_the_client_given_for_the_modules_is_named_with_the_fix(cpu_client):
+    from dask_gpu_interop import import_in_background
+
+    with pytest.raises(TypeError, match=r"import_in_background\(\) takes the names of modules, "
+                       r"then client= for a cluster's workers: import_in_background\('cudf', "
+                       r"client=client\), not a Client"):
+        import_in_background(cpu_client)
+
+
+def test_a_start_counted_from_a_text_is_named_with_the_fix(cpu_client):
+    from dask_gpu_interop import worker_starts
+
+    with pytest.raises(TypeError, match=r"worker_starts\(since='yesterday'\): give seconds since "
+                       r"the epoch, as time.time\(\) gives them"):
+        worker_starts(cpu_client, since="yesterday")

@@ -39,12 +39,19 @@ def check_workers_import(client, *modules: str) -> None:
     ClusterError
         A worker cannot import one of them: the message names the worker, the module it
         misses, and where to start the workers or what to install there.
+    TypeError
+        A module is not named by a string (a list of names, say).
 
     Examples
     --------
     >>> check_workers_import(client, "examples.mortgage.etl")        # doctest: +SKIP
     """
     require_client(client, "check_workers_import")
+    wrong = [name for name in modules if not isinstance(name, str)]
+    if wrong:
+        raise TypeError("check_workers_import() takes the names of modules as arguments of their "
+                        "own, check_workers_import(client, 'pkg.tasks', 'pkg.io'), not a "
+                        f"{type(wrong[0]).__name__}")
     code = "\n".join(f"import {name}" for name in modules)
     found = client.run(exec, code, {}, on_error="return")
     failed = {worker: err for worker, err in found.items() if isinstance(err, BaseException)}

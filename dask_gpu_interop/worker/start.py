@@ -142,6 +142,9 @@ def worker_starts(client=None, since: float | None = None) -> list[WorkerStart]:
     """
     import os
 
+    if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
+        raise TypeError(f"worker_starts(since={since!r}): give seconds since the epoch, as "
+                        "time.time() gives them when the cluster's start begins")
     if client is None:
         from distributed import get_client
 
