@@ -219,7 +219,13 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
     try:
         with connect(scheduler, scheduler_file, tls_dir, f"{timeout}s") as client:
             left = max(1.0, deadline - time.monotonic())
-            client.wait_for_workers(n_workers, timeout=left)
+            try:
+                client.wait_for_workers(n_workers, timeout=left)
+            except TimeoutError:
+                joined = len(cluster_workers(client))
+                raise click.ClickException(
+                    f"only {joined} of {n_workers} workers joined within {timeout:g} s: start "
+                    "more, or wait longer (--timeout)") from None
             count = len(cluster_workers(client))
     except (OSError, TimeoutError) as err:
         raise click.ClickException(f"{type(err).__name__}: {err}") from None
