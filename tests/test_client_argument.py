@@ -71,3 +71,22 @@ def test_a_start_counted_from_a_text_is_named_with_the_fix(cpu_client):
     with pytest.raises(TypeError, match=r"worker_starts\(since='yesterday'\): give seconds since "
                        r"the epoch, as time.time\(\) gives them"):
         worker_starts(cpu_client, since="yesterday")
+
+
+def test_a_module_the_workers_miss_is_said_once_without_their_tracebacks(caplog):
+    """The workers answer with the error instead of failing the run: no 'Run Failed' and its
+    traceback from each worker in the user's terminal, only the one ClusterError."""
+    import logging
+
+    from distributed import LocalCluster
+
+    from dask_gpu_interop import ClusterError
+
+    with LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client, caplog.at_level(logging.WARNING):  # fmt: skip
+        with pytest.raises(ClusterError, match=r"2 of 2 worker\(s\) of the cluster cannot import "
+                           r"json, no_such_module_xyz \(.*ModuleNotFoundError: No module named "
+                           r"'no_such_module_xyz'\)"):
+            check_workers_import(client, "json", "no_such_module_xyz")
+        check_workers_import(client, "json")
+    assert "Run Failed" not in caplog.text

@@ -52,8 +52,7 @@ def check_workers_import(client, *modules: str) -> None:
         raise TypeError("check_workers_import() takes the names of modules as arguments of their "
                         "own, check_workers_import(client, 'pkg.tasks', 'pkg.io'), not a "
                         f"{type(wrong[0]).__name__}")
-    code = "\n".join(f"import {name}" for name in modules)
-    found = client.run(exec, code, {}, on_error="return")
+    found = client.run(_importer(), list(modules), on_error="return")
     failed = {worker: err for worker, err in found.items() if isinstance(err, BaseException)}
     if not failed:
         return
@@ -70,6 +69,25 @@ def check_workers_import(client, *modules: str) -> None:
             f"{', '.join(modules)} ({worker}: {type(err).__name__}: {err}): the workers run "
             f"this program's tasks, which need it; {fix}")
     raise ClusterError(text.replace("{", "{{").replace("}", "}}"))
+
+
+def _importer():
+    """A function that imports the modules it is given on a worker, and returns the error of
+    the first that fails (None when all import): returned, not raised, so that the workers log
+    no failed run of their own. Made here, it travels by value: a worker that lacks this
+    package can still say what it misses."""
+
+    def import_each(names):
+        import importlib
+
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as err:  # noqa: BLE001 - whatever stops the import is the answer
+                return err
+        return None
+
+    return import_each
 
 
 def _where(module: str) -> str:
