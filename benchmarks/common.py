@@ -484,7 +484,7 @@ def as_gpu_worker(pool: bool = True) -> None:
     plugin's (a pool with its statistics and task accounting on top); a benchmark that
     measures that resource installs it with ``dask_gpu_interop.memory.state.install``, as
     benchmarks/memory.py does."""
-    from dask_gpu_interop import gpu_workers
+    from dask_gpu_interop.worker import gpu_workers
 
     os.environ.update({k: v for k, v in gpu_workers.settings().items() if k not in os.environ})
     if not pool:

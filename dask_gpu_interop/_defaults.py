@@ -3,8 +3,8 @@
 ``gpu-interop.memory.*`` comes from ``MemoryConfig``'s fields; set one in a YAML file or by
 environment (``DASK_GPU_INTEROP__MEMORY__POOL_SIZE=0.8``). ``dask-gpu-interop config`` prints
 them all with their help. ``gpu-interop.worker.*``: how GPU workers run tasks
-(:mod:`dask_gpu_interop.gpu_workers`); ``gpu-interop.shuffle.*``: the library's all-to-all
-(:func:`dask_gpu_interop.shuffle`).
+(:mod:`dask_gpu_interop.worker.gpu_workers`); ``gpu-interop.shuffle.*``: the library's
+all-to-all (:func:`dask_gpu_interop.shuffle`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ SERIALIZE_DEFAULTS = {
 }
 
 WORKER_DEFAULTS = {
-    # Variables GPU workers get over dask_gpu_interop.gpu_workers.ENVIRON (null: leave one out).
+    # Variables GPU workers get over dask_gpu_interop.worker.gpu_workers.ENVIRON (null: leave
+    # one out).
     "environ": {},
-    # Threads of each GPU worker of a local cluster (dask_gpu_interop.gpu_workers).
+    # Threads of each GPU worker of a local cluster (dask_gpu_interop.worker.gpu_workers).
     "threads": 1,
     # A nanny's worker process ends right after its worker closed, without Python's teardown
-    # (dask_gpu_interop.worker_exit).
+    # (dask_gpu_interop.worker.quick_exit).
     "quick-exit": True,
     # Local worker processes forked from a server that imported the libraries once:
     # "ucx" (GPU workers over UCX), true (all, CPU workers included) or false
-    # (dask_gpu_interop.fork_server).
+    # (dask_gpu_interop.worker.fork_server).
     "fork-server": "ucx",
 }
 

@@ -1,4 +1,5 @@
-"""Run a callback when a module finishes importing, or at once if it already has.
+"""Run a callback when a module finishes importing, or at once if it already has; give a
+module that moved its old dotted path too.
 
 This lets the plugin bind a framework to the worker's memory resource exactly when user code
 first imports it (before it can allocate anything), without importing every framework during
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.util
 import sys
 import threading
 from collections.abc import Callable
@@ -135,6 +137,50 @@ def _install_finder() -> None:
         sys.meta_path.insert(0, _finder)
 
 
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """Finds each old dotted path of a moved module as that module itself."""
+
+    def __init__(self):
+        self.aliases: dict[str, str] = {}
+
+    def find_spec(self, fullname, path, target=None):
+        moved_to = self.aliases.get(fullname)
+        if moved_to is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(moved_to))
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Loads an old dotted path as the module at its new one: the same object, so that
+    whatever is set or patched through either name is seen through the other."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._spec = None
+
+    def create_module(self, spec):
+        module = importlib.import_module(self._name)
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # the import system gave the module the old path's spec: it keeps its own
+        module.__spec__ = self._spec
+
+
+_aliases = _AliasFinder()
+
+
+def alias_modules(aliases: dict[str, str]) -> None:
+    """Make each old dotted path in ``aliases`` import the module at its new one
+    (``{"pkg.old": "pkg.sub.new"}``): code and command lines written for a module before it
+    moved keep working, and the old path adds no module to its package. The old path is
+    answered before any other finder's search, which could find a stale copy elsewhere."""
+    _aliases.aliases.update(aliases)
+    if _aliases not in sys.meta_path:
+        sys.meta_path.insert(0, _aliases)
+
+
 def import_in_background(*modules: str, client=None) -> None:
     """Start importing ``modules`` (one after the other) in a daemon thread and return at once:
     in this process, or with ``client`` in every worker of its cluster.
@@ -164,6 +210,11 @@ def import_in_background(*modules: str, client=None) -> None:
     >>> import_in_background("cudf")                             # doctest: +SKIP
     >>> import_in_background("torch", client=client)             # doctest: +SKIP
     """
+    wrong = [name for name in modules if not isinstance(name, str)]
+    if wrong:
+        raise TypeError("import_in_background() takes the names of modules, then client= "
+                        "for a cluster's workers: import_in_background('cudf', client=client), "
+                        f"not a {type(wrong[0]).__name__}")
     if client is not None:
         client.run(_start_importing, modules)
         return

@@ -9,7 +9,8 @@
     dask-gpu-interop wait-for-workers --scheduler-file F -n 4
     dask-gpu-interop memory-plot --scheduler ADDR --png memory.png [--duration 600]
 
-The examples (``python -m examples.mortgage``, ...) live beside the package, not in it.
+Also ``python -m dask_gpu_interop``. The examples (``python -m examples.mortgage``, ...) live
+beside the package, not in it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import time
 
 import click
 
-from . import cluster
 from . import tls as tls_mod
-from .options import with_options
-from .scheduler_workers import cluster_workers
+from ._client import cluster_workers
+from .cluster import ClusterError
+from .cluster.options import with_options
+from .cluster.running import connect as connect_scheduler
 
 
 @click.group()
@@ -43,8 +45,8 @@ CONNECTION_OPTIONS = [
 
 
 def connect(scheduler, scheduler_file, tls_dir, timeout):
-    """:func:`.cluster.connect` with the values of ``CONNECTION_OPTIONS``: a Client, with the
-    client certificate of ``tls_dir``; a click error that says what to change."""
+    """:func:`.cluster.running.connect` with the values of ``CONNECTION_OPTIONS``: a Client,
+    with the client certificate of ``tls_dir``; a click error that says what to change."""
     if (scheduler is None) == (scheduler_file is None):
         raise click.UsageError("give one of --scheduler ADDRESS or --scheduler-file FILE")
     try:
@@ -52,9 +54,9 @@ def connect(scheduler, scheduler_file, tls_dir, timeout):
     except FileNotFoundError as err:
         raise click.ClickException(str(err)) from None
     try:
-        return cluster.connect(
+        return connect_scheduler(
             scheduler, scheduler_file=scheduler_file, security=security, timeout=timeout)
-    except cluster.ClusterError as err:
+    except ClusterError as err:
         raise click.ClickException(err.message(flags="")) from None
 
 
@@ -213,20 +215,43 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
     """Wait until the cluster has N workers (exit status 1 on timeout)."""
     deadline = time.monotonic() + timeout
     if scheduler_file is not None:
-        from pathlib import Path
-
-        while not Path(scheduler_file).exists():
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"no scheduler file {scheduler_file} after {timeout:g} s")
-            time.sleep(0.5)
+        _wait_for_scheduler_file(scheduler_file, timeout, deadline)
     try:
         with connect(scheduler, scheduler_file, tls_dir, f"{timeout}s") as client:
             left = max(1.0, deadline - time.monotonic())
-            client.wait_for_workers(n_workers, timeout=left)
+            try:
+                client.wait_for_workers(n_workers, timeout=left)
+            except TimeoutError:
+                joined = len(cluster_workers(client))
+                raise click.ClickException(
+                    f"only {joined} of {n_workers} workers joined within {timeout:g} s: start "
+                    "more, or wait longer (--timeout)") from None
             count = len(cluster_workers(client))
     except (OSError, TimeoutError) as err:
         raise click.ClickException(f"{type(err).__name__}: {err}") from None
     click.echo(f"{count} workers")
+
+
+def _wait_for_scheduler_file(scheduler_file: str, timeout: float, deadline: float) -> None:
+    """Until the scheduler has written ``scheduler_file``: said at once where it is not there
+    yet, a click error where it cannot come (its folder does not exist) or did not come."""
+    import os
+
+    if os.path.exists(scheduler_file):
+        return
+    folder = os.path.dirname(os.path.abspath(scheduler_file))
+    if not os.path.isdir(folder):
+        raise click.ClickException(
+            f"{scheduler_file}: the folder {folder} does not exist, so no scheduler writes its "
+            "file there: check the path (the one given to dask scheduler --scheduler-file)")
+    click.echo(f"waiting up to {timeout:g} s for the scheduler to write {scheduler_file}",
+               err=True)
+    while not os.path.exists(scheduler_file):
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"no scheduler file {scheduler_file} after {timeout:g} s: start the scheduler "
+                f"with --scheduler-file {scheduler_file}, or check the path")
+        time.sleep(0.5)
 
 
 @main.command("memory-plot")
@@ -240,8 +265,8 @@ def wait_for_workers(scheduler, scheduler_file, tls_dir, n_workers, timeout):
               help="Also write the samples as CSV.")
 def memory_plot(scheduler, scheduler_file, tls_dir, png, interval, duration, csv_path):
     """Record each worker's GPU memory of a running cluster and plot it over time."""
+    from .cluster.options import check_plot_path
     from .memory.timeline import MemoryTimeline, gpu_statuses
-    from .options import check_plot_path
 
     check_plot_path(png, "--png")
     if csv_path:

@@ -236,6 +236,32 @@ def device_host_file(device_fraction: float, host_bytes: int) -> tuple:
     return DeviceHostFile, {"device_memory_limit": limit, "memory_limit": host_bytes}
 
 
+def local_cuda_cluster(plugins, **kwargs):
+    """A dask-cuda ``LocalCUDACluster(**kwargs)`` whose every worker is also given ``plugins``
+    (worker plugins, set up after the worker's preloads and before it joins), after dask-cuda's
+    own.
+
+    Private: ``LocalCUDACluster.new_worker_spec`` sets each worker's ``plugins`` option to
+    dask-cuda's own (CPU affinity, RMM, cuDF, pre-import), so plugins given among its keyword
+    arguments are dropped; the spec it returns is extended here. Read from dask-cuda's
+    dask_cuda/local_cuda_cluster.py; tests/cluster/test_local_gpu.py runs it on GPUs.
+    """
+    from dask_cuda import LocalCUDACluster
+
+    given = tuple(plugins)
+
+    class _LocalCUDACluster(LocalCUDACluster):
+        def new_worker_spec(self):
+            spec = super().new_worker_spec()
+            for worker in spec.values():
+                options = worker.setdefault("options", {})
+                options["plugins"] = (*options.get("plugins", ()), *given)
+            return spec
+
+    _LocalCUDACluster.__name__ = _LocalCUDACluster.__qualname__ = "LocalCUDACluster"
+    return _LocalCUDACluster(**kwargs)
+
+
 
 class CallingThreadPoolExecutor(_DaskThreadPoolExecutor):
     """distributed's ``ThreadPoolExecutor`` that runs each submitted function through

@@ -1,4 +1,5 @@
-"""What GPU a process sees, asked without creating a CUDA context where that can be avoided.
+"""What GPU a process sees, asked without creating a CUDA context where that can be avoided,
+and a worker's wait for each task's stream where its GPU libraries use per-thread streams.
 
 Used by the plugin on workers and by the CPU/GPU switch; imports CUDA bindings only when
 called, so the package imports on machines with no GPU stack at all.
@@ -140,3 +141,40 @@ def _check(result, what: str):
     if err != runtime.cudaError_t.cudaSuccess:
         raise RuntimeError(f"{what} failed: {runtime.cudaGetErrorString(err)[1].decode()}")
     return values[0] if len(values) == 1 else tuple(values)
+
+
+# The variables by which cuDF and CuPy put a thread's work on its own default stream
+# (:mod:`dask_gpu_interop.worker.gpu_workers` sets them for GPU workers).
+PER_THREAD_STREAMS = ("CUDF_PER_THREAD_STREAM", "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM")
+
+
+def per_thread_streams(env=None) -> bool:
+    """Whether a GPU library of this process puts its work on per-thread streams."""
+    env = os.environ if env is None else env
+    return any(env.get(name, "0") not in ("", "0") for name in PER_THREAD_STREAMS)
+
+
+def synchronize() -> None:
+    """Wait for the device work this thread queued on its per-thread default stream."""
+    from cuda.bindings import runtime
+
+    (status,) = runtime.cudaStreamSynchronize(runtime.cudaStreamPerThread)
+    if status != runtime.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"waiting for this thread's CUDA stream failed: {status.name}")
+
+
+def waiting_call(function, *args, **kwargs):
+    """``function(*args, **kwargs)``, then wait for this thread's stream (on success)."""
+    result = function(*args, **kwargs)
+    synchronize()
+    return result
+
+
+def wait_for_streams(worker) -> bool:
+    """Make ``worker`` wait for each task's stream after it runs, where its GPU libraries use
+    per-thread streams; True when it does (from now on)."""
+    if not per_thread_streams():
+        return False
+    from .compat import wrap_default_executor
+
+    return wrap_default_executor(worker, waiting_call)

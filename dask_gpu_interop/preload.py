@@ -10,11 +10,13 @@ dask_gpu_interop.preload``. A bad option, or a setup the plugin refuses, stops t
 the reason: a worker that came up without its memory setup would be worse than one that did
 not come up.
 
-Importing the preload also gives the worker the GPU workers' settings of
-:mod:`dask_gpu_interop.gpu_workers` (each thread its own CUDA stream, kvikio's reader threads),
-before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``, one task's
-host work overlaps another's kernels. And a dask-cuda worker imports cuDF in the background
-instead of before it joins the cluster (:mod:`dask_gpu_interop.worker_cudf_import`).
+The flags are parsed once, into the plugin the worker sets up (``dask worker`` checks them
+first in its own process, so that a bad one ends the command before any worker process
+starts). Importing the preload also gives the worker the GPU workers' settings of
+:mod:`dask_gpu_interop.worker.gpu_workers` (each thread its own CUDA stream, kvikio's reader
+threads), before any GPU library is imported; with ``--nthreads 2`` on ``dask cuda worker``,
+one task's host work overlaps another's kernels. And a dask-cuda worker imports cuDF in the
+background instead of before it joins the cluster (:mod:`dask_gpu_interop.worker.gpu_start`).
 """
 
 from __future__ import annotations
@@ -23,52 +25,61 @@ import logging
 
 import click
 
-from . import gpu_workers, worker_cudf_import, worker_exit, worker_start
-from .compat import (
-    DASK_CUDA_PRELOAD,
-    DASK_CUDA_PRELOAD_FLAGS,
-    add_pending_worker_plugin,
-    keep_preload_arguments,
-)
+from .cluster.options import given_memory, memory_click_options, with_options
 from .memory.config import PRELOAD_PREFIX
 from .memory.errors import OptionError
 from .memory.plugin import GPUMemoryPlugin
-from .options import given_memory, memory_click_options, with_options
+from .worker import gpu_start, gpu_workers, quick_exit
 
 logger = logging.getLogger("distributed.worker.gpu_interop")
 
-# The GPU workers' settings (per-thread streams, kvikio's threads: dask_gpu_interop.gpu_workers),
-# now: a worker imports its preloads before any GPU library, which reads them at import.
+# The GPU workers' settings (per-thread streams, kvikio's threads:
+# dask_gpu_interop.worker.gpu_workers), now: a worker imports its preloads before any GPU
+# library, which reads them at import.
 gpu_workers.apply()
 
 PREFIX = PRELOAD_PREFIX  # --gpu-pool-size
+NAME = "dask_gpu_interop.preload"
 
 
 class _CheckedCommand(click.Command):
-    """The preload's command: its options are checked together as soon as they are parsed.
+    """The preload's command: its options are parsed once, into the worker's plugin, as soon
+    as they are read (given to ``dask_setup`` as ``plugin``).
 
     ``dask worker`` (and ``dask cuda worker``) parse a preload's arguments in their own
     process before any worker process starts: a bad option then stops the command in one
-    line, instead of a worker process that fails to start and the nanny's tracebacks."""
+    line, instead of a worker process that fails to start and the nanny's tracebacks. In the
+    worker, where distributed would log a preload's error and start the worker without its
+    memory setup, a bad option stops the worker with the reason."""
 
     def parse_args(self, ctx, args):
         try:
             rest = super().parse_args(ctx, args)
         except click.UsageError as err:  # said as the worker command's, which parses these
-            raise click.UsageError(f"dask_gpu_interop.preload: {err.format_message()}") from None
+            raise click.UsageError(f"{NAME}: {err.format_message()}") from None
         params = dict(ctx.params)
         mistyped = [arg for arg in params.get("others", ()) if arg.startswith(f"--{PREFIX}")]
         if mistyped:
-            raise click.UsageError(f"dask_gpu_interop.preload: unknown option(s) {mistyped}; "
-                                   "see `python -m dask_gpu_interop.preload --help`")
+            raise click.UsageError(f"{NAME}: unknown option(s) {mistyped}; "
+                                   f"see `python -m {NAME} --help`")
         try:
-            GPUMemoryPlugin(force=params.get("gpu_force", False), **given_memory(params))
+            plugin = GPUMemoryPlugin(force=params.get("gpu_force", False), **given_memory(params))
         except OptionError as err:
-            raise click.UsageError(
-                f"dask_gpu_interop.preload: bad option: {err.message(flags=PREFIX)}") from None
+            raise click.UsageError(f"{NAME}: bad option: {err.message(flags=PREFIX)}") from None
         except (TypeError, ValueError) as err:
-            raise click.UsageError(f"dask_gpu_interop.preload: bad option: {err}") from None
+            raise click.UsageError(f"{NAME}: bad option: {err}") from None
+        ctx.params["plugin"] = plugin
         return rest
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        """As a worker starts (distributed reads the preload's arguments so): a bad option
+        stops the worker, rather than an error that distributed would log and go on."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:
+            message = err.format_message()
+            logger.error("%s", message)
+            raise SystemExit(message) from None
 
 
 @click.command(cls=_CheckedCommand, context_settings={"ignore_unknown_options": True})
@@ -80,42 +91,25 @@ class _CheckedCommand(click.Command):
     help="Passed by dask-cuda to every preload; the plugin creates the context itself.",
 )
 @click.argument("others", nargs=-1, type=click.UNPROCESSED)
-def dask_setup(worker, gpu_force, create_cuda_context, others, **options):
+def dask_setup(worker, plugin, gpu_force, create_cuda_context, others, **options):
     from distributed import Worker
 
     if not isinstance(worker, Worker):
-        logger.warning("dask_gpu_interop.preload is a worker preload; ignored on %r", worker)
+        logger.warning("%s is a worker preload; ignored on %r", NAME, worker)
         return
-    worker_start.mark(worker, "preloads")
-    mistyped = [arg for arg in others if arg.startswith(f"--{PREFIX}")]
-    if mistyped:
-        _stop(f"unknown option(s) {mistyped}; see `python -m dask_gpu_interop.preload --help`")
-    try:
-        plugin = GPUMemoryPlugin(force=gpu_force, **given_memory(options))
-    except OptionError as err:
-        _stop(f"bad option: {err.message(flags=PREFIX)}")
-    except (TypeError, ValueError) as err:
-        _stop(f"bad option: {err}")
-    # dask-cuda hands every preload the same arguments; its own preload rejects ours.
-    keep_preload_arguments(worker, DASK_CUDA_PRELOAD, DASK_CUDA_PRELOAD_FLAGS)
-    # After every preload (dask-cuda's creates the CUDA context on the worker's device),
-    # before the worker takes any task; a refusal stops the worker.
-    add_pending_worker_plugin(worker, plugin)
-    # dask-cuda's cuDF options without holding the worker's start for cuDF's import, which
-    # runs from now on, beside dask-cuda's CUDA start
-    worker_cudf_import.import_beside_start(worker, spill=plugin.config.spill)
+    if gpu_start.given_plugin(worker) is not None:
+        message = (f"{NAME}: this worker was given its memory plugin already (a local cluster "
+                   "of the library's); leave the preload out")
+        logger.error("%s", message)
+        raise SystemExit(message)
+    gpu_start.start(worker, plugin)
 
 
 def dask_teardown(worker) -> None:
-    """As the worker closes: its process ends right after (:mod:`dask_gpu_interop.worker_exit`)."""
-    worker_exit.end_process_at_exit(worker)
-
-
-def _stop(message: str):
-    """Stop the worker: distributed logs and skips a preload's ordinary exceptions."""
-    logger.error("dask_gpu_interop.preload: %s", message)
-    raise SystemExit(f"dask_gpu_interop.preload: {message}") from None
+    """As the worker closes: its process ends right after
+    (:mod:`dask_gpu_interop.worker.quick_exit`)."""
+    quick_exit.end_process_at_exit(worker)
 
 
 if __name__ == "__main__":  # `python -m dask_gpu_interop.preload --help`
-    dask_setup.main(args=["--help"], prog_name="dask_gpu_interop.preload")
+    dask_setup.main(args=["--help"], prog_name=NAME)

@@ -117,8 +117,8 @@ want cupy-allocators-bench benchmarks/cupy_allocators.py && section cupy-allocat
 eval "vs_args=(${VS_DASK_CUDA_ARGS:-})"  # shell words: --configs 'plugin async;...' keeps its quotes
 want vs-dask-cuda-bench benchmarks/vs_dask_cuda.py && section vs-dask-cuda-bench 900 python3 -m benchmarks.vs_dask_cuda --out "$OUT/results" "${vs_args[@]}"
 want cluster-start-bench benchmarks/cluster_start.py && section cluster-start-bench 600 python3 -m benchmarks.cluster_start --out "$OUT/results"
-for name in compat cluster serialize convert mortgage ecg demo all_to_all; do
-  files=$(ls tests/test_${name}*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
+for name in compat cluster worker serialize convert mortgage ecg demo all_to_all; do
+  files=$(ls tests/test_${name}*.py tests/${name}/test_*.py tests/examples/test_${name}*.py 2>/dev/null | tr '\n' ' ')
   [ -n "$files" ] && want $name-tests tests && section $name-tests 600 "${PYTEST[@]}" -m "gpu or multi_gpu" $files --junitxml="$OUT/results/$name-tests.xml"
 done
 # The mortgage GPU tests again with the local GPU workers' per-thread streams (two tasks at once

@@ -1,12 +1,16 @@
-"""Shared test setup: GPU tests are skipped where there is no GPU (CI has none)."""
+"""Shared test setup: GPU tests are skipped where there is no GPU (CI has none); the running CPU
+cluster that the tests of a running cluster use."""
 
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
+from distributed import Client
 
 from dask_gpu_interop import device
+
+from .clusters import cpu_cluster as start_cpu_cluster
 
 
 def _gpu_ready() -> tuple[bool, str]:
@@ -32,3 +36,19 @@ def needs(module: str):
     return pytest.mark.skipif(
         importlib.util.find_spec(module.split(".")[0]) is None, reason=f"{module} not installed"
     )
+
+
+@pytest.fixture(scope="module")
+def cpu_cluster():
+    """A running cluster of two worker processes that see no GPU, one thread each (one start
+    per test module, so that what a module registers on it stays in that module)."""
+    with start_cpu_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def cpu_client(cpu_cluster):
+    """A client of :func:`cpu_cluster`, once both its workers have joined."""
+    with Client(cpu_cluster) as client:
+        client.wait_for_workers(2)
+        yield client

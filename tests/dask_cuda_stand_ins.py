@@ -4,6 +4,7 @@ dask-cuda 26.08, for tests on machines without dask-cuda."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib.util
 import sys
 
@@ -30,6 +31,27 @@ class RMMSetup:
 
 
 RMMSetup.__module__ = "dask_cuda.plugins"
+
+
+class LocalCUDACluster:
+    """``dask_cuda.LocalCUDACluster`` as far as the library drives it: its keyword arguments
+    (``kwargs``), and each worker's spec made by ``new_worker_spec``, whose ``plugins`` option
+    is set to dask-cuda's own (``worker_spec``); no process starts."""
+
+    def __init__(self, n_workers=None, **kwargs):
+        self.kwargs = {"n_workers": n_workers, **kwargs}
+        options = {key: kwargs[key] for key in ("preload", "preload_argv", "plugins")
+                   if key in kwargs}
+        self.new_spec = {"cls": "Nanny", "options": options}
+        self.worker_spec = {}
+        for _ in range(n_workers or 1):
+            self.worker_spec.update(self.new_worker_spec())
+
+    def new_worker_spec(self):
+        spec = copy.deepcopy(self.new_spec)
+        spec["options"].update({"env": {"CUDA_VISIBLE_DEVICES": str(len(self.worker_spec))},
+                                "plugins": {RMMSetup()}})
+        return {len(self.worker_spec): spec}
 
 # dask_cuda/initialize.py's dask_setup: the only flags it takes; each call's value in `seen`.
 INITIALIZE_PRELOAD = '''

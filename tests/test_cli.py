@@ -5,33 +5,24 @@ import json
 import subprocess
 import sys
 
-import pytest
 from click.testing import CliRunner
-from distributed import Client, LocalCluster
 
 from dask_gpu_interop import cluster_workers
 from dask_gpu_interop.cli import main
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as c:
-        yield c
-
-
-def test_report_of_a_running_cluster(cluster):
-    result = CliRunner().invoke(main, ["report", "--scheduler", cluster.scheduler_address])
+def test_report_of_a_running_cluster(cpu_cluster):
+    result = CliRunner().invoke(main, ["report", "--scheduler", cpu_cluster.scheduler_address])
     assert result.exit_code == 0, result.output
     assert result.output.count("no GPU: the plugin does nothing here") == 2
 
 
-def test_report_json(cluster):
-    result = CliRunner().invoke(main, ["report", "--scheduler", cluster.scheduler_address, "--json"])
+def test_report_json(cpu_cluster, cpu_client):
+    result = CliRunner().invoke(
+        main, ["report", "--scheduler", cpu_cluster.scheduler_address, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    with Client(cluster) as client:
-        assert set(data) == set(cluster_workers(client))
+    assert set(data) == set(cluster_workers(cpu_client))
     assert {snap["status"] for snap in data.values()} == {"no-gpu"}
 
 

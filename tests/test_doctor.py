@@ -9,18 +9,11 @@ from types import SimpleNamespace
 import dask
 import pytest
 from click.testing import CliRunner
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_gpu_interop import GPUMemoryPlugin, doctor
 from dask_gpu_interop.cli import main
 from dask_gpu_interop.memory import state
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as c:
-        yield c
 
 
 def test_this_machine_one_line_per_item():
@@ -35,12 +28,12 @@ def test_this_machine_one_line_per_item():
     assert "dask " in result.output and "distributed " in result.output  # versions listed
 
 
-def test_every_worker_of_a_cluster_is_checked(cluster):
-    result = CliRunner().invoke(main, ["doctor", "--scheduler", cluster.scheduler_address,
+def test_every_worker_of_a_cluster_is_checked(cpu_cluster):
+    result = CliRunner().invoke(main, ["doctor", "--scheduler", cpu_cluster.scheduler_address,
                                        "--json"])
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
-    assert set(found) == {"this machine", *cluster.scheduler_info["workers"]}
+    assert set(found) == {"this machine", *cpu_cluster.scheduler_info["workers"]}
     for items in found.values():
         assert any(item["item"] == "memory" and "no GPU" in item["detail"] for item in items)
 
@@ -183,14 +176,15 @@ def plugin_lines(cluster) -> list[str]:
     return [line for line in result.output.splitlines() if "memory plugin" in line]
 
 
-def test_each_worker_says_whether_the_memory_plugin_is_registered_and_its_mode(cluster):
-    assert plugin_lines(cluster) == ["  info  memory plugin          not registered; no GPU here: "
-                                     "the plugin would leave this worker alone"] * 2
+def test_each_worker_says_whether_the_memory_plugin_is_registered_and_its_mode(cpu_cluster):
+    assert plugin_lines(cpu_cluster) == [
+        "  info  memory plugin          not registered; no GPU here: "
+        "the plugin would leave this worker alone"] * 2
     plugin = GPUMemoryPlugin(async_alloc=True, release_threshold="1GB")
-    with Client(cluster) as client:
+    with Client(cpu_cluster) as client:
         client.register_plugin(plugin)
         try:
-            lines = plugin_lines(cluster)
+            lines = plugin_lines(cpu_cluster)
         finally:
             client.unregister_worker_plugin(plugin.name)
     assert lines == ["  info  memory plugin          registered, async mode (CUDA async pool); "

@@ -12,9 +12,11 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dask_gpu_interop import GPUMemoryPlugin, memory_report
+
+from .clusters import cpu_cluster
 
 pytestmark = pytest.mark.slow  # real processes: several seconds
 
@@ -43,16 +45,14 @@ def _plugin_names(dask_worker):
 
 
 @pytest.fixture
-def cluster():
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-        env={"CUDA_VISIBLE_DEVICES": ""},
-    ) as cluster, Client(cluster) as client:
+def fresh_client():
+    """A client of a cluster of its own: the test kills its workers."""
+    with cpu_cluster() as cluster, Client(cluster) as client:
         yield client
 
 
-def test_killed_worker_is_replaced_with_the_plugin_and_the_result_is_unchanged(cluster):
-    client = cluster
+def test_killed_worker_is_replaced_with_the_plugin_and_the_result_is_unchanged(fresh_client):
+    client = fresh_client
     plugin = GPUMemoryPlugin(pool_size="0.5")
     client.register_plugin(plugin)
     expected = client.compute(groupby_job()).result(timeout=60)

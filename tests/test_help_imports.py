@@ -43,6 +43,7 @@ COMMANDS = [
     "examples.demo",
     "dask_gpu_interop.cli",
     "dask_gpu_interop.cli doctor",
+    "dask_gpu_interop",
 ]
 
 

@@ -58,9 +58,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_graph_is_read():
     known = modules()
     graph = {name: imports(name, path, set(known)) for name, path in known.items()}
-    assert "dask_gpu_interop.memory.config" in graph["dask_gpu_interop.options"]
+    assert "dask_gpu_interop.memory.config" in graph["dask_gpu_interop.cluster.options"]
     assert "dask_gpu_interop.compat" in graph["dask_gpu_interop.memory.plugin"]  # from .. import
-    assert "dask_gpu_interop.memory.timeline" in graph["dask_gpu_interop.cluster"]  # in a function
+    # an import in a function
+    assert "dask_gpu_interop.memory.timeline" in graph["dask_gpu_interop.cluster.session"]
     assert "dask_gpu_interop" not in graph["dask_gpu_interop.memory.plugin"]
 
 
@@ -83,4 +84,16 @@ def test_the_frameworks_import_nothing_of_memory():
     back = {name: sorted(t for t in targets if t.startswith("dask_gpu_interop.memory"))
             for name, targets in graph.items() if name.startswith("dask_gpu_interop.frameworks")}
     assert len(back) == 7  # the package and its six frameworks
+    assert not {name: found for name, found in back.items() if found}
+
+
+def test_the_memory_package_imports_no_start_up_code():
+    """``memory/`` holds the plugin, its configuration and the RMM stack: the worker start-up
+    (``worker/``) and the client side (``cluster/``) build on it, never the other way."""
+    known = modules()
+    graph = {name: imports(name, path, set(known)) for name, path in known.items()}
+    up = ("dask_gpu_interop.worker", "dask_gpu_interop.cluster", "dask_gpu_interop.preload")
+    back = {name: sorted(t for t in targets if t.startswith(up))
+            for name, targets in graph.items() if name.startswith("dask_gpu_interop.memory")}
+    assert "dask_gpu_interop.memory.plugin" in back
     assert not {name: found for name, found in back.items() if found}

@@ -32,7 +32,7 @@ def test_importing_the_package_imports_no_gpu_library():
     loaded = run(
         f"""
         import sys, dask_gpu_interop, dask_gpu_interop.preload, dask_gpu_interop.cli
-        import dask_gpu_interop.cluster, dask_gpu_interop.options, dask_gpu_interop.convert
+        import dask_gpu_interop.cluster, dask_gpu_interop.cluster.options, dask_gpu_interop.convert
         import dask_gpu_interop.compat, dask_gpu_interop.tls
         print(sorted({{m.split('.')[0] for m in sys.modules}} & set({GPU_LIBRARIES!r})))
         """

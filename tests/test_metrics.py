@@ -9,7 +9,6 @@ import urllib.request
 import dask.config
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -155,17 +154,8 @@ def _register_and_port(dask_worker):
     return dask_worker.http_server.port
 
 
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-        env={"CUDA_VISIBLE_DEVICES": ""},
-    ) as cluster, Client(cluster) as client:
-        yield client
-
-
-def test_worker_metrics_endpoint_serves_gpu_memory(client):
-    ports = client.run(_register_and_port)
+def test_worker_metrics_endpoint_serves_gpu_memory(cpu_client):
+    ports = cpu_client.run(_register_and_port)
     for address, port in ports.items():
         host = address.split("://")[1].rsplit(":", 1)[0]
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
@@ -254,17 +244,17 @@ def test_timeline_arguments_are_checked():
         timeline.stop()
 
 
-def test_record_memory_on_a_real_cluster_writes_png_and_csv(client, tmp_path):
+def test_record_memory_on_a_real_cluster_writes_png_and_csv(cpu_client, tmp_path):
     import dask.array as da
 
     with pytest.warns(UserWarning, match=r"no GPU memory samples \(the workers report: no-gpu\)"):
-        with record_memory(client, png=tmp_path / "m.png", csv=tmp_path / "m.csv",
+        with record_memory(cpu_client, png=tmp_path / "m.png", csv=tmp_path / "m.csv",
                            interval=0.2) as tl:
             da.random.random((2000, 2000), chunks=500).sum().compute()
             time.sleep(0.5)
     assert not (tmp_path / "m.png").exists()  # CPU workers: nothing to draw, and it says so
     frame = pd.read_csv(tmp_path / "m.csv")
-    assert set(frame["worker"]) == set(cluster_workers(client))
+    assert set(frame["worker"]) == set(cluster_workers(cpu_client))
     assert set(frame["status"]) == {"no-gpu"}
     assert len(tl.samples) == len(frame)
 

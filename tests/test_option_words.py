@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from dask_gpu_interop import GPUMemoryPlugin, MemoryConfig
-from dask_gpu_interop import cluster as cluster_mod
+from dask_gpu_interop.cluster import checks
+from dask_gpu_interop.cluster.options import cluster_options
 from dask_gpu_interop.memory.errors import (
     CONFIG,
     DEFAULT,
@@ -19,7 +20,6 @@ from dask_gpu_interop.memory.errors import (
     OptionError,
     OptionTypeError,
 )
-from dask_gpu_interop.options import cluster_options
 
 POOL_SIZE_VARIABLE = "DASK_GPU_INTEROP__MEMORY__POOL_SIZE"
 
@@ -177,9 +177,9 @@ def test_the_clusters_options_are_named_as_flags_on_the_command_line():
 
 
 def test_the_clusters_options_are_named_as_keywords_in_python(monkeypatch):
-    monkeypatch.setattr(cluster_mod.device_mod, "gpu_count", lambda: 0)
-    with pytest.raises(cluster_mod.ClusterError) as info:
-        cluster_mod.check_local("gpu")
+    monkeypatch.setattr(checks.device_mod, "gpu_count", lambda: 0)
+    with pytest.raises(checks.ClusterError) as info:
+        checks.check_local("gpu")
     assert str(info.value) == ("device='gpu' but no CUDA GPU is visible here (check nvidia-smi "
                                "and CUDA_VISIBLE_DEVICES), or use device='cpu'")
     assert info.value.message(flags="").startswith("--device 'gpu' but no CUDA GPU")

@@ -9,70 +9,60 @@ from distributed import Client, LocalCluster
 from dask_gpu_interop import GPUMemoryPlugin, GPUMemorySetupError, cluster_workers, memory_report
 from dask_gpu_interop.memory import state
 
-NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
-
-
-@pytest.fixture(scope="module")
-def client():
-    # Workers that see no GPU, whatever this machine has.
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, env=NO_GPU) as cluster:
-        with Client(cluster) as c:
-            yield c
-
 
 def scheduler_plugins(client):
     return client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.worker_plugins))
 
 
-def test_no_gpu_worker_is_left_alone_and_says_so(client):
+def test_no_gpu_worker_is_left_alone_and_says_so(cpu_client):
     plugin = GPUMemoryPlugin(pool_size="0.8")
-    client.register_plugin(plugin)
-    report = memory_report(client)
-    assert set(report) == set(cluster_workers(client))
+    cpu_client.register_plugin(plugin)
+    report = memory_report(cpu_client)
+    assert set(report) == set(cluster_workers(cpu_client))
     assert all(snap["status"] == "no-gpu" for snap in report.values())
     assert str(report).count("no GPU: the plugin does nothing here") == 2
-    on_workers = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+    on_workers = cpu_client.run(lambda dask_worker: sorted(dask_worker.plugins))
     assert all(plugin.name in names for names in on_workers.values())
-    client.unregister_worker_plugin(plugin.name)
+    cpu_client.unregister_worker_plugin(plugin.name)
 
 
-def test_registering_the_same_configuration_twice_is_a_no_op(client):
-    client.register_plugin(GPUMemoryPlugin(pool_size="0.5", frameworks=["cupy"]))
-    before = scheduler_plugins(client)
+def test_registering_the_same_configuration_twice_is_a_no_op(cpu_client):
+    cpu_client.register_plugin(GPUMemoryPlugin(pool_size="0.5", frameworks=["cupy"]))
+    before = scheduler_plugins(cpu_client)
     # A second, equal plugin: the scheduler skips it, no worker sees a second setup.
-    assert client.register_plugin(GPUMemoryPlugin(pool_size=0.5, frameworks="cupy")) == {}
-    assert scheduler_plugins(client) == before
+    assert cpu_client.register_plugin(GPUMemoryPlugin(pool_size=0.5, frameworks="cupy")) == {}
+    assert scheduler_plugins(cpu_client) == before
     # A different configuration is a different registration.
     other = GPUMemoryPlugin(pool_size="0.4", frameworks=["cupy"])
-    client.register_plugin(other)
-    assert other.name in scheduler_plugins(client)
-    for name in scheduler_plugins(client):
+    cpu_client.register_plugin(other)
+    assert other.name in scheduler_plugins(cpu_client)
+    for name in scheduler_plugins(cpu_client):
         if name.startswith("gpu-interop-memory-"):
-            client.unregister_worker_plugin(name)
+            cpu_client.unregister_worker_plugin(name)
 
 
-def test_no_gpu_is_logged_once_per_worker(client):
-    client.register_plugin(GPUMemoryPlugin(pool_size="0.3"))
-    client.register_plugin(GPUMemoryPlugin(pool_size="0.2"))
-    logs = client.get_worker_logs()
+def test_no_gpu_is_logged_once_per_worker(cpu_client):
+    cpu_client.register_plugin(GPUMemoryPlugin(pool_size="0.3"))
+    cpu_client.register_plugin(GPUMemoryPlugin(pool_size="0.2"))
+    logs = cpu_client.get_worker_logs()
     for lines in logs.values():
         said = [msg for _, msg in lines if "no GPU visible" in msg]
         assert len(said) == 1
-    for name in scheduler_plugins(client):
+    for name in scheduler_plugins(cpu_client):
         if name.startswith("gpu-interop-memory-"):
-            client.unregister_worker_plugin(name)
+            cpu_client.unregister_worker_plugin(name)
 
 
 @pytest.mark.skipif(
     hasattr(Client, "register_worker_plugin") is False,
     reason="this distributed has no Client.register_worker_plugin (removed in 2026.6)",
 )
-def test_older_spelling_register_worker_plugin(client):
+def test_older_spelling_register_worker_plugin(cpu_client):
     plugin = GPUMemoryPlugin(managed=True)
-    client.register_worker_plugin(plugin)
-    assert plugin.name in scheduler_plugins(client)
-    assert all(s["status"] == "no-gpu" for s in memory_report(client).values())
-    client.unregister_worker_plugin(plugin.name)
+    cpu_client.register_worker_plugin(plugin)
+    assert plugin.name in scheduler_plugins(cpu_client)
+    assert all(s["status"] == "no-gpu" for s in memory_report(cpu_client).values())
+    cpu_client.unregister_worker_plugin(plugin.name)
 
 
 def test_worker_side_failure_reaches_the_caller_and_can_be_retried(monkeypatch):

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from distributed import Client
 
 from dask_gpu_interop import GPUMemoryPlugin
+from dask_gpu_interop.cluster.options import given_memory
 from dask_gpu_interop.memory.config import OPTIONS
-from dask_gpu_interop.options import given_memory
 from dask_gpu_interop.preload import PREFIX, dask_setup
 from tests.dask_cuda_stand_ins import start_in_process_worker, write_preload
 
@@ -197,13 +197,36 @@ def test_dask_cudas_preload_after_ours_gets_only_its_own_flag(tmp_path, monkeypa
     """As ``dask cuda worker --preload dask_gpu_interop.preload --gpu-pool-size 0.5`` starts a
     worker: dask-cuda's preload comes after ours with the same arguments, and would refuse
     ours (a stand-in for it here, shaped as dask-cuda's)."""
-    from dask_gpu_interop import preload as preload_mod
+    from dask_gpu_interop.worker import gpu_start
 
     monkeypatch.syspath_prepend(str(tmp_path))
     write_preload(tmp_path, "probe_dask_cuda_initialize")
-    monkeypatch.setattr(preload_mod, "DASK_CUDA_PRELOAD", "probe_dask_cuda_initialize")
+    monkeypatch.setattr(gpu_start, "DASK_CUDA_PRELOAD", "probe_dask_cuda_initialize")
     plugins = start_in_process_worker(
         ["dask_gpu_interop.preload", "probe_dask_cuda_initialize"],
         ["--gpu-pool-size", "0.5", "--create-cuda-context"])
     assert sys.modules.pop("probe_dask_cuda_initialize").seen == [True]
     assert GPUMemoryPlugin(pool_size="0.5").name in plugins
+
+
+def test_the_preload_parses_its_flags_once_into_the_workers_plugin(monkeypatch):
+    """In the worker, the flags read by the preload's command are the plugin it sets up: no
+    second parse of them in ``dask_setup``."""
+    from dask_gpu_interop import MemoryConfig
+
+    parses = []
+    parse = MemoryConfig.from_options.__func__
+    monkeypatch.setattr(MemoryConfig, "from_options", classmethod(
+        lambda cls, **options: parses.append(options) or parse(cls, **options)))
+    plugins = start_in_process_worker(["dask_gpu_interop.preload"], ["--gpu-pool-size", "0.5"])
+    assert parses == [{"pool_size": "0.5"}]
+    assert GPUMemoryPlugin(pool_size="0.5").name in plugins
+
+
+def test_a_bad_flag_stops_a_worker_that_no_command_checked():
+    """A worker given the preload's flags by a program (no ``dask worker`` to check them
+    first): distributed would log the preload's error and start the worker without its memory
+    setup; it stops instead, saying why."""
+    with pytest.raises(SystemExit, match=r"dask_gpu_interop.preload: bad option: "
+                                         r"--gpu-pool-size 'banana': not a size"):
+        start_in_process_worker(["dask_gpu_interop.preload"], ["--gpu-pool-size", "banana"])

@@ -203,15 +203,15 @@ def test_local_gpu_cluster_is_given_the_security(monkeypatch, certs):
     import sys
     import types
 
-    from dask_gpu_interop import cluster as cluster_mod
+    from dask_gpu_interop.cluster import local
+    from tests.dask_cuda_stand_ins import LocalCUDACluster
 
-    seen = {}
     fake = types.ModuleType("dask_cuda")
-    fake.LocalCUDACluster = lambda **kwargs: seen.update(kwargs) or "cluster"
+    fake.LocalCUDACluster = LocalCUDACluster
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
-    monkeypatch.setattr(cluster_mod, "check_local", lambda device, protocol, **checks: "gpu")
+    monkeypatch.setattr(local, "check_local", lambda device, protocol, **checks: "gpu")
     security = tls.local_security(certs.directory)
-    assert cluster_mod.local_cluster("gpu", protocol="tls", security=security) == "cluster"
+    seen = local.local_cluster("gpu", protocol="tls", security=security).kwargs
     assert seen["security"] is security and seen["protocol"] == "tls"
 
 

@@ -50,9 +50,10 @@ def files(tmp_path_factory):
         open(os.path.join(SAMPLE, "Acquisition_2007Q3.txt")).read())
     empty = d / "no-certificates"
     empty.mkdir()
-    with _http_server() as http, LocalCluster(n_workers=0, dashboard_address=None) as tcp:
+    with _http_server() as http, _answering_web_server() as web, \
+            LocalCluster(n_workers=0, dashboard_address=None) as tcp:
         yield {"words": str(words), "one_bad": str(one_bad), "noise": str(noise),
-               "dirty": str(dirty), "out": str(d / "out"), "http": http,
+               "dirty": str(dirty), "out": str(d / "out"), "http": http, "web": web,
                "tcp": tcp.scheduler_address,
                "tls_to_tcp": tcp.scheduler_address.replace("tcp://", "tls://"),
                "certs": str(tls.make_certificates(d / "certs").directory),
@@ -76,6 +77,32 @@ def _http_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def _answering_web_server():
+    """A web server that answers what it cannot read at once, as nginx does (400, then it
+    closes): something that listens, answers, and is no scheduler."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the tests are done
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nServer: nginx\r\nContent-Length: 0"
+                             b"\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
 
 
 CASES = [
@@ -159,6 +186,42 @@ CASES = [
      "one-bad.csv:2501: 'oops' is not a number", 60),
     ("an ECG of noise", [*ECG, "--csv", "{noise}", "--out", "{out}"], 0,
      "warning: these detections do not look like a heartbeat", 180),
+    ("inproc between worker processes", [*DEMO, "--protocol", "inproc"], 2,
+     "--protocol 'inproc' connects workers in this process only", 20),
+    ("inproc for the ETL", [*ETL, "--protocol", "inproc"], 2,
+     "add --no-processes, or use --protocol 'tcp'", 20),
+    ("inproc for the ECG", [*ECG, "--protocol", "inproc", "--out", "{out}"], 2,
+     "--protocol 'inproc' connects workers in this process only", 20),
+    ("a web server that answers", [*CLI, "report", "--scheduler", "{web}"], 1,
+     "what answered speaks another protocol, a web server's perhaps", 20),
+    ("doctor of a web server that answers", [*CLI, "doctor", "--scheduler", "{web}"], 1,
+     "what answered speaks another protocol", 60),
+    ("the job to a web server that answers", [*MORTGAGE, "--data", SAMPLE, "--scheduler",
+                                              "{web}"], 1, "speaks another protocol", 30),
+    ("the ECG to a web server that answers", [*ECG, "--scheduler", "{web}", "--out", "{out}"],
+     1, "speaks another protocol", 30),
+    ("an http:// address", [*CLI, "doctor", "--scheduler", "http://127.0.0.1:8787/status"], 1,
+     "http://127.0.0.1:8787/status is a web address: give the scheduler's own", 30),
+    ("etl to an http:// address", [*ETL[:-1], "{out}-web", "--scheduler",
+                                   "http://127.0.0.1:8787"], 1, "is a web address", 30),
+    ("--tls to a TCP scheduler", [*CLI, "report", "--scheduler", "{tcp}", "--tls", "{certs}"], 1,
+     "is a plain tcp:// address, and the TLS settings given require encryption", 20),
+    ("doctor --tls to a TCP scheduler", [*CLI, "doctor", "--scheduler", "{tcp}", "--tls",
+                                         "{certs}"], 1, "give the scheduler's tls:// address",
+     60),
+    ("waiting for a scheduler file that never comes", [*CLI, "wait-for-workers",
+                                                       "--scheduler-file", "{missing}", "-n",
+                                                       "1", "--timeout", "2"], 1,
+     "waiting up to 2 s for the scheduler to write", 20),
+    ("a scheduler file in no folder", [*CLI, "wait-for-workers", "--scheduler-file",
+                                       "/nonexistent/dir/s.json", "-n", "1"], 1,
+     "the folder /nonexistent/dir does not exist", 20),
+    ("fewer workers than waited for", [*CLI, "wait-for-workers", "--scheduler", "{tcp}", "-n",
+                                       "2", "--timeout", "2"], 1,
+     "only 0 of 2 workers joined within 2 s: start more, or wait longer (--timeout)", 30),
+    ("the package run as a command", ["-m", "dask_gpu_interop", "report", "--scheduler",
+                                      "tcp://127.0.0.1:1"], 1,
+     "no scheduler answered at tcp://127.0.0.1:1", 30),
 ]
 
 

@@ -108,7 +108,7 @@ def timed_in_child(setup: str, call: str, runs: int, env: dict | None = None) ->
 
 
 def layout_runs(directory: str, runs: int, reader_runs: int, scratch: str) -> dict:
-    from dask_gpu_interop import gpu_workers
+    from dask_gpu_interop.worker import gpu_workers
     from examples.mortgage import files
 
     workers_env = {k: v for k, v in gpu_workers.ENVIRON.items() if k not in os.environ}

@@ -53,7 +53,7 @@ class Clock:
 
 def _environment(streams: str, io_threads: int | None) -> dict:
     """The worker settings asked for, put in this process's environment before cuDF loads."""
-    from dask_gpu_interop import gpu_workers
+    from dask_gpu_interop.worker import gpu_workers
 
     wanted = {}
     if streams == "per-thread":

@@ -1,9 +1,9 @@
 """The plugin's options: declared once, parsed and validated once, on the client.
 
-``MemoryConfig``'s fields are the one source of the memory options. Each field's metadata
-gives its help text and how a user's value is parsed; from them come the plugin's keyword
-arguments, the dask config defaults (``gpu-interop.memory.<name with dashes>``), the worker
-preload's ``--gpu-*`` flags and the commands' ``--*`` flags (see :mod:`dask_gpu_interop.options`).
+``MemoryConfig``'s fields are the one source of the memory options. Each field's metadata gives
+its help text and how a user's value is parsed; from them come the plugin's keyword arguments,
+the dask config defaults (``gpu-interop.memory.<name with dashes>``), the worker preload's
+``--gpu-*`` flags and the commands' ``--*`` flags (see :mod:`dask_gpu_interop.cluster.options`).
 Adding an option is one new field.
 
 A value the plugin cannot use raises :class:`OptionError` (``errors``), which knows where each
@@ -407,6 +407,25 @@ OPTIONS: tuple[OptionSpec, ...] = tuple(
     OptionSpec(f.name, f.metadata["kind"], f.metadata["help"], f.default)
     for f in dataclasses.fields(MemoryConfig)
 )
+
+
+class CheckedOptions(dict):
+    """Memory options as a user gave them (keyword arguments of :class:`GPUMemoryPlugin`),
+    with the :class:`MemoryConfig` they were parsed into: what the commands' flags give a
+    program, so that the cluster it starts is configured from that one parse.
+
+    It is a dict of the options as given, for the program to read; a copy (``dict(options)``,
+    ``{**options, ...}``), or these options changed since, is read as options again.
+    """
+
+    def __init__(self, options: dict, config: MemoryConfig):
+        super().__init__(options)
+        self._given = dict(options)
+        self._config = config
+
+    def checked(self) -> MemoryConfig | None:
+        """The configuration they were parsed into; None where they changed since."""
+        return self._config if dict(self) == self._given else None
 
 
 def option_names() -> tuple[str, ...]:

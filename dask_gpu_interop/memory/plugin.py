@@ -8,7 +8,7 @@ import time
 
 from distributed import WorkerPlugin
 
-from .. import compat, device, gpu_workers, worker_start
+from .. import compat, device
 from ..serialize import register as register_serializers
 from . import conflicts, metrics, oom, state
 from .config import OPTIONS, UNSET, MemoryConfig, _check_bool
@@ -138,7 +138,35 @@ class GPUMemoryPlugin(WorkerPlugin):
     idempotent = True
 
     def __init__(self, *, force: bool = False, **options):
-        self.config = MemoryConfig.from_options(**options)
+        self._configure(MemoryConfig.from_options(**options), force)
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig, *, force: bool = False) -> GPUMemoryPlugin:
+        """The plugin of a configuration already parsed and checked (``MemoryConfig``), as the
+        commands' flags give it: the options are not read again.
+
+        Parameters
+        ----------
+        config : MemoryConfig
+            The options, from :meth:`MemoryConfig.from_options`.
+        force : bool
+            As the constructor takes it.
+
+        Returns
+        -------
+        GPUMemoryPlugin
+            The same plugin as ``GPUMemoryPlugin(**options)`` of the options ``config`` came
+            from.
+        """
+        if not isinstance(config, MemoryConfig):
+            raise TypeError(f"from_config() takes a MemoryConfig, not a {type(config).__name__}:"
+                            " MemoryConfig.from_options(**options), or GPUMemoryPlugin(**options)")
+        plugin = cls.__new__(cls)
+        plugin._configure(config, force)
+        return plugin
+
+    def _configure(self, config: MemoryConfig, force: bool) -> None:
+        self.config = config
         _check_bool(force, "force")
         self.force = force
         setting = conflicts.ucxx_pool_size()
@@ -180,7 +208,7 @@ class GPUMemoryPlugin(WorkerPlugin):
             self.config, self.name, worker=worker, label=label, force=self.force
         )
         # Per-thread streams: a task's kernels may outlive its function; each task waits.
-        gpu_workers.wait_for_streams(worker)
+        device.wait_for_streams(worker)
         return installed
 
     async def setup(self, worker) -> None:
@@ -190,7 +218,6 @@ class GPUMemoryPlugin(WorkerPlugin):
         except Exception:
             await self._forget_failed_registration(worker)
             raise
-        worker_start.mark(worker, "memory")
 
     def teardown(self, worker) -> None:
         from distributed.core import Status

@@ -41,6 +41,7 @@ class WorkerMemory:
     bindings: dict = field(default_factory=dict)  # framework -> Binding
     hooks: list = field(default_factory=list)  # (module name, callback) not yet fired
     setup_seconds: float = 0.0
+    installed_at: float = 0.0  # seconds since the epoch: when the resource was set up
     notes: list = field(default_factory=list)
     tasks: TaskMemory | None = None  # per-task device memory (with statistics)
 
@@ -121,6 +122,7 @@ def install(
             _release(state, reason="setup failed")
             raise
         state.setup_seconds = time.perf_counter() - started
+        state.installed_at = time.time()
         logger.info(
             "GPUMemoryPlugin %s on %s: %s (%s) on %s; frameworks: %s",
             owner, label, plan.mode, stack.description(), device.name,

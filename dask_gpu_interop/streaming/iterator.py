@@ -64,7 +64,7 @@ def make_iterator(batches: LocalBatches, label: str, features: list[str] | None,
             value = batches.compute(index)
             X, y, info, rows = _split(value, label, features)
             if gpu:  # made on this thread's stream: complete before another thread reads it
-                from ..gpu_workers import per_thread_streams, synchronize
+                from ..device import per_thread_streams, synchronize
 
                 if per_thread_streams():
                     synchronize()

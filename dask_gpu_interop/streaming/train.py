@@ -74,7 +74,7 @@ def _ranked(client, workers) -> list[str]:
     """The workers that may train, in rank order: ``workers`` as given (addresses), the first
     ``workers`` of the cluster's (an int), or all of them; the cluster's in the order of their
     names, then addresses, as ``xgboost.dask`` ranks them."""
-    from ..scheduler_workers import workers_of
+    from .._client import workers_of
 
     known = workers_of(client)
     ranked = sorted(known, key=lambda a: (str(known[a].get("name")), a))

@@ -12,7 +12,7 @@ if not __package__:  # run as a file (python examples/demo): its package cannot 
 import click
 
 from dask_gpu_interop import cluster_client, cluster_workers, without_xgboost_rank_lines
-from dask_gpu_interop.options import cluster_options
+from dask_gpu_interop.cluster.options import cluster_options
 
 from .demo import run
 

@@ -19,7 +19,7 @@ import click
 import numpy as np
 
 from dask_gpu_interop import cluster_workers, gpu_count
-from dask_gpu_interop.options import cluster_options
+from dask_gpu_interop.cluster.options import cluster_options
 
 from .. import staging
 from ..command import UserPath

@@ -9,7 +9,7 @@ if not __package__:  # run as a file (python examples/mortgage): its package can
              "python -m examples.mortgage")
 
 
-from dask_gpu_interop.options import prepare_from_command_line
+from dask_gpu_interop.cluster.options import prepare_from_command_line
 
 # what the local cluster of the command line will use starts now, and works while the
 # command imports the rest, plans its input and checks it

@@ -32,8 +32,8 @@ from dask_gpu_interop import (
     without_xgboost_rank_lines,
     worker_starts,
 )
-from dask_gpu_interop.gpu_workers import environ as gpu_worker_environ
-from dask_gpu_interop.options import cluster_options, with_options
+from dask_gpu_interop.cluster.options import cluster_options, with_options
+from dask_gpu_interop.worker.gpu_workers import environ as gpu_worker_environ
 
 from ..command import UserPath
 from . import (
@@ -679,7 +679,7 @@ def generate(out, years, loans_per_quarter, size, seed, end_year, loans_per_part
     cluster = {"scheduler": scheduler}
     try:
         with cluster_client(scheduler, device="cpu", n_workers=n_workers,
-                            threads_per_worker=1) as (client, _):
+                            threads_per_worker=None if scheduler else 1) as (client, _):
             _workers_ready(client, cluster, [gen.__name__])
             made = _usage(gen.generate, out, spec, layout=layout, overwrite=overwrite,
                           progress=True)

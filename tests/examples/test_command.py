@@ -59,12 +59,12 @@ def test_an_entry_point_prepares_the_command_lines_cluster_before_importing_the_
     import importlib
     import runpy
 
-    import dask_gpu_interop.options
+    import dask_gpu_interop.cluster.options
     import examples.command
 
     cli = importlib.import_module(f"examples.{package}.cli")
     seen = []
-    monkeypatch.setattr(dask_gpu_interop.options, "prepare_from_command_line",
+    monkeypatch.setattr(dask_gpu_interop.cluster.options, "prepare_from_command_line",
                         lambda: seen.append(f"examples.{package}.cli" in sys.modules))
     monkeypatch.setattr(examples.command, "run",
                         lambda command, prog_name: seen.append(command.name))

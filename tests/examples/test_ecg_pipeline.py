@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the ECG example trains a PyTorch model")
 from click.testing import CliRunner
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from examples.ecg import plots
 from examples.ecg.cli import ecg as main
@@ -29,20 +29,14 @@ def csv_file(ecg, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def begun():
     """The stages' names as ``run`` announced them."""
     return []
 
 
 @pytest.fixture(scope="module")
-def result(csv_file, cluster, begun):
-    with Client(cluster):
+def result(csv_file, cpu_cluster, begun):
+    with Client(cpu_cluster):
         return run(csv_file, RATE, device="cpu", on_stage=begun.append)
 
 
@@ -105,7 +99,7 @@ def test_an_array_too_short_is_refused():
         run(make_ecg(3, RATE, seed=0).signal, RATE)
 
 
-def test_cli_end_to_end_on_cpus(tmp_path, cluster):
+def test_cli_end_to_end_on_cpus(tmp_path, cpu_cluster):
     out = tmp_path / "out"
     res = CliRunner().invoke(
         main, ["--device", "cpu", "--workers", "2", "--hours", "0.1", "--out", str(out)]
@@ -124,19 +118,19 @@ def test_cli_end_to_end_on_cpus(tmp_path, cluster):
 
     # The same file as a user's own recording, on a running cluster: no truth, so no F1.
     res = CliRunner().invoke(
-        main, ["--device", "cpu", "--scheduler", cluster.scheduler_address,
+        main, ["--device", "cpu", "--scheduler", cpu_cluster.scheduler_address,
                "--csv", str(out / "ecg.csv"), "--rate", "250", "--out", str(tmp_path / "own")]
     )
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert "need a known truth" in res.output and "beats found:" in res.output
 
 
-def test_cli_says_why_a_recording_cannot_be_used(tmp_path, cluster):
+def test_cli_says_why_a_recording_cannot_be_used(tmp_path, cpu_cluster):
     gap = tmp_path / "gap.csv"
     gap.write_text("ecg\n" + "0.1\n" * 500 + "nan\n" + "0.2\n" * 500)
     res = CliRunner().invoke(main, ["--device", "cpu", "--scheduler",
-                                    cluster.scheduler_address, "--csv", str(gap), "--rate", "250",
-                                    "--out", str(tmp_path / "o")])
+                                    cpu_cluster.scheduler_address, "--csv", str(gap),
+                                    "--rate", "250", "--out", str(tmp_path / "o")])
     assert res.exit_code == 1 and "Error:" in res.output, res.output
     assert "gap.csv:502: 'nan' is a missing value" in res.output
 
@@ -165,12 +159,12 @@ def test_cli_usage_errors(args, message, csv_file):
     assert res.exit_code == 2 and message in res.output
 
 
-def test_cli_writes_the_figures_it_prints(tmp_path, cluster):
+def test_cli_writes_the_figures_it_prints(tmp_path, cpu_cluster):
     import json
     import re
 
     path = tmp_path / "figures.json"
-    args = ["--device", "cpu", "--scheduler", cluster.scheduler_address, "--hours", "0.05",
+    args = ["--device", "cpu", "--scheduler", cpu_cluster.scheduler_address, "--hours", "0.05",
             "--out", str(tmp_path / "out"), "--json", str(path)]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output + repr(res.exception)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client, LocalCluster
 
-from dask_gpu_interop import gpu_workers
+from dask_gpu_interop.worker import gpu_workers
 from examples.mortgage import files, schema
 from examples.mortgage.cli import mortgage as main
 
@@ -195,7 +195,7 @@ class _Started(Exception):
 
 
 def _given_to_the_cluster(monkeypatch, args) -> dict:
-    import dask_gpu_interop.options
+    import dask_gpu_interop.cluster.options
     import examples.mortgage.cli as cli
 
     seen = {}
@@ -209,7 +209,7 @@ def _given_to_the_cluster(monkeypatch, args) -> dict:
         seen.setdefault("environ at imports", {name: os.environ.get(name)
                                                for name in gpu_workers.ENVIRON})
 
-    monkeypatch.setattr(dask_gpu_interop.options, "check_local",
+    monkeypatch.setattr(dask_gpu_interop.cluster.options, "check_local",
                         lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(cli, "cluster_client", fake_cluster_client)
     monkeypatch.setattr(cli, "resolve_device", lambda device: "gpu")

@@ -22,8 +22,8 @@ from examples.mortgage import cli, etl, files, output, read
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
+from .mortgage_rows import to_current_layout
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
-from .test_mortgage_etl import to_current_layout
 
 CPU = ["--device", "cpu", "--workers", "1"]
 

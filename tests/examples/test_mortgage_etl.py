@@ -18,6 +18,7 @@ from dask.utils import parse_bytes
 from examples.mortgage import etl, features, files, read, schema
 from examples.mortgage.testdata import generate as gen
 
+from .mortgage_rows import raw_lines, to_current_layout
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
 
 
@@ -53,14 +54,6 @@ def run(data=None, device="cpu", **kwargs):
 
 # ---------------------------------------------------------------------------------------------
 # The reference: plain Python over the text, one loan at a time
-
-
-def raw_lines(paths):
-    rows = []
-    for path in sorted(paths, key=files._natural):
-        with open(path) as f:
-            rows += [line.rstrip("\n").split("|") for line in f if line.strip()]
-    return rows
 
 
 def month(text):  # MM/DD/YYYY or MM/YYYY
@@ -242,29 +235,6 @@ def test_real_sample_one_row_per_performance_row_and_the_rule_s_label_rate():
     assert got.loc[0, "servicer"] == schema.category_code("servicer", first[2])
     pd.testing.assert_frame_equal(got, reference_table(rows, raw_lines([SAMPLE_ACQ]), None),
                                   check_exact=True)
-
-
-def to_current_layout(perf_path, acq_path, out):
-    """The real sample rewritten in the current layout, field by field (its columns are
-    Fannie Mae's; the fields the classic files lack are blank)."""
-    acq = {row[0]: row for row in raw_lines([acq_path])}
-    where = {name: schema.CURRENT_COLUMNS.index(current)
-             for name, current in schema.CURRENT_NAME.items()}
-    lines = []
-    for row in raw_lines([perf_path]):
-        fields = [""] * len(schema.CURRENT_COLUMNS)
-        values = dict(zip(schema.PERFORMANCE.names, row, strict=True))
-        values.update(zip(schema.ACQUISITION.names[1:], acq[row[0]][1:], strict=True))
-        for name, text in values.items():
-            if schema.kind_of(name) in (schema.PERIOD, schema.DATE) and text:
-                text = text[:2] + text[-4:]  # MM/DD/YYYY, MM/YYYY -> MMYYYY
-            if name == "current_loan_delinquency_status" and text.isdigit():
-                text = f"{int(text):02d}"
-            fields[where[name]] = text
-        lines.append("|".join(fields))
-    with open(out, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return str(out)
 
 
 def test_the_real_sample_gives_the_same_table_in_the_current_layout(tmp_path):

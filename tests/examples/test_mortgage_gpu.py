@@ -20,8 +20,8 @@ from dask_gpu_interop import device
 from examples.mortgage import etl, files, read, schema
 from examples.mortgage.testdata import generate as gen
 
+from .mortgage_rows import raw_lines, to_current_layout
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
-from .test_mortgage_etl import raw_lines, to_current_layout
 
 
 def _ready() -> tuple[bool, str]:

@@ -12,11 +12,12 @@ import dask
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from distributed import Client, LocalCluster
 
 from examples.mortgage import etl, features, files, loan_join
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
+
+from .mortgage_rows import move_acquisition_row, sorted_rows
 
 SHUFFLED = ("loan", "dask")
 
@@ -31,48 +32,18 @@ def dataset(tmp_path_factory):
     return directory
 
 
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as cluster, Client(cluster) as c:
-        yield c
-
-
 def _plan(data):
     return files.plan(data, partition_size="1MiB").balanced(6, 2**20)
 
 
-def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows in one order whatever the partitions: by every column."""
-    return frame.sort_values(list(frame.columns)).reset_index(drop=True)
-
-
 def _table(plan, join):
     result = etl.run(plan, join=join)
-    return result, _sorted(result.frame.compute())
+    return result, sorted_rows(result.frame.compute())
 
 
 def _missing_acquired(table: pd.DataFrame) -> pd.Series:
     """Rows whose acquired features are all missing (-1): their loan found no acquisition row."""
     return (table[list(features.ACQUIRED)] == -1).all(axis=1)
-
-
-def _move_acquisition_row(source: str, target: str) -> tuple[int, int]:
-    """A copy of the classic data at ``target`` whose first 2006Q2 loan has its acquisition
-    row in 2006Q1's file instead; (that loan, its performance rows)."""
-    shutil.copytree(source, target)
-    q2 = os.path.join(target, "acq", "Acquisition_2006Q2.txt")
-    with open(q2) as f:
-        lines = f.readlines()
-    with open(q2, "w") as f:
-        f.writelines(lines[1:])
-    with open(os.path.join(target, "acq", "Acquisition_2006Q1.txt"), "a") as f:
-        f.write(lines[0])
-    loan = lines[0].split("|", 1)[0]
-    rows = sum(line.startswith(loan + "|")
-               for path in glob.glob(os.path.join(target, "perf", "Performance_2006Q2*"))
-               for line in open(path))
-    return int(loan), rows
 
 
 def test_a_shuffled_join_needs_a_distributed_client(dataset):
@@ -82,7 +53,7 @@ def test_a_shuffled_join_needs_a_distributed_client(dataset):
         etl.run(plan, join="loan")
 
 
-def test_the_three_joins_give_the_same_feature_table(dataset, client):
+def test_the_three_joins_give_the_same_feature_table(dataset, cpu_client):
     plan = _plan(os.path.join(dataset, "classic"))
     assert len(set(plan.quarters)) == 4 and len(plan.parts) >= 4
     base, want = _table(plan, "quarter")
@@ -103,10 +74,10 @@ def test_the_three_joins_give_the_same_feature_table(dataset, client):
     assert all("crossed between workers" in line for line in library.shuffles)
 
 
-def test_a_loan_acquired_in_another_quarter_s_file_is_joined_by_loan(dataset, client,
+def test_a_loan_acquired_in_another_quarter_s_file_is_joined_by_loan(dataset, cpu_client,
                                                                      tmp_path):
     moved = str(tmp_path / "moved")
-    loan, rows = _move_acquisition_row(os.path.join(dataset, "classic"), moved)
+    loan, rows = move_acquisition_row(os.path.join(dataset, "classic"), moved)
     assert rows > 0
     _, want = _table(_plan(os.path.join(dataset, "classic")), "quarter")
     plan = _plan(moved)
@@ -118,7 +89,7 @@ def test_a_loan_acquired_in_another_quarter_s_file_is_joined_by_loan(dataset, cl
     assert len(by_quarter) == len(want)
 
 
-def test_a_loan_without_an_acquisition_row_gets_missing_acquired_features(dataset, client,
+def test_a_loan_without_an_acquisition_row_gets_missing_acquired_features(dataset, cpu_client,
                                                                           tmp_path):
     target = str(tmp_path / "without")
     shutil.copytree(os.path.join(dataset, "classic"), target)
@@ -167,7 +138,7 @@ def test_the_etl_command_writes_the_same_table_with_join_loan(dataset, running, 
         assert result.exit_code == 0, result.output
         parts = sorted(glob.glob(str(out / "part.*.parquet")))
         assert parts and len(parts) == len(os.listdir(out)) - 1  # and the list of what it wrote
-        tables[join] = _sorted(pd.concat([pd.read_parquet(p) for p in parts]))
+        tables[join] = sorted_rows(pd.concat([pd.read_parquet(p) for p in parts]))
         shuffles = [line for line in result.output.splitlines() if line.startswith("shuffle:")]
         assert len(shuffles) == (2 if join == "loan" else 0)
         import json

@@ -14,7 +14,7 @@ from dask_gpu_interop.device import gpu_count
 from examples.mortgage import etl, files
 from examples.mortgage.testdata import generate as gen
 
-from .test_mortgage_loan_join import _move_acquisition_row, _sorted
+from .mortgage_rows import move_acquisition_row, sorted_rows
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,7 +41,7 @@ def _tables(workers: int, plan, joins=("quarter", "loan", "dask")) -> dict:
         assert device == "gpu" and len(client.nthreads()) == workers
         for join in joins:
             result = etl.run(plan, device="gpu", join=join)
-            out[join] = (result, _sorted(result.frame.compute().to_pandas()))
+            out[join] = (result, sorted_rows(result.frame.compute().to_pandas()))
     return out
 
 
@@ -58,7 +58,7 @@ def test_on_one_gpu_the_join_by_loan_equals_the_join_by_quarter(classic, tmp_pat
     assert len(tables["loan"][0].shuffles) == 1 + len(set(_plan(classic).quarters))
     # a loan's acquisition row in another quarter's file: found by loan, as before the move
     moved = str(tmp_path / "moved")
-    _move_acquisition_row(classic, moved)
+    move_acquisition_row(classic, moved)
     got = _tables(1, _plan(moved), ("loan",))
     pd.testing.assert_frame_equal(got["loan"][1], tables["quarter"][1], check_exact=True)
 
@@ -91,6 +91,6 @@ def test_the_etl_command_with_join_loan_on_the_gpus(classic, tmp_path):
                                            "--data", classic, "--out", str(out), "--join", join],
                                     catch_exceptions=False)
         assert result.exit_code == 0, result.output
-        tables[join] = _sorted(pd.read_parquet(out))
+        tables[join] = sorted_rows(pd.read_parquet(out))
     pd.testing.assert_frame_equal(tables["loan"], tables["quarter"], check_exact=True)
     assert os.path.exists(tmp_path / "loan")

@@ -13,14 +13,6 @@ from examples.mortgage.testdata import generate as gen
 
 
 @pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as cluster, Client(cluster) as c:
-        c.wait_for_workers(2)  # the tests place partitions on both
-        yield c
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("train"))
     spec = gen.Spec(2006, 2007, loans_per_quarter=150, loans_per_part=80, seed=5)
@@ -37,10 +29,10 @@ def _plan(data, perf=None):
     return files.plan(perf=perf or data.performance, acq=data.acquisition, names=data.names)
 
 
-def test_learns_and_is_tested_on_the_latest_quarter(client, data):
+def test_learns_and_is_tested_on_the_latest_quarter(cpu_client, data):
     perf = data.performance
     result = etl.run(_plan(data))
-    trained = train.train(client, result.frame, result.quarters, "cpu", rounds=20)
+    trained = train.train(cpu_client, result.frame, result.quarters, "cpu", rounds=20)
     assert trained.holdout == "quarter 2007Q4"
     test_files = [p for p in perf if "2007Q4" in p]
     assert trained.test_rows == _rows(test_files)
@@ -50,40 +42,40 @@ def test_learns_and_is_tested_on_the_latest_quarter(client, data):
     assert trained.booster.feature_names == list(schema.FEATURES)
 
 
-def test_another_holdout_quarter(client, data):
+def test_another_holdout_quarter(cpu_client, data):
     perf = data.performance
     result = etl.run(_plan(data))
-    trained = train.train(client, result.frame, result.quarters, "cpu", rounds=3,
+    trained = train.train(cpu_client, result.frame, result.quarters, "cpu", rounds=3,
                           holdout="2006Q2")
     assert trained.test_rows == _rows([p for p in perf if "2006Q2" in p])
     with pytest.raises(ValueError, match="the data has quarters 2006Q1"):
-        train.train(client, result.frame, result.quarters, "cpu", holdout="1999Q1")
+        train.train(cpu_client, result.frame, result.quarters, "cpu", holdout="1999Q1")
 
 
-def test_a_single_quarter_holds_out_rows(client, data):
+def test_a_single_quarter_holds_out_rows(cpu_client, data):
     one = [p for p in data.performance if "2007Q2" in p]
     result = etl.run(_plan(data, one))
-    trained = train.train(client, result.frame, result.quarters, "cpu", rounds=3)
+    trained = train.train(cpu_client, result.frame, result.quarters, "cpu", rounds=3)
     assert "one quarter only" in trained.holdout
     assert trained.train_rows + trained.test_rows == _rows(one)
     assert 0.1 < trained.test_rows / _rows(one) < 0.3
     with pytest.raises(ValueError, match="only quarter of the data, so nothing is left"):
-        train.train(client, result.frame, result.quarters, "cpu", holdout="2007Q2")
+        train.train(cpu_client, result.frame, result.quarters, "cpu", holdout="2007Q2")
     # in 2007Q1 the loans held out (the last fifth of each file) never went 90 days behind
     result = etl.run(_plan(data, [p for p in data.performance if "2007Q1" in p]))
     with pytest.raises(ValueError, match="test rows .* is current: .*AUC needs both classes"):
-        train.train(client, result.frame, result.quarters, "cpu", rounds=3)
+        train.train(cpu_client, result.frame, result.quarters, "cpu", rounds=3)
 
 
-def test_a_test_set_of_one_class_is_refused_not_scored_nan(client, data):
+def test_a_test_set_of_one_class_is_refused_not_scored_nan(cpu_client, data):
     result = etl.run(_plan(data))
     no_delinquency = result.frame.map_partitions(
         lambda part: part.assign(**{schema.LABEL: part[schema.LABEL] * 0}))
     with pytest.raises(ValueError, match="AUC needs both classes"):
-        train.train(client, no_delinquency, result.quarters, "cpu", rounds=2)
+        train.train(cpu_client, no_delinquency, result.quarters, "cpu", rounds=2)
 
 
-def test_every_worker_holds_training_and_test_rows(client, data):
+def test_every_worker_holds_training_and_test_rows(cpu_client, data):
     """xgboost.dask trains each worker on the partitions it holds: the held-out quarter,
     whatever worker computed it, is spread so that no worker has an empty matrix, partition
     i on the worker of XGBoost rank i modulo the workers."""
@@ -92,28 +84,28 @@ def test_every_worker_holds_training_and_test_rows(client, data):
     result = etl.run(_plan(data))
     _, test, _ = train.split(result.frame, result.quarters)
     assert test.npartitions == 1  # the held-out quarter is one partition, on one worker
-    spread = client.persist(train.spread(client, test))
+    spread = cpu_client.persist(train.spread(cpu_client, test))
     placed = futures_of(spread)
     wait(placed)
-    who = client.who_has(placed)
-    ranked = train.ranked_workers(client)
+    who = cpu_client.who_has(placed)
+    ranked = train.ranked_workers(cpu_client)
     assert [next(iter(who[f.key])) for f in sorted(placed, key=lambda f: f.key[1])] == ranked
     assert len(spread) == len(test)
     pd.testing.assert_frame_equal(spread.compute().reset_index(drop=True),
                                   test.compute().reset_index(drop=True))
 
 
-def test_a_small_table_trains_on_one_of_the_workers(client, data):
+def test_a_small_table_trains_on_one_of_the_workers(cpu_client, data):
     """Partitions placed on the first ``count`` ranked workers only: the others hold nothing,
     so xgboost.dask leaves them out of the training."""
     from distributed import futures_of, wait
 
     result = etl.run(_plan(data))
-    placed_frame = client.persist(train.spread(client, result.frame, 1))
+    placed_frame = cpu_client.persist(train.spread(cpu_client, result.frame, 1))
     placed = futures_of(placed_frame)
     wait(placed)
-    holders = {w for ws in client.who_has(placed).values() for w in ws}
-    assert holders == {train.ranked_workers(client)[0]}
+    holders = {w for ws in cpu_client.who_has(placed).values() for w in ws}
+    assert holders == {train.ranked_workers(cpu_client)[0]}
     assert len(placed_frame) == result.rows
 
 
@@ -125,9 +117,9 @@ def test_gpus_train_on_at_least_their_share_of_rows(workers, rows, device, count
     assert train.training_workers(workers, rows, device) == count
 
 
-def test_workers_are_ranked_by_name_as_xgboost_ranks_them(client):
-    workers = cluster_workers(client)
-    names = [workers[address]["name"] for address in train.ranked_workers(client)]
+def test_workers_are_ranked_by_name_as_xgboost_ranks_them(cpu_client):
+    workers = cluster_workers(cpu_client)
+    names = [workers[address]["name"] for address in train.ranked_workers(cpu_client)]
     assert names == sorted(names, key=str) and len(names) == 2
 
 
@@ -151,14 +143,14 @@ def test_the_notebook_parameters_are_the_defaults():
         8, 256, 0.1, 0.1, 30, 2, "depthwise", "binary:logistic", 100)
 
 
-def test_the_job_reports_times_auc_and_memory(client, data):
+def test_the_job_reports_times_auc_and_memory(cpu_client, data):
     perf = data.performance
     said = []
-    result = job.run(client, "cpu", _plan(data), rounds=5, echo=said.append)
+    result = job.run(cpu_client, "cpu", _plan(data), rounds=5, echo=said.append)
     text = "\n".join(result.lines())
     assert result.etl.rows == _rows(perf)
     assert "test AUC" in text and "rows/s" in text
-    assert set(result.host) == set(cluster_workers(client))
+    assert set(result.host) == set(cluster_workers(cpu_client))
     assert all(m["peak_rss"] >= m["rss"] > 10_000_000 for m in result.host.values())
     assert text.count("no GPU: the plugin does nothing here") == 2
     assert said[0].startswith("training data: XGBoost's matrix in host memory (host): CPU "
@@ -180,10 +172,10 @@ def test_xgboost_parameters_from_key_value_text():
             train.parse_params([bad])
 
 
-def test_the_job_trains_with_the_parameters_given(client, data):
+def test_the_job_trains_with_the_parameters_given(cpu_client, data):
     import json
 
-    result = job.run(client, "cpu", _plan(data), rounds=2, params={"max_depth": 3})
+    result = job.run(cpu_client, "cpu", _plan(data), rounds=2, params={"max_depth": 3})
     config = json.loads(result.training.booster.save_config())
     assert config["learner"]["gradient_booster"]["tree_train_param"]["max_depth"] == "3"
     assert len(result.training.booster.get_dump()) == 2
@@ -215,23 +207,23 @@ def test_each_workers_matrices_hold_what_was_placed_on_it_while_it_is_busy(data,
     spread = train.spread
     busy = []
 
-    def placed_then_busy(client, part, count=None):
+    def placed_then_busy(cpu_client, part, count=None):
         """The partitions placed, then the first worker given a task that takes a while."""
-        placed = spread(client, part, count)
-        wait(futures_of(client.persist(placed)))
-        busy.append(client.submit(time.sleep, 1, workers=[ranked[0]],
+        placed = spread(cpu_client, part, count)
+        wait(futures_of(cpu_client.persist(placed)))
+        busy.append(cpu_client.submit(time.sleep, 1, workers=[ranked[0]],
                                   allow_other_workers=False, pure=False))
         return placed
 
     monkeypatch.setattr(train, "spread", placed_then_busy)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2)
-        with client.as_current():  # the ETL on this cluster, whatever other client exists
+                      dashboard_address=None) as cluster, Client(cluster) as cpu_client:
+        cpu_client.wait_for_workers(2)
+        with cpu_client.as_current():  # the ETL on this cluster, whatever other client exists
             result = etl.run(_plan(data))
         training, test, _ = train.split(result.frame, result.quarters)
-        ranked = train.ranked_workers(client)
-        made = train.matrices(client, training, test)
+        ranked = train.ranked_workers(cpu_client)
+        made = train.matrices(cpu_client, training, test)
         wait(busy)
         held = [{worker: len(parts) for worker, parts in matrix.worker_map.items()}
                 for matrix in made]

@@ -6,7 +6,8 @@ import pathlib
 import dask_gpu_interop
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PUBLIC_MODULES = {"dask_gpu_interop.convert", "dask_gpu_interop.gpu_workers", "dask_gpu_interop.options",
+PUBLIC_MODULES = {"dask_gpu_interop.convert", "dask_gpu_interop.worker.gpu_workers",
+                  "dask_gpu_interop.cluster.options",
                   "dask_gpu_interop.preload", "dask_gpu_interop.tls", "dask_gpu_interop.serialize"}
 
 

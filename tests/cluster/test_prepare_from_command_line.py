@@ -1,17 +1,18 @@
-"""dask_gpu_interop.options.prepare_from_command_line: the local cluster that a command line of
-cluster_options asks for is prepared from the line itself, before the command parses it."""
+"""dask_gpu_interop.cluster.options.prepare_from_command_line: the local cluster that a command
+line of cluster_options asks for is prepared from the line itself, before the command parses
+it."""
 
 from __future__ import annotations
 
 import pytest
 
-from dask_gpu_interop import cluster, options
+from dask_gpu_interop.cluster import local, options
 
 
 @pytest.fixture
 def prepared(monkeypatch):
     asked = []
-    monkeypatch.setattr(cluster, "prepare_local_cluster",
+    monkeypatch.setattr(local, "prepare_local_cluster",
                         lambda **given: asked.append(given) or True)
     return asked
 

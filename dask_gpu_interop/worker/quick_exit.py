@@ -33,7 +33,7 @@ _registered = False
 def applies(worker) -> bool:
     """Whether ``worker``'s process ends quickly after it closes: a nanny started the process,
     and dask config does not say otherwise."""
-    from ._defaults import flag
+    from .._defaults import flag
 
     return (flag(CONFIG_KEY, True) and getattr(worker, "nanny", None) is not None
             and multiprocessing.parent_process() is not None)  # fmt: skip

@@ -1,5 +1,5 @@
-"""How GPU workers run tasks (dask_gpu_interop.gpu_workers): the settings, where they apply, and
-the plugin's wait for each task's stream."""
+"""How GPU workers run tasks (dask_gpu_interop.worker.gpu_workers): the settings, where they
+apply, and the plugin's wait for each task's stream."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import types
 import dask.config
 import pytest
 
-from dask_gpu_interop import cluster, device, gpu_workers
+from dask_gpu_interop import device
+from dask_gpu_interop.cluster import local
+from dask_gpu_interop.worker import gpu_workers
 
 
 @pytest.fixture
@@ -25,8 +27,8 @@ def clean_environ(monkeypatch):
 def test_the_settings_are_per_thread_streams_and_kvikio_threads_by_default():
     assert gpu_workers.settings() == gpu_workers.ENVIRON
     assert gpu_workers.threads() == 1  # dask-cuda's: two only where asked
-    assert gpu_workers.per_thread_streams(gpu_workers.settings())
-    assert not gpu_workers.per_thread_streams({"CUDF_PER_THREAD_STREAM": "0"})
+    assert device.per_thread_streams(gpu_workers.settings())
+    assert not device.per_thread_streams({"CUDF_PER_THREAD_STREAM": "0"})
 
 
 def test_dask_config_adds_changes_and_removes_settings():
@@ -80,26 +82,26 @@ def test_a_worker_waits_for_its_streams_only_where_they_are_per_thread(clean_env
 
     stand = Stand()
     before = stand.executors["default"]
-    assert not gpu_workers.wait_for_streams(stand)  # no per-thread streams here
+    assert not device.wait_for_streams(stand)  # no per-thread streams here
     assert stand.executors["default"] is before
     monkeypatch.setenv("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "1")
-    assert gpu_workers.wait_for_streams(stand)
+    assert device.wait_for_streams(stand)
     assert stand.executors["default"] is not before
     assert stand.executors["default"]._max_workers == 2
 
 
 def test_the_waiting_call_waits_after_the_function(monkeypatch):
     order = []
-    monkeypatch.setattr(gpu_workers, "synchronize", lambda: order.append("wait"))
-    assert gpu_workers.waiting_call(lambda x: order.append(x) or x * 2, 21) == 42
+    monkeypatch.setattr(device, "synchronize", lambda: order.append("wait"))
+    assert device.waiting_call(lambda x: order.append(x) or x * 2, 21) == 42
     assert order == [21, "wait"]
 
 
 def test_a_failing_task_is_not_waited_for(monkeypatch):
     order = []
-    monkeypatch.setattr(gpu_workers, "synchronize", lambda: order.append("wait"))
+    monkeypatch.setattr(device, "synchronize", lambda: order.append("wait"))
     with pytest.raises(KeyError):
-        gpu_workers.waiting_call(lambda: {}["missing"])
+        device.waiting_call(lambda: {}["missing"])
     assert order == []
 
 
@@ -108,25 +110,26 @@ class _Recorded(Exception):
 
 
 def _recording_cluster(monkeypatch, seen):
-    def record(**kwargs):
-        seen["kwargs"] = kwargs
-        seen["nanny_environ"] = dict(dask.config.get(cluster.NANNY_ENVIRON, default={}))
-        raise _Recorded
+    class Recorded:  # dask-cuda's cluster, recording its arguments instead of starting
+        def __init__(self, **kwargs):
+            seen["kwargs"] = kwargs
+            seen["nanny_environ"] = dict(dask.config.get(local.NANNY_ENVIRON, default={}))
+            raise _Recorded
 
     fake = types.ModuleType("dask_cuda")
-    fake.LocalCUDACluster = record
+    fake.LocalCUDACluster = Recorded
     monkeypatch.setitem(sys.modules, "dask_cuda", fake)
-    monkeypatch.setattr(cluster, "check_local", lambda device, protocol, **checks: "gpu")
+    monkeypatch.setattr(local, "check_local", lambda device, protocol, **checks: "gpu")
     monkeypatch.setattr(device, "gpu_count", lambda: 2)
 
 
 def test_local_gpu_worker_processes_get_the_settings_and_the_configured_threads(monkeypatch):
     seen = {}
     _recording_cluster(monkeypatch, seen)
-    with dask.config.set({cluster.NANNY_ENVIRON: {"OTHER": "1"},
+    with dask.config.set({local.NANNY_ENVIRON: {"OTHER": "1"},
                           "gpu-interop.worker.threads": 2}):
         with pytest.raises(_Recorded):
-            cluster.local_cluster("gpu")
+            local.local_cluster("gpu")
     assert seen["kwargs"]["threads_per_worker"] == 2
     assert seen["nanny_environ"] == {**gpu_workers.ENVIRON, "OTHER": "1"}
 
@@ -135,7 +138,7 @@ def test_threads_asked_for_win_over_the_gpu_workers_default(monkeypatch):
     seen = {}
     _recording_cluster(monkeypatch, seen)
     with pytest.raises(_Recorded), dask.config.set({"gpu-interop.worker.threads": 2}):
-        cluster.local_cluster("gpu", threads_per_worker=3)
+        local.local_cluster("gpu", threads_per_worker=3)
     assert seen["kwargs"]["threads_per_worker"] == 3
 
 

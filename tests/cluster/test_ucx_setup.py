@@ -1,5 +1,5 @@
 """The UCX setup of a process that starts a local GPU cluster over UCX, begun in the
-background (dask_gpu_interop.ucx_setup): distributed-ucxx's and dask-cuda's modules stand in
+background (dask_gpu_interop.cluster.ucx_setup): distributed-ucxx's and dask-cuda's modules stand in
 here where they are not installed; the real setup runs in the GPU test below."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import types
 import dask
 import pytest
 
-from dask_gpu_interop import cluster, ucx_setup
+from dask_gpu_interop.cluster import local, ucx_setup
 
 
 @pytest.fixture
@@ -83,13 +83,13 @@ def test_nothing_begins_without_distributed_ucxx_or_dask_cuda(monkeypatch):
 def test_preparing_a_local_gpu_cluster_over_ucx_begins_the_setup(monkeypatch, arguments,
                                                                  begun):
     asked, resolved = [], []
-    monkeypatch.setattr(cluster.ucx_setup, "begin", lambda: asked.append(True) or True)
-    monkeypatch.setattr(cluster.fork_server, "start", lambda protocol, device: False)
-    monkeypatch.setattr(cluster, "resolve_device",  # as on a GPU machine
+    monkeypatch.setattr(local.ucx_setup, "begin", lambda: asked.append(True) or True)
+    monkeypatch.setattr(local.fork_server, "start", lambda protocol, device: False)
+    monkeypatch.setattr(local, "resolve_device",  # as on a GPU machine
                         lambda device: resolved.append(device) or device)
-    monkeypatch.setattr(cluster, "_gpu_stack_missing", lambda: [])
+    monkeypatch.setattr(local, "_gpu_stack_missing", lambda: [])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert cluster.prepare_local_cluster(**arguments) is begun
+    assert local.prepare_local_cluster(**arguments) is begun
     assert asked == ([True] if begun else [])
     if begun:  # over UCX CUDA is not asked for the GPUs first (its start takes time)
         assert resolved == []
@@ -97,19 +97,19 @@ def test_preparing_a_local_gpu_cluster_over_ucx_begins_the_setup(monkeypatch, ar
 
 def test_preparing_over_ucx_starts_the_server_for_gpu_workers_on_auto(monkeypatch):
     started = []
-    monkeypatch.setattr(cluster.ucx_setup, "begin", lambda: False)
-    monkeypatch.setattr(cluster.fork_server, "start",
+    monkeypatch.setattr(local.ucx_setup, "begin", lambda: False)
+    monkeypatch.setattr(local.fork_server, "start",
                         lambda protocol, device: started.append((protocol, device)) or True)
-    monkeypatch.setattr(cluster, "_gpu_stack_missing", lambda: [])  # as on a GPU machine
-    monkeypatch.setattr(cluster, "resolve_device", lambda device: device)
+    monkeypatch.setattr(local, "_gpu_stack_missing", lambda: [])  # as on a GPU machine
+    monkeypatch.setattr(local, "resolve_device", lambda device: device)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert cluster.prepare_local_cluster(device="auto", protocol="ucx") is True
+    assert local.prepare_local_cluster(device="auto", protocol="ucx") is True
     assert started == [("ucx", "gpu")]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible: asked as before
-    monkeypatch.setattr(cluster, "resolve_device", lambda device: "cpu")
-    cluster.prepare_local_cluster(device="auto", protocol="ucx")
+    monkeypatch.setattr(local, "resolve_device", lambda device: "cpu")
+    local.prepare_local_cluster(device="auto", protocol="ucx")
     assert started == [("ucx", "gpu"), ("ucx", "cpu")]
-    assert cluster.fork_server.wanted("ucx", "cpu") is False  # so the real start does nothing
+    assert local.fork_server.wanted("ucx", "cpu") is False  # so the real start does nothing
 
 
 @pytest.mark.multi_gpu
@@ -118,7 +118,7 @@ def test_a_gpu_cluster_over_ucx_starts_on_the_setup_begun_before_it():
     error kept), and the workers answer."""
     from dask_gpu_interop import cluster_client
 
-    assert cluster.prepare_local_cluster(device="gpu", n_workers=2, protocol="ucx") is True
+    assert local.prepare_local_cluster(device="gpu", n_workers=2, protocol="ucx") is True
     with cluster_client(device="gpu", n_workers=2, protocol="ucx") as (client, _):
         assert ucx_setup.finish() is None
         assert client.scheduler.address.startswith("ucx://")

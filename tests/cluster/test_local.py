@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from distributed import Client
 
-from dask_gpu_interop import GPUMemoryPlugin, cluster, device
-from dask_gpu_interop.options import cluster_options
+from dask_gpu_interop import ClusterError, GPUMemoryPlugin, device
+from dask_gpu_interop.cluster import local, session
+from dask_gpu_interop.cluster.options import cluster_options
 
 
 @pytest.fixture
@@ -25,25 +26,25 @@ def gpus(monkeypatch):
 
 def test_one_gpus_worker_runs_in_this_process_by_default(gpus):
     gpus(1)
-    assert cluster.in_process(None, "tcp", None)
-    assert cluster.in_process(1, "inproc", None)
-    assert not cluster.in_process(None, "ucx", None)  # UCX sets up each worker process
-    assert not cluster.in_process(None, "tls", None)
-    assert not cluster.in_process(None, "tcp", True)
+    assert local.in_process(None, "tcp", None)
+    assert local.in_process(1, "inproc", None)
+    assert not local.in_process(None, "ucx", None)  # UCX sets up each worker process
+    assert not local.in_process(None, "tls", None)
+    assert not local.in_process(None, "tcp", True)
 
 
 def test_several_gpus_keep_a_worker_process_each_unless_one_worker_is_asked_for(gpus):
     gpus(4)
-    assert not cluster.in_process(None, "tcp", None)
-    assert not cluster.in_process(2, "tcp", None)
-    assert cluster.in_process(1, "tcp", None)
-    assert cluster.in_process(1, "tcp", False)
+    assert not local.in_process(None, "tcp", None)
+    assert not local.in_process(2, "tcp", None)
+    assert local.in_process(1, "tcp", None)
+    assert local.in_process(1, "tcp", False)
 
 
 def test_no_processes_for_several_gpu_workers_is_refused_in_the_users_words(gpus):
     gpus(2)
-    with pytest.raises(cluster.ClusterError) as refused:
-        cluster.in_process(None, "tcp", False)
+    with pytest.raises(ClusterError) as refused:
+        local.in_process(None, "tcp", False)
     assert str(refused.value) == ("processes=False runs one GPU worker in this process, but "
                                   "there would be 2 (one per GPU): ask for one worker, or "
                                   "leave processes out")
@@ -66,11 +67,11 @@ def test_the_commands_processes_flag_reaches_the_cluster(flags, processes):
 
 
 def test_cpu_workers_are_processes_unless_told():
-    with cluster.local_cluster("cpu", n_workers=1, threads_per_worker=1,
+    with local.local_cluster("cpu", n_workers=1, threads_per_worker=1,
                                dashboard_address=None, processes=False) as threads, \
             Client(threads) as client:
         assert set(client.run(os.getpid).values()) == {os.getpid()}
-    with cluster.local_cluster("cpu", n_workers=1, threads_per_worker=1,
+    with local.local_cluster("cpu", n_workers=1, threads_per_worker=1,
                                dashboard_address=None) as processes, Client(processes) as client:
         assert os.getpid() not in set(client.run(os.getpid).values())
 
@@ -91,8 +92,8 @@ def test_a_client_leaves_cudfs_spilling_alone_unless_the_workers_spill(monkeypat
     _without_cudf_spill(monkeypatch)
     fake = _FakeCudf()
     monkeypatch.setitem(sys.modules, "cudf", fake)
-    cluster._take_spillable(GPUMemoryPlugin(spill=spill))
-    cluster._take_spillable(False)  # CPU workers: no plugin
+    session._take_spillable(GPUMemoryPlugin(spill=spill))
+    session._take_spillable(False)  # CPU workers: no plugin
     assert fake.options["spill"] is False
     assert "CUDF_SPILL" not in os.environ
 
@@ -101,7 +102,7 @@ def test_a_client_of_spilling_workers_turns_cudfs_spilling_on_before_cudf_is_imp
         monkeypatch):
     _without_cudf_spill(monkeypatch)
     monkeypatch.delitem(sys.modules, "cudf", raising=False)
-    cluster._take_spillable(GPUMemoryPlugin(spill=True))
+    session._take_spillable(GPUMemoryPlugin(spill=True))
     assert os.environ["CUDF_SPILL"] == "on"
     assert "cudf" not in sys.modules  # nothing imported for it
 
@@ -111,7 +112,7 @@ def test_a_client_of_spilling_workers_turns_cudfs_spilling_on_where_cudf_is_impo
     _without_cudf_spill(monkeypatch)
     fake = _FakeCudf()
     monkeypatch.setitem(sys.modules, "cudf", fake)
-    cluster._take_spillable(GPUMemoryPlugin(spill=True))
+    session._take_spillable(GPUMemoryPlugin(spill=True))
     assert fake.options["spill"] is True
 
 

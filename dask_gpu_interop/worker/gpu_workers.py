@@ -35,7 +35,8 @@ kernel is not (launch each kernel once first, or keep one thread).
 With per-thread streams a task's kernels may still be running when its function returns, and
 a task on another thread could read its result half written. The :class:`GPUMemoryPlugin`
 therefore runs a GPU worker's tasks in an executor that waits for the thread's stream after
-each task (:func:`wait_for_streams`), so that a result is complete when it is handed on.
+each task (:func:`dask_gpu_interop.device.wait_for_streams`), so that a result is complete
+when it is handed on.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ READ_AT_IMPORT = {
     "CUPY_ACCELERATORS": ("cupy",),
     "KVIKIO_NTHREADS": ("kvikio",),
 }
-PER_THREAD_STREAMS = ("CUDF_PER_THREAD_STREAM", "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM")
 
 
 def settings() -> dict[str, str]:
@@ -119,35 +119,3 @@ def environ(environ: dict[str, str] | None = None):
     finally:
         for name in added:
             os.environ.pop(name, None)
-
-
-def per_thread_streams(env=None) -> bool:
-    """Whether a GPU library of this process puts its work on per-thread streams."""
-    env = os.environ if env is None else env
-    return any(env.get(name, "0") not in ("", "0") for name in PER_THREAD_STREAMS)
-
-
-def synchronize() -> None:
-    """Wait for the device work this thread queued on its per-thread default stream."""
-    from cuda.bindings import runtime
-
-    (status,) = runtime.cudaStreamSynchronize(runtime.cudaStreamPerThread)
-    if status != runtime.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"waiting for this thread's CUDA stream failed: {status.name}")
-
-
-def waiting_call(function, *args, **kwargs):
-    """``function(*args, **kwargs)``, then wait for this thread's stream (on success)."""
-    result = function(*args, **kwargs)
-    synchronize()
-    return result
-
-
-def wait_for_streams(worker) -> bool:
-    """Make ``worker`` wait for each task's stream after it runs, where its GPU libraries use
-    per-thread streams; True when it does (from now on)."""
-    if not per_thread_streams():
-        return False
-    from .compat import wrap_default_executor
-
-    return wrap_default_executor(worker, waiting_call)

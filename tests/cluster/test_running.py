@@ -1,7 +1,8 @@
-"""One way to reach a running cluster: ``cluster.connect`` (an address or a scheduler file,
-TLS, a timeout, one message when no scheduler answers), used by the examples and the
+"""One way to reach a running cluster: ``cluster.running.connect`` (an address or a scheduler
+file, TLS, a timeout, one message when no scheduler answers), used by the examples and the
 commands alike."""
 
+import contextlib
 import json
 import re
 import threading
@@ -9,19 +10,12 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from distributed import LocalCluster
 
-from dask_gpu_interop import cluster as cluster_mod
+from dask_gpu_interop import ClusterError
 from dask_gpu_interop.cli import main
+from dask_gpu_interop.cluster.running import connect
 
 NOBODY = "tcp://127.0.0.1:1"  # nothing listens on port 1
-
-
-@pytest.fixture(scope="module")
-def running():
-    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
-                      env={"CUDA_VISIBLE_DEVICES": ""}) as c:
-        yield c
 
 
 def scheduler_file(tmp_path, address):
@@ -30,23 +24,23 @@ def scheduler_file(tmp_path, address):
     return str(path)
 
 
-def test_an_address_or_a_scheduler_file_reaches_the_same_scheduler(running, tmp_path):
-    address = running.scheduler_address
-    with cluster_mod.connect(address) as client:
+def test_an_address_or_a_scheduler_file_reaches_the_same_scheduler(cpu_cluster, tmp_path):
+    address = cpu_cluster.scheduler_address
+    with connect(address) as client:
         assert client.scheduler.address == address
-    with cluster_mod.connect(scheduler_file=scheduler_file(tmp_path, address)) as client:
+    with connect(scheduler_file=scheduler_file(tmp_path, address)) as client:
         assert client.scheduler.address == address
 
 
 @pytest.mark.parametrize("where", [{}, {"scheduler": NOBODY, "scheduler_file": "s.json"}])
 def test_one_of_address_and_scheduler_file(where):
     with pytest.raises(ValueError, match="give one of scheduler= .* or scheduler_file="):
-        cluster_mod.connect(**where)
+        connect(**where)
 
 
 def test_no_scheduler_at_the_address():
-    with pytest.raises(cluster_mod.ClusterError) as info:
-        cluster_mod.connect(NOBODY, timeout="1s")
+    with pytest.raises(ClusterError) as info:
+        connect(NOBODY, timeout="1s")
     assert str(info.value) == (
         f"no scheduler answered at {NOBODY}: nothing listens there; check the address, or "
         "start one (python -m dask scheduler)")
@@ -54,9 +48,9 @@ def test_no_scheduler_at_the_address():
 
 def test_no_scheduler_at_the_address_in_the_file(tmp_path):
     path = scheduler_file(tmp_path, NOBODY)
-    with pytest.raises(cluster_mod.ClusterError, match=re.escape(
+    with pytest.raises(ClusterError, match=re.escape(
             f"no scheduler answered at {NOBODY} (the address in {path}): nothing listens")):
-        cluster_mod.connect(scheduler_file=path, timeout="1s")
+        connect(scheduler_file=path, timeout="1s")
 
 
 def test_the_commands_say_the_same_when_no_scheduler_answers(tmp_path):
@@ -72,11 +66,11 @@ def test_the_commands_say_the_same_when_no_scheduler_answers(tmp_path):
         assert "check the address, or start one (python -m dask scheduler)" in result.output
 
 
-def test_the_commands_report_through_a_scheduler_file(running, tmp_path):
-    path = scheduler_file(tmp_path, running.scheduler_address)
+def test_the_commands_report_through_a_scheduler_file(cpu_cluster, tmp_path):
+    path = scheduler_file(tmp_path, cpu_cluster.scheduler_address)
     result = CliRunner().invoke(main, ["report", "--scheduler-file", path, "--json"])
     assert result.exit_code == 0, result.output
-    assert list(json.loads(result.output)) == list(running.scheduler_info["workers"])
+    assert set(json.loads(result.output)) == set(cpu_cluster.scheduler_info["workers"])
 
 
 def test_the_commands_take_one_of_scheduler_and_scheduler_file(tmp_path):
@@ -123,19 +117,60 @@ def test_something_that_is_not_a_scheduler_is_refused_within_the_timeout():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     address = f"tcp://127.0.0.1:{server.server_address[1]}"
     try:
-        err, seconds = _bounded(lambda: cluster_mod.connect(address, timeout="2s"), 20)
+        err, seconds = _bounded(lambda: connect(address, timeout="2s"), 20)
     finally:
         server.shutdown()
         server.server_close()
-    assert isinstance(err, cluster_mod.ClusterError), repr(err)
+    assert isinstance(err, ClusterError), repr(err)
     assert str(err).startswith(f"no Dask scheduler answered at {address} (")
     assert seconds < 10
 
 
-def test_a_worker_s_address_is_not_taken_for_the_scheduler_s(running):
-    (worker,) = running.scheduler_info["workers"]
-    err, _ = _bounded(lambda: cluster_mod.connect(worker, timeout="5s"), 20)
-    assert isinstance(err, cluster_mod.ClusterError), repr(err)
+def test_a_web_server_that_answers_at_once_is_refused_in_one_line():
+    """A web server answers what it cannot read (nginx: 400, then it closes): distributed
+    reads that answer's first bytes as the length of a frame, and fails allocating exabytes."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        err, _ = _bounded(lambda: connect(address, timeout="5s"), 20)
+    finally:
+        listener.close()
+    assert isinstance(err, ClusterError), repr(err)
+    assert str(err).startswith(f"no Dask scheduler answered at {address} (what answered speaks "
+                               "another protocol, a web server's perhaps): check the host")
+
+
+def test_a_web_address_is_refused_at_once():
+    with pytest.raises(ClusterError, match=r"^http://127.0.0.1:8787/status is a web address: "
+                       r"give the scheduler's own, tcp://HOST:PORT"):
+        connect("http://127.0.0.1:8787/status")
+
+
+def test_tls_settings_with_a_plain_tcp_address_are_refused_at_once(cpu_cluster, tmp_path):
+    from dask_gpu_interop import tls
+
+    security = tls.security(tls.make_certificates(tmp_path / "certs").directory, "client")
+    with pytest.raises(ClusterError, match=r"is a plain tcp:// address, and the TLS settings "
+                       r"given require encryption .*give the scheduler's tls:// address"):
+        connect(cpu_cluster.scheduler_address, security=security)
+
+
+def test_a_worker_s_address_is_not_taken_for_the_scheduler_s(cpu_cluster):
+    worker = sorted(cpu_cluster.scheduler_info["workers"])[0]
+    err, _ = _bounded(lambda: connect(worker, timeout="5s"), 20)
+    assert isinstance(err, ClusterError), repr(err)
     assert "it answered as Worker, not a scheduler" in str(err)
 
 
@@ -146,8 +181,8 @@ def test_a_missing_or_broken_scheduler_file_is_refused_at_once(tmp_path, content
     path = tmp_path / "scheduler.json"
     if content is not None:
         path.write_text(content)
-    err, seconds = _bounded(lambda: cluster_mod.connect(scheduler_file=str(path)), 20)
-    assert isinstance(err, cluster_mod.ClusterError) and words in str(err), repr(err)
+    err, seconds = _bounded(lambda: connect(scheduler_file=str(path)), 20)
+    assert isinstance(err, ClusterError) and words in str(err), repr(err)
     assert seconds < 5
 
 
@@ -202,7 +237,7 @@ def _wait_until_listening(port, seconds):
             time.sleep(0.2)
 
 
-def test_ctrl_c_ends_a_watched_report_quietly(running):
+def test_ctrl_c_ends_a_watched_report_quietly(cpu_cluster):
     import os
     import signal
     import subprocess
@@ -210,7 +245,7 @@ def test_ctrl_c_ends_a_watched_report_quietly(running):
 
     report = subprocess.Popen(
         [sys.executable, "-m", "dask_gpu_interop.cli", "report", "--scheduler",
-         running.scheduler_address, "--watch", "0.5"], stdout=subprocess.PIPE,
+         cpu_cluster.scheduler_address, "--watch", "0.5"], stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         assert report.stdout.readline()  # the first report's time

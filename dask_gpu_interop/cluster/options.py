@@ -18,12 +18,14 @@ flag (or the dask config key or environment variable, when the value came from t
 from __future__ import annotations
 
 import functools
+import warnings
 
 import click
 
-from .cluster import DEVICES, PROTOCOLS, ClusterError, check_local
-from .memory.config import OPTIONS, MemoryConfig
-from .memory.errors import OptionError
+from ..memory.config import OPTIONS, CheckedOptions, MemoryConfig
+from ..memory.errors import OptionError
+from .checks import DEVICES, PROTOCOLS, ClusterError, check_local
+from .session import LocalOnlyWarning
 
 
 def with_options(options: list):
@@ -59,14 +61,16 @@ def given_memory(kwargs: dict) -> dict:
 
 def memory_options(prefix: str = ""):
     """Add the memory flags; the command receives ``memory``: the options given (a dict),
-    already checked together (``MemoryConfig``), for ``GPUMemoryPlugin(**memory)``."""
+    already checked together (``MemoryConfig``), for ``GPUMemoryPlugin(**memory)``. The dict
+    carries the configuration they were parsed into, which :func:`.cluster_client` and
+    :func:`.local_cluster` use as it is (they parse a changed one again)."""
 
     def decorate(command):
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
             memory = given_memory(kwargs)
-            check_memory(memory, prefix)
-            return command(*args, memory=memory, **kwargs)
+            checked = CheckedOptions(memory, check_memory(memory, prefix))
+            return command(*args, memory=checked, **kwargs)
 
         return with_options(memory_click_options(prefix))(wrapper)
 
@@ -108,7 +112,7 @@ def _note_local_only(scheduler: str, **given) -> None:
     """A note, on standard error, for the options of a local cluster given with --scheduler:
     the running cluster keeps its own workers, and they would go unheeded without a word."""
     flags = {"n_workers": "--workers", "threads_per_worker": "--threads-per-worker",
-             "processes": "--processes/--no-processes"}
+             "processes": "--processes/--no-processes", "protocol": "--protocol"}
     named = [flags[name] for name, value in given.items() if value is not None]
     if named:
         verb = "is" if len(named) == 1 else "are"
@@ -120,7 +124,7 @@ def cluster_options(command):
     """Add --scheduler/--device/--protocol/--workers/--threads-per-worker/--processes, the
     memory flags and --memory-plot.
 
-    The command receives ``cluster``: keyword arguments for :func:`.cluster.cluster_client`.
+    The command receives ``cluster``: keyword arguments for :func:`.session.cluster_client`.
     """
 
     @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -151,7 +155,8 @@ def cluster_options(command):
                 raise click.UsageError(err.message(flags="")) from None
         else:
             _note_local_only(scheduler, n_workers=n_workers,
-                             threads_per_worker=threads_per_worker, processes=processes)
+                             threads_per_worker=threads_per_worker, processes=processes,
+                             protocol=None if protocol == "tcp" else protocol)
         if memory_plot is not None:
             check_plot_path(memory_plot, "--memory-plot")
         cluster = dict(
@@ -160,7 +165,9 @@ def cluster_options(command):
             memory_plot=memory_plot, processes=processes,
         )
         try:
-            return command(*args, cluster=cluster, **kwargs)
+            with warnings.catch_warnings():  # the note above said it in the flags' words
+                warnings.simplefilter("ignore", LocalOnlyWarning)
+                return command(*args, cluster=cluster, **kwargs)
         except ClusterError as err:
             raise click.ClickException(err.message(flags="")) from None
 
@@ -192,7 +199,7 @@ def prepare_from_command_line(args: list[str] | None = None) -> bool:
     Examples
     --------
     >>> # the entry point of a command, before its own imports
-    >>> from dask_gpu_interop.options import prepare_from_command_line
+    >>> from dask_gpu_interop.cluster.options import prepare_from_command_line
     >>> prepare_from_command_line(["--device", "gpu", "--protocol", "ucx"])  # doctest: +SKIP
     True
     """
@@ -224,6 +231,6 @@ def prepare_from_command_line(args: list[str] | None = None) -> bool:
         if not given["n_workers"].isdigit() or int(given["n_workers"]) < 1:
             return False
         given["n_workers"] = int(given["n_workers"])
-    from .cluster import prepare_local_cluster
+    from .local import prepare_local_cluster
 
     return prepare_local_cluster(**given)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from ._client import require_client
-from .cluster import ClusterError
+from .._client import require_client
+from .checks import ClusterError
 
 
 def check_workers_import(client, *modules: str) -> None:
@@ -39,14 +39,20 @@ def check_workers_import(client, *modules: str) -> None:
     ClusterError
         A worker cannot import one of them: the message names the worker, the module it
         misses, and where to start the workers or what to install there.
+    TypeError
+        A module is not named by a string (a list of names, say).
 
     Examples
     --------
     >>> check_workers_import(client, "examples.mortgage.etl")        # doctest: +SKIP
     """
     require_client(client, "check_workers_import")
-    code = "\n".join(f"import {name}" for name in modules)
-    found = client.run(exec, code, {}, on_error="return")
+    wrong = [name for name in modules if not isinstance(name, str)]
+    if wrong:
+        raise TypeError("check_workers_import() takes the names of modules as arguments of their "
+                        "own, check_workers_import(client, 'pkg.tasks', 'pkg.io'), not a "
+                        f"{type(wrong[0]).__name__}")
+    found = client.run(_importer(), list(modules), on_error="return")
     failed = {worker: err for worker, err in found.items() if isinstance(err, BaseException)}
     if not failed:
         return
@@ -63,6 +69,25 @@ def check_workers_import(client, *modules: str) -> None:
             f"{', '.join(modules)} ({worker}: {type(err).__name__}: {err}): the workers run "
             f"this program's tasks, which need it; {fix}")
     raise ClusterError(text.replace("{", "{{").replace("}", "}}"))
+
+
+def _importer():
+    """A function that imports the modules it is given on a worker, and returns the error of
+    the first that fails (None when all import): returned, not raised, so that the workers log
+    no failed run of their own. Made here, it travels by value: a worker that lacks this
+    package can still say what it misses."""
+
+    def import_each(names):
+        import importlib
+
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as err:  # noqa: BLE001 - whatever stops the import is the answer
+                return err
+        return None
+
+    return import_each
 
 
 def _where(module: str) -> str:

@@ -1,6 +1,6 @@
 """What a local cluster's worker processes leave to the process that started them
-(dask_gpu_interop._interrupts): the failed heartbeat at the cluster's end is not logged there,
-other worker errors are; nothing changes in the client's own process."""
+(dask_gpu_interop.worker._interrupts): the failed heartbeat at the cluster's end is not logged
+there, other worker errors are; nothing changes in the client's own process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ PROBE = """
 import logging, multiprocessing, sys
 
 def child():
-    from dask_gpu_interop import _interrupts
+    from dask_gpu_interop.worker import _interrupts
 
     class Worker:
         pass

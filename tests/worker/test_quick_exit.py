@@ -11,7 +11,8 @@ import dask
 import pytest
 from distributed import Client
 
-from dask_gpu_interop import cluster, preload, worker_exit
+from dask_gpu_interop import local_cluster, preload
+from dask_gpu_interop.worker import quick_exit
 
 
 def _leave_a_mark_at_exit(path: str) -> None:
@@ -21,7 +22,7 @@ def _leave_a_mark_at_exit(path: str) -> None:
 
 
 def _close_a_cluster_whose_workers_mark_their_exit(tmp_path) -> list[bool]:
-    with cluster.local_cluster("cpu", n_workers=2) as local, Client(local) as client:
+    with local_cluster("cpu", n_workers=2) as local, Client(local) as client:
         workers = sorted(client.nthreads())
         for i, address in enumerate(workers):
             client.run(_leave_a_mark_at_exit, str(tmp_path / f"mark-{i}"), workers=[address])
@@ -34,15 +35,15 @@ def test_a_closed_worker_process_ends_without_pythons_teardown(tmp_path):
 
 
 def test_quick_exit_off_keeps_pythons_teardown(tmp_path):
-    with dask.config.set({worker_exit.CONFIG_KEY: False}):
+    with dask.config.set({quick_exit.CONFIG_KEY: False}):
         assert _close_a_cluster_whose_workers_mark_their_exit(tmp_path) == [True, True]
 
 
 @pytest.fixture
 def registered(monkeypatch):
     handlers = []
-    monkeypatch.setattr(worker_exit, "_registered", False)
-    monkeypatch.setattr(worker_exit.atexit, "register", handlers.append)
+    monkeypatch.setattr(quick_exit, "_registered", False)
+    monkeypatch.setattr(quick_exit.atexit, "register", handlers.append)
     return handlers
 
 
@@ -50,31 +51,31 @@ def registered(monkeypatch):
                                                 (None, True, False),  # no nanny
                                                 ("tcp://127.0.0.1:1", False, False)])
 def test_only_a_nannys_worker_process_ends_quickly(monkeypatch, registered, nanny, child, ends):
-    monkeypatch.setattr(worker_exit.multiprocessing, "parent_process",
+    monkeypatch.setattr(quick_exit.multiprocessing, "parent_process",
                         lambda: object() if child else None)
-    assert worker_exit.end_process_at_exit(types.SimpleNamespace(nanny=nanny)) is ends
-    assert registered == ([worker_exit._end_now] if ends else [])
+    assert quick_exit.end_process_at_exit(types.SimpleNamespace(nanny=nanny)) is ends
+    assert registered == ([quick_exit._end_now] if ends else [])
 
 
 @pytest.mark.parametrize("setting, ends", [(True, True), (False, False), ("false", False),
                                            ("False", False), ("0", False), ("true", True)])
 def test_the_setting_turns_it_off_in_config_or_the_environment(monkeypatch, registered,
                                                                setting, ends):
-    monkeypatch.setattr(worker_exit.multiprocessing, "parent_process", lambda: object())
-    with dask.config.set({worker_exit.CONFIG_KEY: setting}):
-        assert worker_exit.applies(types.SimpleNamespace(nanny="tcp://127.0.0.1:1")) is ends
+    monkeypatch.setattr(quick_exit.multiprocessing, "parent_process", lambda: object())
+    with dask.config.set({quick_exit.CONFIG_KEY: setting}):
+        assert quick_exit.applies(types.SimpleNamespace(nanny="tcp://127.0.0.1:1")) is ends
 
 
 def test_the_library_preload_ends_its_workers_process_once(monkeypatch, registered):
-    monkeypatch.setattr(worker_exit.multiprocessing, "parent_process", lambda: object())
+    monkeypatch.setattr(quick_exit.multiprocessing, "parent_process", lambda: object())
     worker = types.SimpleNamespace(nanny="tcp://127.0.0.1:1")
     preload.dask_teardown(worker)
-    worker_exit.dask_teardown(worker)  # both preloads on one worker: one handler
-    assert registered == [worker_exit._end_now]
+    quick_exit.dask_teardown(worker)  # both preloads on one worker: one handler
+    assert registered == [quick_exit._end_now]
 
 
 def test_a_worker_in_the_clients_process_is_left_alone(registered):
-    with cluster.local_cluster("cpu", n_workers=1, processes=False) as local, \
+    with local_cluster("cpu", n_workers=1, processes=False) as local, \
             Client(local) as client:
         assert client.submit(sum, [1, 2]).result() == 3
     assert registered == []

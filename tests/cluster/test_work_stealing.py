@@ -1,7 +1,10 @@
-"""Work stealing paused for a block: tasks stay next to their data; stealing comes back after."""
+"""Work stealing paused for a block: tasks stay next to their data; stealing comes back after,
+also when the client that paused it is killed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import dask
@@ -13,7 +16,8 @@ from dask_gpu_interop import without_work_stealing
 
 @pytest.fixture
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    """Workers in this process; a scheduler that clients in other processes reach too."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
                       dashboard_address=None) as cluster:
         yield cluster
 
@@ -88,3 +92,50 @@ def test_a_cluster_object_is_named_with_its_fix(cluster):
                                         r"Client, not a LocalCluster: pass its client"):
         with without_work_stealing(cluster):
             pass
+
+
+HOLDER = """
+import sys, time
+from distributed import Client
+from dask_gpu_interop import without_work_stealing
+
+with Client(sys.argv[1], timeout=60) as client, without_work_stealing(client):
+    print("paused", flush=True)
+    time.sleep(600)
+"""
+
+
+def _holding_process(address: str) -> subprocess.Popen:
+    """A client in a process of its own, inside a block, until it is killed."""
+    process = subprocess.Popen([sys.executable, "-c", HOLDER, address], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    line = process.stdout.readline()
+    assert line.strip() == "paused", line + process.stdout.read()
+    return process
+
+
+def _until(condition, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
+
+
+def test_a_killed_clients_block_ends_with_it(cluster):
+    process = _holding_process(cluster.scheduler_address)
+    assert not _stealing(cluster)
+    process.kill()  # kill -9: the block's end never runs
+    process.wait(30)
+    assert _until(lambda: _stealing(cluster))
+    assert not cluster.scheduler._dask_gpu_interop_stealing_holders
+
+
+def test_a_killed_client_leaves_the_pause_to_another_clients_block(cluster):
+    with Client(cluster) as client, without_work_stealing(client):
+        process = _holding_process(cluster.scheduler_address)
+        process.kill()
+        process.wait(30)
+        assert _until(lambda: list(cluster.scheduler._dask_gpu_interop_stealing_holders)
+                      == [client.id])
+        assert not _stealing(cluster)  # this block still holds it
+    assert _stealing(cluster)

@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from dask_gpu_interop import worker_cudf_import
+from dask_gpu_interop.worker import cudf_import
 
 
 class CUDFSetup:
@@ -45,8 +45,8 @@ def imports(monkeypatch):
     """cuDF installed and not imported; the background imports asked for, recorded; cuDF's
     variables unset, and as they were again afterwards (whatever the code under test set)."""
     asked = []
-    monkeypatch.setattr(worker_cudf_import, "is_installed", lambda name: True)
-    monkeypatch.setattr(worker_cudf_import, "import_in_background", lambda *m: asked.append(m))
+    monkeypatch.setattr(cudf_import, "is_installed", lambda name: True)
+    monkeypatch.setattr(cudf_import, "import_in_background", lambda *m: asked.append(m))
     monkeypatch.delitem(sys.modules, "cudf", raising=False)
     before = {name: os.environ.pop(name, None) for name in VARIABLES}
     yield asked
@@ -67,9 +67,9 @@ def test_the_plugins_options_go_to_cudfs_variables_and_the_import_starts(imports
                                                                           ours, words):
     other = Other()
     worker = types.SimpleNamespace(_pending_plugins={other, CUDFSetup(spill, stats)})
-    assert worker_cudf_import.import_beside_start(worker, spill=ours) is True
-    assert (worker_cudf_import.os.environ["CUDF_SPILL"],
-            worker_cudf_import.os.environ["CUDF_SPILL_STATS"]) == words
+    assert cudf_import.import_beside_start(worker, spill=ours) is True
+    assert (cudf_import.os.environ["CUDF_SPILL"],
+            cudf_import.os.environ["CUDF_SPILL_STATS"]) == words
     assert worker._pending_plugins == (other,)
     assert imports == [("cudf",)]
 
@@ -81,15 +81,15 @@ def test_nothing_changes_where_the_plugin_would_not_import_cudf(imports, monkeyp
     if case == "cudf imported":
         monkeypatch.setitem(sys.modules, "cudf", types.ModuleType("cudf"))
     elif case == "cudf not installed":
-        monkeypatch.setattr(worker_cudf_import, "is_installed", lambda name: False)
+        monkeypatch.setattr(cudf_import, "is_installed", lambda name: False)
     elif case == "no plugin":
         plugins = plugins[:1]
     else:  # dask-cuda's class changed: its options are not where this module reads them
         del plugins[1].spill_stats
     worker = types.SimpleNamespace(_pending_plugins=plugins)
-    assert worker_cudf_import.import_beside_start(worker) is False
+    assert cudf_import.import_beside_start(worker) is False
     assert worker._pending_plugins == plugins
-    assert "CUDF_SPILL" not in worker_cudf_import.os.environ
+    assert "CUDF_SPILL" not in cudf_import.os.environ
     assert imports == []
 
 
@@ -111,4 +111,4 @@ def test_a_worker_started_with_the_preload_does_not_set_the_plugin_up(imports):
     assert CUDFSetup.ran == []
     assert not any(name.startswith("CUDFSetup") for name in names)
     assert imports == [("cudf",)]
-    assert worker_cudf_import.os.environ["CUDF_SPILL"] == "off"
+    assert cudf_import.os.environ["CUDF_SPILL"] == "off"

@@ -6,12 +6,12 @@ accounted for: its process, its preloads, its GPU memory, its joining the schedu
         print(start)  # tcp://127.0.0.1:40347: process 0.38 s, preloads 1.52 s, ...
 
 A worker marks its own steps (:func:`mark`): the library's preload as the worker runs it
-(``preloads``: the process has started Python, imported distributed and built the worker),
-and the :class:`GPUMemoryPlugin` once it has set the worker's memory up (``memory``: RMM
-imported, the CUDA context made, the pool reserved; a dask-cuda worker's cuDF may still be
-importing, in the background). The process's own start comes
-from the operating system, and the moment the scheduler added the worker from the scheduler's
-events. A step a worker did not take (no preload, no plugin) is left out.
+(``preloads``: the process has started Python, imported distributed and built the worker).
+The moment its :class:`GPUMemoryPlugin` had set the memory up (``memory``: RMM imported, the
+CUDA context made, the pool reserved; a dask-cuda worker's cuDF may still be importing, in the
+background) is the memory state's own record. The process's own start comes from the
+operating system, and the moment the scheduler added the worker from the scheduler's events.
+A step a worker did not take (no preload, no plugin, no GPU) is left out.
 """
 
 from __future__ import annotations
@@ -42,9 +42,14 @@ def _marks(client_pid: int, dask_worker=None) -> dict:
     client's (``client_pid``)."""
     import os
 
+    from ..memory import state
+
     marks = dict(getattr(dask_worker, MARKS, None) or {})
     if os.getpid() != client_pid:
         marks["process"] = process_started()
+    memory = state.active()
+    if memory is not None and memory.installed_at:
+        marks.setdefault("memory", memory.installed_at)
     return marks
 
 
@@ -137,6 +142,9 @@ def worker_starts(client=None, since: float | None = None) -> list[WorkerStart]:
     """
     import os
 
+    if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
+        raise TypeError(f"worker_starts(since={since!r}): give seconds since the epoch, as "
+                        "time.time() gives them when the cluster's start begins")
     if client is None:
         from distributed import get_client
 

@@ -1,5 +1,5 @@
 """Local worker processes forked from a server with the libraries imported
-(dask_gpu_interop.fork_server): what the server starts with, when it is used, and workers
+(dask_gpu_interop.worker.fork_server): what the server starts with, when it is used, and workers
 forked from it (on CPU workers in a child interpreter, and on two GPUs)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import textwrap
 import dask
 import pytest
 
-from dask_gpu_interop import fork_server, prepare_local_cluster
+from dask_gpu_interop import prepare_local_cluster
+from dask_gpu_interop.worker import fork_server
 
 # A child interpreter (its fork server is its own): a local cluster of two worker processes
 # started inside fork_server.forking(), or without it; each worker's parent process, a marker
@@ -22,10 +23,10 @@ PROBE = textwrap.dedent("""
     import json, multiprocessing, os, sys
     import dask
     from distributed import Client, LocalCluster
-    from dask_gpu_interop import fork_server
+    from dask_gpu_interop.worker import fork_server
 
     def seen():
-        imports = sys.modules.get("dask_gpu_interop._fork_server_imports")
+        imports = sys.modules.get("dask_gpu_interop.worker._fork_server_imports")
         return [os.getppid(), os.environ.get("PROBE_MARK"),
                 os.environ.get("RAPIDS_NO_INITIALIZE"), os.environ.get("PYTHONHASHSEED"),
                 "dask.dataframe" in sys.modules,
@@ -103,7 +104,7 @@ RESTART = textwrap.dedent("""
     import json, multiprocessing, os
     import dask
     from distributed import Client, LocalCluster
-    from dask_gpu_interop import fork_server
+    from dask_gpu_interop.worker import fork_server
 
     def seen():
         return [os.getppid(), os.environ.get("PROBE_SETTING")]
@@ -137,7 +138,7 @@ def test_after_a_setting_read_at_process_start_changed_workers_are_spawned_with_
 
 def test_the_server_environment_has_the_gpu_settings_and_distributeds_pre_spawn_variables(
         monkeypatch):
-    from dask_gpu_interop import gpu_workers
+    from dask_gpu_interop.worker import gpu_workers
 
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a nanny may have set it here
@@ -167,9 +168,9 @@ def test_the_setting_says_for_which_clusters_the_server_is_used(value, protocol,
 
 
 def test_with_the_quick_exit_off_worker_processes_are_spawned_so_their_teardown_runs():
-    from dask_gpu_interop import worker_exit
+    from dask_gpu_interop.worker import quick_exit
 
-    with dask.config.set({fork_server.CONFIG_KEY: True, worker_exit.CONFIG_KEY: False}):
+    with dask.config.set({fork_server.CONFIG_KEY: True, quick_exit.CONFIG_KEY: False}):
         assert fork_server.wanted("ucx", "gpu") is False
         assert fork_server.wanted("tcp", "cpu") is False
 
@@ -188,13 +189,13 @@ def test_by_default_the_server_is_for_gpu_workers_over_ucx():
 ])
 def test_preparing_asks_for_the_server_only_where_worker_processes_will_start(
         monkeypatch, arguments, asked):
-    from dask_gpu_interop import cluster
+    from dask_gpu_interop.cluster import local
 
     started = []
     monkeypatch.setattr(fork_server, "start",
                         lambda protocol, device: started.append((protocol, device)) or True)
-    monkeypatch.setattr(cluster, "resolve_device", lambda device: device)  # as on a GPU machine
-    monkeypatch.setattr(cluster.ucx_setup, "begin", lambda: False)  # tests/test_ucx_setup.py
+    monkeypatch.setattr(local, "resolve_device", lambda device: device)  # as on a GPU machine
+    monkeypatch.setattr(local.ucx_setup, "begin", lambda: False)  # tests/cluster/test_ucx_setup.py
     assert prepare_local_cluster(**arguments, memory={"pool_size": "1GiB"}) is bool(asked)
     assert started == asked
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import sys
 
-from . import compat
-from ._imports import import_in_background
-from .frameworks import is_installed
+from .. import compat
+from .._imports import import_in_background
+from ..frameworks import is_installed
 
 #: dask-cuda's plugin that imports cuDF to set its options: (module, class).
 CUDF_SETUP = ("dask_cuda.plugins", "CUDFSetup")

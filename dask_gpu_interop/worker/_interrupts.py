@@ -36,7 +36,7 @@ class _HeartbeatAtTheEnd(logging.Filter):
 def dask_setup(worker) -> None:
     """In a worker process that a local cluster started: ignore SIGINT, and leave out the
     failed heartbeat's traceback."""
-    from . import worker_start
+    from . import start as worker_start
 
     worker_start.mark(worker, "preloads")
     if multiprocessing.parent_process() is None:  # the client's own process

@@ -11,7 +11,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_gpu_interop import WorkerStart, cluster_client, cluster_workers, worker_starts
-from dask_gpu_interop.worker_start import MARKS, mark, process_started
+from dask_gpu_interop.worker.start import MARKS, mark, process_started
 
 
 def test_each_worker_process_starts_then_preloads_then_joins_within_the_clusters_start():
@@ -38,7 +38,7 @@ def test_a_worker_in_the_clients_process_has_no_process_of_its_own():
 def test_a_process_start_is_when_the_process_began():
     before = time.time()
     done = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from "
-                           "dask_gpu_interop.worker_start import process_started; "
+                           "dask_gpu_interop.worker.start import process_started; "
                            "print(process_started())"], capture_output=True, text=True,
                           check=True)
     after = time.time()
@@ -65,3 +65,20 @@ def test_a_worker_start_says_its_steps_in_order():
     assert start.steps() == {"process": 0.1, "joined": 0.9}
     assert str(start) == "tcp://w:1: process 0.10 s, joined 0.90 s"
     assert str(WorkerStart("tcp://w:2")) == "tcp://w:2: no step recorded"
+
+
+def test_a_workers_memory_step_is_when_its_memory_was_set_up(monkeypatch):
+    """The memory plugin records when it set the memory up; the start's account reads it."""
+    import os
+    import types
+
+    from dask_gpu_interop.memory import state
+    from dask_gpu_interop.worker.start import _marks
+
+    monkeypatch.setattr(state, "_active", types.SimpleNamespace(installed_at=1234.5))
+    worker = types.SimpleNamespace()
+    mark(worker, "preloads")
+    assert _marks(os.getpid(), worker) == {"preloads": getattr(worker, MARKS)["preloads"],
+                                           "memory": 1234.5}
+    monkeypatch.setattr(state, "_active", None)  # no GPU, or no plugin: no such step
+    assert "memory" not in _marks(os.getpid(), worker)

@@ -1,7 +1,8 @@
-"""What the fork server (:mod:`dask_gpu_interop.fork_server`) imports as it starts: the modules
-named in its environment, one at a time, so that one that fails to import, whatever the error,
-leaves the server up and the rest imported (a worker forked from it imports that module itself
-and says what is wrong). The variable is removed, so that the workers do not inherit it."""
+"""What the fork server (:mod:`dask_gpu_interop.worker.fork_server`) imports as it starts: the
+modules named in its environment, one at a time, so that one that fails to import, whatever the
+error, leaves the server up and the rest imported (a worker forked from it imports that module
+itself and says what is wrong). The variable is removed, so that the workers do not inherit
+it."""
 
 from __future__ import annotations
 

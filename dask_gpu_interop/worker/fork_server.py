@@ -8,10 +8,10 @@ is then a fork of it, its modules already loaded. The library starts that server
 cluster of worker processes starts, before the cluster's own imports and scheduler, so that the
 server's imports overlap them; a program that will start such a cluster can start the server
 earlier still, as soon as it knows (:func:`~dask_gpu_interop.prepare_local_cluster`, or
-:func:`~dask_gpu_interop.options.prepare_from_command_line` first in a command's entry point,
-as the examples' commands do), so that the server's imports overlap the program's own
-imports and work. By default the server serves GPU worker processes over UCX only: GPU
-worker processes over TCP, which start faster, and CPU worker processes gained nothing from it
+:func:`~dask_gpu_interop.cluster.options.prepare_from_command_line` first in a command's entry
+point, as the examples' commands do), so that the server's imports overlap the program's own
+imports and work. By default the server serves GPU worker processes over UCX only: GPU worker
+processes over TCP, which start faster, and CPU worker processes gained nothing from it
 that held from one run to the next (benchmarks/README.md), so they are spawned unless the
 setting says otherwise.
 
@@ -31,7 +31,7 @@ variable removed after the server started stays in the workers).
 ``gpu-interop.worker.fork-server`` in dask config: ``ucx`` (the default: GPU worker processes
 over UCX), ``true`` (every local cluster's worker processes, CPU ones included) or ``false``
 (none: each worker a new interpreter, distributed's way). Linux only. A forked process ends
-without Python's teardown, as the quick exit (:mod:`.worker_exit`) has a worker process end:
+without Python's teardown, as the quick exit (:mod:`.quick_exit`) has a worker process end:
 with ``gpu-interop.worker.quick-exit`` off, worker processes are new interpreters, whose
 teardown runs. A worker process that its nanny
 restarts later is started the way distributed's config says (a new interpreter by default).
@@ -55,13 +55,13 @@ COMMON_MODULES = ("distributed", "numpy", "pandas", "pyarrow", "dask.dataframe",
                   "dask_gpu_interop")
 #: ... and for GPU workers.
 GPU_MODULES = ("dask_cuda", "rmm", "cupy", "numba", "cudf", "dask_cudf",
-               "dask_gpu_interop.preload")
+               "dask_gpu_interop.worker.gpu_start")
 #: The server's environment variable that names the modules it imports (removed there once
 #: read, so that the workers do not inherit it).
 IMPORTS_VARIABLE = "DASK_GPU_INTEROP_FORK_SERVER_IMPORTS"
 #: What the server is told to import: a module that imports each of those on its own, so that
 #: one failing with any error (not only an ImportError) leaves the server up.
-PRELOAD = "dask_gpu_interop._fork_server_imports"
+PRELOAD = "dask_gpu_interop.worker._fork_server_imports"
 #: distributed's config keys: a worker process's start method; the variables a nanny sets in
 #: its worker process.
 METHOD_KEY = "distributed.worker.multiprocessing-method"
@@ -80,10 +80,10 @@ def wanted(protocol: str, device: str = "gpu") -> bool:
     exit off), and the platform has the ``forkserver`` start method (Linux)."""
     import dask.config
 
-    from . import worker_exit
-    from ._defaults import flag
+    from .._defaults import flag
+    from . import quick_exit
 
-    if not sys.platform.startswith("linux") or not flag(worker_exit.CONFIG_KEY, True):
+    if not sys.platform.startswith("linux") or not flag(quick_exit.CONFIG_KEY, True):
         return False
     value = dask.config.get(CONFIG_KEY, default=UCX_ONLY)
     if isinstance(value, str) and value.strip().lower() == UCX_ONLY:
