@@ -60,9 +60,9 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from . import all_to_all_tasks as tasks
-from .device import memory_info
-from .scheduler_workers import workers_of
+from .. import all_to_all_tasks as tasks
+from ..device import memory_info
+from ..scheduler_workers import workers_of
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
     only."""
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-    from . import all_to_all_inbox as inbox
+    from .. import all_to_all_inbox as inbox
 
     if plan.step_bytes is not None:
         raise ValueError("the direct exchange takes one step per worker")
@@ -377,7 +377,7 @@ def send_keys(plan: Plan, token: str) -> list:
     """The keys of the direct exchange's send tasks (:func:`build_direct_graph`), which the
     client watches beside the output partitions: an output partition waits for the other
     workers' batches without depending on their sends, so their failures show there."""
-    from .all_to_all_inbox import SEND
+    from ..all_to_all_inbox import SEND
 
     return [(f"{SEND}-{token}", s) for s in plan.sources]
 
@@ -391,7 +391,7 @@ _INBOX_ON: set = set()
 def _drop_inboxes(client, token: str) -> None:
     """The shuffle ``token``'s batches out of every worker's inbox (it stopped before its
     output partitions took them)."""
-    from . import all_to_all_inbox as inbox
+    from .. import all_to_all_inbox as inbox
 
     try:
         client.run(inbox.drop, token, on_error="ignore")
@@ -400,7 +400,7 @@ def _drop_inboxes(client, token: str) -> None:
 
 
 def _register_inbox(client) -> None:
-    from . import all_to_all_inbox as inbox
+    from .. import all_to_all_inbox as inbox
 
     key = (client.id, client.scheduler.address)
     if key not in _INBOX_ON:
