@@ -110,7 +110,7 @@ def runs(ordered, offsets) -> list[pd.DataFrame]:
 def test_a_cudf_split_in_libcudf_keeps_every_row_its_index_and_each_key_in_one_run(index):
     import cudf
 
-    from dask_gpu_interop import all_to_all_tasks as tasks
+    from dask_gpu_interop.all_to_all import tasks
 
     pdf = pandas_frame(rows=20_000)
     if index == "named":
@@ -137,7 +137,7 @@ def test_a_cudf_split_in_libcudf_keeps_every_row_its_index_and_each_key_in_one_r
 def test_an_int_key_meets_an_equal_float_key_in_a_cudf_split():
     import cudf
 
-    from dask_gpu_interop import all_to_all_tasks as tasks
+    from dask_gpu_interop.all_to_all import tasks
 
     ints = cudf.DataFrame({"key": np.arange(1_000, dtype=np.int64)})
     floats = cudf.DataFrame({"key": np.arange(1_000, dtype=np.float64)})
@@ -163,7 +163,7 @@ def test_cudf_splits_batches_and_outputs_in_libcudf_equal_cudfs_own(monkeypatch,
                                                                    group_bytes, index):
     import cudf
 
-    from dask_gpu_interop import all_to_all_tasks as tasks
+    from dask_gpu_interop.all_to_all import tasks
 
     monkeypatch.setattr(tasks, "GROUP_BYTES", group_bytes)
     pdf = INDEXES[index](pandas_frame(rows=10_000))
@@ -197,8 +197,8 @@ def test_cudf_splits_batches_and_outputs_in_libcudf_equal_cudfs_own(monkeypatch,
 def test_a_cudf_frame_of_categories_is_split_by_the_same_hash(one_gpu):
     import cudf
 
-    from dask_gpu_interop import all_to_all_tasks as tasks
     from dask_gpu_interop import shuffle
+    from dask_gpu_interop.all_to_all import tasks
 
     pdf = pandas_frame()
     categories = pdf.astype({"name": "category"})

@@ -12,7 +12,7 @@ comms (device to device over UCX with the "cuda" serializers):
    are, where each partition is and its size;
 2. ``gpu-shuffle-send``: one task on each worker holding input partitions concatenates them
    and orders their rows by output partition (a hash of the key columns: libcudf's
-   partitioner on cuDF, dask's own on pandas, :mod:`.all_to_all_tasks`), then sends each
+   partitioner on cuDF, dask's own on pandas, :mod:`.tasks`), then sends each
    destination worker the slice bound for its output partitions, to all at once, into that
    worker's inbox (:mod:`.all_to_all_inbox`): the transfers start as each split ends, with
    no task or scheduler round trip between;
@@ -60,9 +60,9 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from .. import all_to_all_tasks as tasks
 from ..device import memory_info
 from ..scheduler_workers import workers_of
+from . import tasks
 
 logger = logging.getLogger(__name__)
 
