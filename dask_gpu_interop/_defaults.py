@@ -37,7 +37,7 @@ SHUFFLE_DEFAULTS = {
     # steps of a part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all).
     "step-bytes": "auto",
     # How its batches cross between workers: "direct" (each split sends them itself, where a
-    # share takes one step; dask_gpu_interop.all_to_all_inbox) or "batches" (tasks of their
+    # share takes one step; dask_gpu_interop.all_to_all.inbox) or "batches" (tasks of their
     # own, which dask moves as it moves any data; what steps always take).
     "exchange": "direct",
 }

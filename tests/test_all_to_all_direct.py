@@ -17,13 +17,13 @@ from dask.utils import key_split
 from distributed import Client, LocalCluster, get_task_stream, wait
 
 from dask_gpu_interop import ShuffleError, shuffle
-from dask_gpu_interop import all_to_all_inbox as inbox
 from dask_gpu_interop.all_to_all import (
     EXCHANGE_KEY,
     STEP_KEY,
     Plan,
     _persisted_partitions,
     build_direct_graph,
+    inbox,
     send_keys,
 )
 

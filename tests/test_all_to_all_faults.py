@@ -51,7 +51,7 @@ class DieOnce(WorkerPlugin):
 def boxes(dask_worker=None):
     """On a worker: how many shuffles and runs its direct exchange's inbox holds (None
     without one)."""
-    from dask_gpu_interop import all_to_all_inbox as inbox
+    from dask_gpu_interop.all_to_all import inbox
 
     found = dask_worker.plugins.get(inbox.NAME)
     return None if found is None else (len(found._boxes), len(found._left))

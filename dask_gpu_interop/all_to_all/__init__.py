@@ -14,7 +14,7 @@ comms (device to device over UCX with the "cuda" serializers):
    and orders their rows by output partition (a hash of the key columns: libcudf's
    partitioner on cuDF, dask's own on pandas, :mod:`.tasks`), then sends each
    destination worker the slice bound for its output partitions, to all at once, into that
-   worker's inbox (:mod:`.all_to_all_inbox`): the transfers start as each split ends, with
+   worker's inbox (:mod:`.inbox`): the transfers start as each split ends, with
    no task or scheduler round trip between;
 3. ``gpu-shuffle-output``: one task per output partition, on its destination worker, after
    that worker's own send, waits in the inbox for every other source's batch and
@@ -80,7 +80,7 @@ POLL_SECONDS = 0.5
 #: in steps of about that much, each a task of its own.
 STEP_KEY = "gpu-interop.shuffle.step-bytes"
 #: dask config: how the batches cross between workers, "direct" (the default: each split sends
-#: its batches to their workers itself, :mod:`.all_to_all_inbox`; where a worker's share takes
+#: its batches to their workers itself, :mod:`.inbox`; where a worker's share takes
 #: one step) or "batches" (tasks of their own, which dask moves as it moves any data).
 EXCHANGE_KEY = "gpu-interop.shuffle.exchange"
 EXCHANGES = ("batches", "direct")
@@ -312,7 +312,7 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
 
 def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
                        ignore_index: bool):
-    """The all-to-all with the direct exchange (:mod:`.all_to_all_inbox`), as a
+    """The all-to-all with the direct exchange (:mod:`.inbox`), as a
     ``HighLevelGraph``, and the output partitions' keys in order: one ``gpu-shuffle-send``
     task per source worker (its split, and its batches sent; keys :func:`send_keys`), and one
     ``gpu-shuffle-output`` per output partition, which depends on its own worker's send
@@ -320,7 +320,7 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
     only."""
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-    from .. import all_to_all_inbox as inbox
+    from . import inbox
 
     if plan.step_bytes is not None:
         raise ValueError("the direct exchange takes one step per worker")
@@ -377,7 +377,7 @@ def send_keys(plan: Plan, token: str) -> list:
     """The keys of the direct exchange's send tasks (:func:`build_direct_graph`), which the
     client watches beside the output partitions: an output partition waits for the other
     workers' batches without depending on their sends, so their failures show there."""
-    from ..all_to_all_inbox import SEND
+    from .inbox import SEND
 
     return [(f"{SEND}-{token}", s) for s in plan.sources]
 
@@ -391,7 +391,7 @@ _INBOX_ON: set = set()
 def _drop_inboxes(client, token: str) -> None:
     """The shuffle ``token``'s batches out of every worker's inbox (it stopped before its
     output partitions took them)."""
-    from .. import all_to_all_inbox as inbox
+    from . import inbox
 
     try:
         client.run(inbox.drop, token, on_error="ignore")
@@ -400,7 +400,7 @@ def _drop_inboxes(client, token: str) -> None:
 
 
 def _register_inbox(client) -> None:
-    from .. import all_to_all_inbox as inbox
+    from . import inbox
 
     key = (client.id, client.scheduler.address)
     if key not in _INBOX_ON:
@@ -719,8 +719,8 @@ def _failed_step(traceback) -> str:
     steps = {(os.path.basename(tasks.__file__), "split"): "split",
              (os.path.basename(tasks.__file__), "batch"): "batch",
              (os.path.basename(tasks.__file__), "output"): "output",
-             ("all_to_all_inbox.py", "split_and_send"): "send",
-             ("all_to_all_inbox.py", "output_from_inbox"): "output"}
+             ("inbox.py", "split_and_send"): "send",
+             ("inbox.py", "output_from_inbox"): "output"}
     for frame in tb.extract_tb(traceback) if traceback is not None else ():
         step = steps.get((os.path.basename(frame.filename), frame.name))
         if step:
@@ -816,7 +816,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
     in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. With
     Where a share takes one step, each split sends its batches to their workers itself
-    (:mod:`.all_to_all_inbox`); ``gpu-interop.shuffle.exchange: batches`` makes them tasks of
+    (:mod:`.inbox`); ``gpu-interop.shuffle.exchange: batches`` makes them tasks of
     their own that dask moves, as steps always do. Where the frame
     and its shuffle together do not fit the GPUs (a frame you keep, and its shuffled copy),
     give the workers cuDF's spilling (``GPUMemoryPlugin(spill=True)``, or ``memory={"spill":

@@ -6,13 +6,13 @@ made from them.
 - :class:`ShuffleInbox`: a worker plugin; its handler ``gpu_shuffle_receive`` takes a batch
   sent by a peer (over distributed's own comms: device to device over UCX with the "cuda"
   serializers) and keeps it by shuffle, run of output partitions and source.
-- :func:`split_and_send`: a source worker's input partitions split (:func:`.all_to_all.tasks.
+- :func:`split_and_send`: a source worker's input partitions split (:func:`.tasks.
   split`), and one batch per run of output partitions sent to its worker at once (kept in
   the worker's own inbox where it is the destination). Its result is what it sent to whom, a
   small dict, which the output partitions of its own worker depend on (its own batch is in
   the inbox then), and which the client watches for a failure.
 - :func:`output_from_inbox`: one output partition, concatenated from the batches of its run
-  (:func:`.all_to_all.tasks.output`) once every source's has arrived; it depends on no other
+  (:func:`.tasks.output`) once every source's has arrived; it depends on no other
   worker's task, so no scheduler round trip and no fetch stands between the last batch's
   arrival and the concatenation. While it waits it leaves the worker's thread pool
   (distributed's ``secede``), so that the worker's other tasks (another shuffle's send, for
@@ -35,7 +35,7 @@ import time
 
 from distributed import WorkerPlugin
 
-from .all_to_all import tasks
+from . import tasks
 
 #: The name the plugin is registered under on every worker.
 NAME = "gpu-shuffle-inbox"
@@ -194,7 +194,7 @@ def _inbox(worker) -> ShuffleInbox:
 
 def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bool,
                    token: str, source: int, planned: str, runs: list) -> dict:
-    """Split a source worker's input partitions (:func:`.all_to_all.tasks.split`) and send
+    """Split a source worker's input partitions (:func:`.tasks.split`) and send
     each run's batch to its worker at once; ``runs`` are ``(run, address, first, stop)``,
     ``run`` naming the run of output partitions ``first`` to ``stop - 1`` on worker
     ``address``. Returns ``{address: bytes}`` sent to each other worker. On a worker other
