@@ -29,6 +29,7 @@ _MOVED: dict[str, str] = {
     "gpu_workers": "worker.gpu_workers",
     "options": "cluster.options",
     "scheduler_workers": "_client",
+    "shuffle_method": "all_to_all.dask_method",
     "ucx_setup": "cluster.ucx_setup",
     "work_stealing": "cluster.work_stealing",
     "worker_cudf_import": "worker.cudf_import",
@@ -49,6 +50,7 @@ _register_serializers()  # lazily: no torch/JAX import until one of their object
 from ._client import cluster_workers  # noqa: E402
 from ._imports import import_in_background  # noqa: E402
 from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
+from .all_to_all.dask_method import shuffle_config  # noqa: E402
 from .cluster import (  # noqa: E402
     ClusterError,
     cluster_client,
@@ -71,7 +73,6 @@ from .memory import (  # noqa: E402
 )
 from .memory.timeline import MemoryTimeline, record_memory  # noqa: E402
 from .memory.xgboost_pool import xgboost_config  # noqa: E402
-from .shuffle_method import shuffle_config  # noqa: E402
 from .streaming import NotLazyError, StreamedTraining, train_streamed  # noqa: E402
 from .worker.start import WorkerStart, worker_starts  # noqa: E402
 

@@ -16,9 +16,9 @@ from typing import NamedTuple
 import dask.config
 from distributed import Client
 
+from ..all_to_all.dask_method import shuffle_config
 from ..memory.plugin import GPUMemoryPlugin
 from ..serialize import register as register_serializers
-from ..shuffle_method import shuffle_config
 from .checks import check_local
 from .local import memory_plugin, start
 from .running import _check_workers_joined, connect, workers_device
