@@ -215,7 +215,7 @@ def shuffle_once(client, frame, method: str, step_bytes: int | None = None):
     from distributed import wait
 
     import dask_gpu_interop
-    from dask_gpu_interop.all_to_all import EXCHANGE_KEY, STEP_KEY
+    from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY
 
     start_wall = time.time()
     started = time.perf_counter()
@@ -263,7 +263,7 @@ def profile_once(client, frame, exchange: str = "direct") -> dict:
     from distributed import get_task_stream
 
     import dask_gpu_interop
-    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
+    from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY
 
     with get_task_stream(client=client) as stream, dask.config.set({EXCHANGE_KEY: exchange}):
         start = time.time()

@@ -18,14 +18,12 @@ from distributed import Client, LocalCluster, get_task_stream, wait
 
 from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop.all_to_all import (
-    EXCHANGE_KEY,
-    STEP_KEY,
-    Plan,
     _persisted_partitions,
     build_direct_graph,
     inbox,
     send_keys,
 )
+from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY, Plan
 
 from .test_all_to_all import (
     NO_GPU,

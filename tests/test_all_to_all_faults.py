@@ -15,7 +15,7 @@ from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from dask_gpu_interop import ShuffleError, shuffle
-from dask_gpu_interop.all_to_all import EXCHANGE_KEY, STEP_KEY
+from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY
 from tests.test_all_to_all import (
     NO_GPU,
     assert_each_key_in_one_partition,

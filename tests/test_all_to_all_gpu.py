@@ -224,7 +224,7 @@ def test_each_step_has_its_line_in_the_per_task_memory_report(one_gpu, exchange,
     import dask
 
     from dask_gpu_interop import memory_report, shuffle
-    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
+    from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY
 
     with dask.config.set({EXCHANGE_KEY: exchange}):
         shuffled = shuffle(gpu_frame(pandas_frame(rows=200_000)), "key", 4, client=one_gpu)
@@ -250,7 +250,7 @@ def test_in_steps_every_row_once_and_partitions_that_stay_cudf_on_a_gpu(one_gpu)
     import dask
 
     from dask_gpu_interop import shuffle
-    from dask_gpu_interop.all_to_all import STEP_KEY
+    from dask_gpu_interop.all_to_all.plan import STEP_KEY
 
     pdf = pandas_frame(rows=200_000)
     with dask.config.set({STEP_KEY: "500 kB"}):
@@ -266,7 +266,7 @@ def test_with_cudfs_spilling_a_frame_larger_than_the_pool_shuffles_in_steps():
     import dask
 
     from dask_gpu_interop import cluster_client, shuffle
-    from dask_gpu_interop.all_to_all import STEP_KEY
+    from dask_gpu_interop.all_to_all.plan import STEP_KEY
 
     pool = 256 * 2**20
     pdf = pandas_frame(rows=6_000_000)
@@ -309,7 +309,7 @@ def test_between_two_gpus_about_half_crosses_and_every_row_arrives(two_gpus, exc
     import dask
 
     from dask_gpu_interop import shuffle
-    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
+    from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY
 
     pdf = pandas_frame(rows=400_000)
     with dask.config.set({EXCHANGE_KEY: exchange}):
@@ -328,7 +328,7 @@ def test_in_steps_between_two_gpus_every_row_arrives_once(two_gpus):
     import dask
 
     from dask_gpu_interop import shuffle
-    from dask_gpu_interop.all_to_all import STEP_KEY
+    from dask_gpu_interop.all_to_all.plan import STEP_KEY
 
     pdf = pandas_frame(rows=400_000)
     with dask.config.set({STEP_KEY: "1 MB"}):
@@ -415,7 +415,7 @@ def test_a_gpu_worker_killed_mid_shuffle_changes_nothing(tmp_path, exchange, ste
     import dask
 
     from dask_gpu_interop import cluster_client, shuffle
-    from dask_gpu_interop.all_to_all import EXCHANGE_KEY
+    from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY
     from tests.test_all_to_all_faults import DieOnce
 
     pdf = pandas_frame(rows=400_000)

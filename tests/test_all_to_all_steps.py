@@ -14,12 +14,12 @@ from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin, get_task_stream
 
 from dask_gpu_interop import shuffle
-from dask_gpu_interop.all_to_all import (
+from dask_gpu_interop.all_to_all import build_graph
+from dask_gpu_interop.all_to_all.plan import (
     STEP_KEY,
     STEP_MOST,
     Plan,
     auto_step,
-    build_graph,
     shares,
     step_setting,
     workers_memory,
@@ -155,9 +155,9 @@ class _Info:
 @pytest.fixture(autouse=True)
 def _no_device_memory_known(monkeypatch):
     """Each test starts with no worker's device memory remembered."""
-    from dask_gpu_interop import all_to_all
+    from dask_gpu_interop.all_to_all import plan
 
-    monkeypatch.setattr(all_to_all, "_DEVICE_MEMORY", {})
+    monkeypatch.setattr(plan, "_DEVICE_MEMORY", {})
 
 
 def test_a_workers_memory_is_its_gpus_for_cudf_and_its_limit_for_pandas():
