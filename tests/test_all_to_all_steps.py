@@ -14,7 +14,7 @@ from dask.utils import key_split
 from distributed import Client, LocalCluster, WorkerPlugin, get_task_stream
 
 from dask_gpu_interop import shuffle
-from dask_gpu_interop.all_to_all import build_graph
+from dask_gpu_interop.all_to_all.graph import build_graph
 from dask_gpu_interop.all_to_all.plan import (
     STEP_KEY,
     STEP_MOST,
