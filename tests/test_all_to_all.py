@@ -18,7 +18,8 @@ from distributed import Client, LocalCluster, get_task_stream, wait
 
 import dask_gpu_interop
 from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
-from dask_gpu_interop.all_to_all import hash_casts, tasks
+from dask_gpu_interop.all_to_all import tasks
+from dask_gpu_interop.all_to_all.checks import hash_casts
 from dask_gpu_interop.all_to_all.graph import build_graph
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, Plan
 
