@@ -49,8 +49,13 @@ _register_serializers()  # lazily: no torch/JAX import until one of their object
 
 from ._client import cluster_workers  # noqa: E402
 from ._imports import import_in_background  # noqa: E402
-from .all_to_all import ShuffleError, ShuffleStats, shuffle, shuffle_merge  # noqa: E402
-from .all_to_all.dask_method import shuffle_config  # noqa: E402
+from .all_to_all import (  # noqa: E402
+    ShuffleError,
+    ShuffleStats,
+    shuffle,
+    shuffle_config,
+    shuffle_merge,
+)
 from .cluster import (  # noqa: E402
     ClusterError,
     cluster_client,

@@ -368,18 +368,18 @@ def test_a_persisted_input_is_used_and_left_as_it_was(client):
 def test_a_persisted_inputs_partitions_are_taken_from_its_graph_in_order(client, monkeypatch):
     from distributed import wait
 
-    from dask_gpu_interop import all_to_all
+    from dask_gpu_interop.all_to_all import driver
 
     blocks = frame(5)
     source = dask_frame(blocks).persist()
     wait(source)
-    futures = all_to_all._persisted_partitions(source)
+    futures = driver._persisted_partitions(source)
     assert [len(f.result()) for f in futures] == [len(b) for b in blocks]
     for got, block in zip(client.gather(futures), blocks, strict=True):
         pd.testing.assert_frame_equal(got, block)
-    assert all_to_all._persisted_partitions(dask_frame(blocks)) is None  # not persisted
+    assert driver._persisted_partitions(dask_frame(blocks)) is None  # not persisted
 
-    assert all_to_all._persisted_partitions(source[source["x"] > 0.5]) is None
+    assert driver._persisted_partitions(source[source["x"] > 0.5]) is None
 
     def no_compute(*args, **kwargs):
         raise AssertionError("the persisted input was computed again")
@@ -415,7 +415,7 @@ def test_the_output_is_named_by_the_shuffles_token_without_tokenizing_its_meta(c
     frame takes the shuffle's own token instead."""
     from dask.tokenize import normalize_token
 
-    from dask_gpu_interop import all_to_all
+    from dask_gpu_interop.all_to_all import driver
 
     class Meta(pd.DataFrame):
         pass
@@ -426,26 +426,27 @@ def test_the_output_is_named_by_the_shuffles_token_without_tokenizing_its_meta(c
     monkeypatch.setitem(normalize_token._lookup, Meta, refuse)
     blocks = frame(3)
     futures = client.scatter(blocks)
-    out = all_to_all._persisted_frame(futures, Meta(blocks[0].iloc[:0]), "ab" * 16)
+    out = driver._persisted_frame(futures, Meta(blocks[0].iloc[:0]), "ab" * 16)
     assert out._name == "gpu-shuffle-" + "ab" * 16 and out.npartitions == 3
     assert_same_rows(partitions_of(client, out), blocks)
-    assert all_to_all._persisted_partitions(out) == futures  # shuffled again as it is
+    assert driver._persisted_partitions(out) == futures  # shuffled again as it is
 
 
 def test_workers_leaving_every_attempt_end_in_one_shuffle_error(client, monkeypatch):
-    from dask_gpu_interop import ShuffleError, all_to_all
+    from dask_gpu_interop import ShuffleError
+    from dask_gpu_interop.all_to_all import driver
 
     attempts = []
 
     def workers_left(futures, client=None, workers=()):
         attempts.append(sum(key_split(f.key) == "gpu-shuffle-output" for f in futures))
-        raise all_to_all._WorkersLeft("tcp://10.0.0.9:1234")
+        raise driver._WorkersLeft("tcp://10.0.0.9:1234")
 
-    monkeypatch.setattr(all_to_all, "_wait", workers_left)
+    monkeypatch.setattr(driver, "_wait", workers_left)
     with pytest.raises(ShuffleError, match=r"workers left the cluster during each of 3 "
                                            r"attempts .*tcp://10\.0\.0\.9:1234"):
         shuffle(dask_frame(frame(4)), "key", 3)
-    assert attempts == [3] * all_to_all.ATTEMPTS
+    assert attempts == [3] * driver.ATTEMPTS
 
 
 def test_one_worker_moves_nothing_between_workers():

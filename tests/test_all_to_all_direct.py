@@ -17,7 +17,8 @@ from dask.utils import key_split
 from distributed import Client, LocalCluster, get_task_stream, wait
 
 from dask_gpu_interop import ShuffleError, shuffle
-from dask_gpu_interop.all_to_all import _persisted_partitions, inbox
+from dask_gpu_interop.all_to_all import inbox
+from dask_gpu_interop.all_to_all.driver import _persisted_partitions
 from dask_gpu_interop.all_to_all.graph import build_direct_graph, send_keys
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY, Plan
 
