@@ -11,6 +11,7 @@ tasks), :mod:`.driver` (the call: its checks' order, its retries, its statistics
 from __future__ import annotations
 
 from .dask_method import shuffle_config
-from .driver import ShuffleError, ShuffleStats, shuffle, shuffle_merge
+from .driver import ShuffleError, ShuffleStats, shuffle
+from .merge import shuffle_merge
 
 __all__ = ["ShuffleError", "ShuffleStats", "shuffle", "shuffle_config", "shuffle_merge"]
