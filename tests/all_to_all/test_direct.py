@@ -2,7 +2,7 @@
 partitions and CPU worker processes: each split sends its batches to their workers' inboxes
 itself. Its graph, its result, its inboxes emptied, its setting, its fallback in steps, a
 failed send, two shuffles at once, and an output partition lost after the shuffle ended (a
-worker killed in the middle of it: tests/test_all_to_all_faults.py)."""
+worker killed in the middle of it: tests/all_to_all/test_faults.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from dask_gpu_interop.all_to_all.driver import _persisted_partitions
 from dask_gpu_interop.all_to_all.graph import build_direct_graph, send_keys
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY, Plan
 
-from .test_all_to_all import (
+from .test_faults import boxes
+from .test_shuffle import (
     NO_GPU,
     assert_each_key_in_one_partition,
     assert_same_rows,
@@ -30,7 +31,6 @@ from .test_all_to_all import (
     frame,
     partitions_of,
 )
-from .test_all_to_all_faults import boxes
 
 DIRECT = {EXCHANGE_KEY: "direct"}
 

@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster, WorkerPlugin
 
 from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY
-from tests.test_all_to_all import (
+from tests.all_to_all.test_shuffle import (
     NO_GPU,
     assert_each_key_in_one_partition,
     assert_same_rows,

@@ -25,7 +25,7 @@ from dask_gpu_interop.all_to_all.plan import (
     workers_memory,
 )
 
-from .test_all_to_all import (
+from .test_shuffle import (
     NO_GPU,
     assert_each_key_in_one_partition,
     assert_same_rows,
