@@ -14,7 +14,7 @@ import dask
 import dask.dataframe as dd
 import pytest
 from dask.utils import key_split
-from distributed import Client, LocalCluster, get_task_stream, wait
+from distributed import get_task_stream, wait
 
 from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop.all_to_all import inbox
@@ -22,11 +22,11 @@ from dask_gpu_interop.all_to_all.driver import _persisted_partitions
 from dask_gpu_interop.all_to_all.graph import build_direct_graph, send_keys
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY, Plan
 
-from .test_faults import boxes
-from .test_shuffle import (
-    NO_GPU,
+from .helpers import (
     assert_each_key_in_one_partition,
     assert_same_rows,
+    boxes,
+    cpu_client,
     dask_frame,
     frame,
     partitions_of,
@@ -37,8 +37,7 @@ DIRECT = {EXCHANGE_KEY: "direct"}
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None,
-                      env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
+    with cpu_client(3) as client:
         yield client
 
 
@@ -177,9 +176,7 @@ def test_an_output_lost_after_its_shuffle_ended_is_made_again_or_one_clear_error
     # its lineage: pinned to the worker gone, it would wait for that worker forever. The batch
     # tasks make it again; the direct exchange cannot send its batches again and says so.
     blocks = frame(8, rows=1_000)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client, dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
+    with cpu_client(2) as client, dask.config.set({EXCHANGE_KEY: exchange}):
         source = dask_frame(blocks).persist()
         shuffled = shuffle(source, "key", 4)
         wait_unpinned(client, shuffled)
@@ -206,9 +203,7 @@ def test_an_output_of_a_worker_without_input_lost_after_the_shuffle_is_one_clear
     # their worker after the shuffle, they are computed again on the first, wait there for
     # batches that no send will make again, and learn from the scheduler that the shuffle ended
     blocks = frame(6, rows=1_000)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client, dask.config.set(DIRECT):  # fmt: skip
+    with cpu_client(2) as client, dask.config.set(DIRECT):
         holder, other = sorted(client.nthreads())
         source = client.persist(dask_frame(blocks), workers=[holder])
         wait(source)

@@ -11,50 +11,22 @@ import os
 import dask
 import dask.dataframe as dd
 import pytest
-from dask.utils import key_split
-from distributed import Client, LocalCluster, WorkerPlugin
 
 from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY
-from tests.all_to_all.test_shuffle import (
-    NO_GPU,
+
+from .helpers import (
+    DieOnce,
     assert_each_key_in_one_partition,
     assert_same_rows,
+    boxes,
+    cpu_client,
     dask_frame,
     frame,
     partitions_of,
 )
 
 pytestmark = pytest.mark.slow  # worker processes, one of them killed and started again
-
-
-class DieOnce(WorkerPlugin):
-    """Ends its worker's process the first time, on any worker, that a task of the prefix
-    ``step`` finishes there (a file marks that it happened)."""
-
-    name = "die-once"
-
-    def __init__(self, marker: str, step: str):
-        self.marker = marker
-        self.step = step
-
-    def transition(self, key, start, finish, **kwargs):
-        if finish != "memory" or key_split(key) != self.step:
-            return
-        try:
-            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-        os._exit(1)
-
-
-def boxes(dask_worker=None):
-    """On a worker: how many shuffles and runs its direct exchange's inbox holds (None
-    without one)."""
-    from dask_gpu_interop.all_to_all import inbox
-
-    found = dask_worker.plugins.get(inbox.NAME)
-    return None if found is None else (len(found._boxes), len(found._left))
 
 
 KILLED_AT = [  # (exchange, steps, the step at whose end a worker dies)
@@ -71,9 +43,7 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, exc
     caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")
     marker = tmp_path / "died"
     blocks = frame(12, rows=3_000)
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                      dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client, \
+    with cpu_client(3) as client, \
             dask.config.set({STEP_KEY: steps, EXCHANGE_KEY: exchange}):  # fmt: skip
         source = dask_frame(blocks).persist()
         client.wait_for_workers(3)
@@ -96,9 +66,7 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, exc
                                            ("direct", "gpu-shuffle-send")])
 def test_data_lost_for_good_is_one_clear_error(tmp_path, exchange, step):
     blocks = frame(12, rows=1_000)
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                      dashboard_address=None, env=NO_GPU) as cluster, \
-            Client(cluster) as client, dask.config.set({EXCHANGE_KEY: exchange}):  # fmt: skip
+    with cpu_client(3) as client, dask.config.set({EXCHANGE_KEY: exchange}):
         # scattered partitions have no lineage: lost with their worker, nothing can make them
         source = dd.from_delayed(client.scatter(blocks), meta=blocks[0].iloc[:0])
         client.register_plugin(DieOnce(str(tmp_path / "died"), step))

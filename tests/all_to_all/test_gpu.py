@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from dask_gpu_interop.device import gpu_count
-from tests.all_to_all.test_shuffle import assert_each_key_in_one_partition, sorted_rows
+
+from .helpers import assert_each_key_in_one_partition, sorted_rows
 
 pytestmark = [
     pytest.mark.gpu,
@@ -416,7 +417,8 @@ def test_a_gpu_worker_killed_mid_shuffle_changes_nothing(tmp_path, exchange, ste
 
     from dask_gpu_interop import cluster_client, shuffle
     from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY
-    from tests.all_to_all.test_faults import DieOnce
+
+    from .helpers import DieOnce
 
     pdf = pandas_frame(rows=400_000)
     protocol = "ucx" if importlib.util.find_spec("distributed_ucxx") else "tcp"

@@ -23,59 +23,14 @@ from dask_gpu_interop.all_to_all.checks import hash_casts
 from dask_gpu_interop.all_to_all.graph import build_graph
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, Plan
 
-NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
-
-
-def frame(partitions: int = 6, rows: int = 2_000, keys: int = 97, seed: int = 0,
-          empty: tuple = ()) -> pd.DataFrame:
-    """A pandas frame of ``partitions`` blocks (those in ``empty`` with no rows): an int key,
-    a text key, a float and an int column, a non-default index."""
-    rng = np.random.default_rng(seed)
-    blocks = []
-    for i in range(partitions):
-        n = 0 if i in empty else rows
-        blocks.append(pd.DataFrame({
-            "key": rng.integers(0, keys, n),
-            "name": rng.choice(["ash", "birch", "cedar", "damson", "elm"], n),
-            "x": rng.random(n),
-            "n": np.arange(n) + i * rows,
-        }, index=pd.RangeIndex(i * rows, i * rows + n) * 3))
-    return blocks
-
-
-def dask_frame(blocks) -> dd.DataFrame:
-    return dd.from_delayed([dask.delayed(b) for b in blocks], meta=blocks[0].iloc[:0],
-                           verify_meta=False)  # fmt: skip
-
-
-def partitions_of(client, shuffled) -> list[pd.DataFrame]:
-    return client.compute(shuffled.to_delayed(), sync=True)
-
-
-def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
-    return df.sort_values("n").rename_axis("i").reset_index()
-
-
-def assert_same_rows(parts, blocks):
-    got = sorted_rows(pd.concat(parts))
-    want = sorted_rows(pd.concat(blocks))
-    pd.testing.assert_frame_equal(got, want, check_dtype=False)
-
-
-def assert_each_key_in_one_partition(parts, on):
-    on = [on] if isinstance(on, str) else on
-    seen = {}
-    for i, part in enumerate(parts):
-        for key in part[on].drop_duplicates().itertuples(index=False, name=None):
-            assert seen.setdefault(key, i) == i, f"key {key} in partitions {seen[key]} and {i}"
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
-        yield client
-
+from .helpers import (
+    assert_each_key_in_one_partition,
+    assert_same_rows,
+    dask_frame,
+    frame,
+    partitions_of,
+    sorted_rows,
+)
 
 # --------------------------------------------------------------------------- the plan
 

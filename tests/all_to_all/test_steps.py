@@ -11,7 +11,7 @@ import dask
 import dask.dataframe as dd
 import pytest
 from dask.utils import key_split
-from distributed import Client, LocalCluster, WorkerPlugin, get_task_stream
+from distributed import WorkerPlugin, get_task_stream
 
 from dask_gpu_interop import shuffle
 from dask_gpu_interop.all_to_all.graph import build_graph
@@ -25,22 +25,14 @@ from dask_gpu_interop.all_to_all.plan import (
     workers_memory,
 )
 
-from .test_shuffle import (
-    NO_GPU,
+from .helpers import (
     assert_each_key_in_one_partition,
     assert_same_rows,
+    cpu_client,
     dask_frame,
     frame,
     partitions_of,
 )
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
-        yield client
-
 
 # --------------------------------------------------------------------------- the plan
 
@@ -264,8 +256,7 @@ def _most_above_start(client, setting: str) -> int:
 
 
 def test_in_steps_a_worker_allocates_less_at_once_than_in_one_step():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      env=NO_GPU) as cluster, Client(cluster) as client:  # fmt: skip
+    with cpu_client(2) as client:
         client.register_plugin(_TracedMemory())
         one_step = _most_above_start(client, "auto")
         in_steps = _most_above_start(client, "1 MB")

@@ -1,0 +1,100 @@
+"""What the shuffle's tests share: a frame of known rows in blocks, a dask frame of them, the
+checks of a shuffle's result (every row once, every key in one partition), a CPU cluster of
+worker processes, and worker plugins and probes for the faults."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+from dask.utils import key_split
+from distributed import Client, LocalCluster, WorkerPlugin
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def frame(partitions: int = 6, rows: int = 2_000, keys: int = 97, seed: int = 0,
+          empty: tuple = ()) -> pd.DataFrame:
+    """A pandas frame of ``partitions`` blocks (those in ``empty`` with no rows): an int key,
+    a text key, a float and an int column, a non-default index."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for i in range(partitions):
+        n = 0 if i in empty else rows
+        blocks.append(pd.DataFrame({
+            "key": rng.integers(0, keys, n),
+            "name": rng.choice(["ash", "birch", "cedar", "damson", "elm"], n),
+            "x": rng.random(n),
+            "n": np.arange(n) + i * rows,
+        }, index=pd.RangeIndex(i * rows, i * rows + n) * 3))
+    return blocks
+
+
+def dask_frame(blocks) -> dd.DataFrame:
+    return dd.from_delayed([dask.delayed(b) for b in blocks], meta=blocks[0].iloc[:0],
+                           verify_meta=False)  # fmt: skip
+
+
+def partitions_of(client, shuffled) -> list[pd.DataFrame]:
+    return client.compute(shuffled.to_delayed(), sync=True)
+
+
+def sorted_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values("n").rename_axis("i").reset_index()
+
+
+def assert_same_rows(parts, blocks):
+    got = sorted_rows(pd.concat(parts))
+    want = sorted_rows(pd.concat(blocks))
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+def assert_each_key_in_one_partition(parts, on):
+    on = [on] if isinstance(on, str) else on
+    seen = {}
+    for i, part in enumerate(parts):
+        for key in part[on].drop_duplicates().itertuples(index=False, name=None):
+            assert seen.setdefault(key, i) == i, f"key {key} in partitions {seen[key]} and {i}"
+
+
+@contextlib.contextmanager
+def cpu_client(n_workers: int = 2, **kwargs):
+    """A client of a local cluster of ``n_workers`` CPU worker processes with one thread each
+    (no GPU visible to them), closed on leaving."""
+    options = dict(threads_per_worker=1, processes=True, dashboard_address=None, env=NO_GPU)
+    with LocalCluster(n_workers=n_workers, **{**options, **kwargs}) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        yield client
+
+
+class DieOnce(WorkerPlugin):
+    """Ends its worker's process the first time, on any worker, that a task of the prefix
+    ``step`` finishes there (a file marks that it happened)."""
+
+    name = "die-once"
+
+    def __init__(self, marker: str, step: str):
+        self.marker = marker
+        self.step = step
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish != "memory" or key_split(key) != self.step:
+            return
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os._exit(1)
+
+
+def boxes(dask_worker=None):
+    """On a worker: how many shuffles and runs its direct exchange's inbox holds (None
+    without one)."""
+    from dask_gpu_interop.all_to_all import inbox
+
+    found = dask_worker.plugins.get(inbox.NAME)
+    return None if found is None else (len(found._boxes), len(found._left))
