@@ -162,8 +162,7 @@ def batch(split_groups: tuple, first: int, stop: int, copy: bool = False) -> tup
 def output(batches: list, position: int, ignore_index: bool):
     """Output partition ``position`` (counted from the first of the run of output partitions
     that ``batches`` hold, as :func:`batch` made them): its rows from each of ``batches``, in
-    the batches' order, concatenated (a slice of the batch, a view, where one batch holds them
-    all)."""
+    the batches' order, concatenated into a frame of its own."""
     pieces = []
     for frames, offsets in batches:
         for frame, bounds in zip(frames, offsets, strict=True):
@@ -175,7 +174,9 @@ def output(batches: list, position: int, ignore_index: bool):
 
 def _concatenated(pieces: list, like, ignore_index: bool):
     """``(frame, start, stop)`` pieces as one frame, in order (``like``'s columns and types
-    when there is none)."""
+    when there is none). The frame is always new memory: one piece is copied out of its frame
+    (a slice would keep the whole frame alive, its other rows included, as long as the
+    output partition lives)."""
     if not pieces:
         out = like.iloc[0:0]
         return out.reset_index(drop=True) if ignore_index else out
@@ -184,7 +185,8 @@ def _concatenated(pieces: list, like, ignore_index: bool):
         return _concat_in_libcudf(pieces, ignore_index)
     slices = [frame.iloc[start:stop] for frame, start, stop in pieces]
     if len(slices) == 1:
-        return slices[0].reset_index(drop=True) if ignore_index else slices[0]
+        out = slices[0].copy(deep=True)
+        return out.reset_index(drop=True) if ignore_index else out
     return _library(like).concat(slices, ignore_index=ignore_index)
 
 

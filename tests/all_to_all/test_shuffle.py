@@ -161,6 +161,26 @@ def test_batch_and_output_put_every_row_of_a_partition_together(monkeypatch, gro
         assert list(tasks.output(batches, j - 1, True).index) == list(range(len(want)))
 
 
+def _held_bytes(column) -> int:
+    """The bytes of the allocation that ``column``'s values live in."""
+    values = column.to_numpy()
+    while isinstance(values.base, np.ndarray):
+        values = values.base
+    return values.nbytes
+
+
+@pytest.mark.parametrize("ignore_index", [False, True])
+def test_an_output_made_of_one_piece_holds_its_own_rows_only(ignore_index):
+    # one source: each output partition is one piece of its split, which holds every output's
+    # rows; a slice of it would keep them all alive as long as that output partition lives
+    groups = tasks.split(frame(4, rows=500), ["key"], {}, 8, ignore_index)
+    whole = _held_bytes(groups[0][0]["x"])
+    for j in range(8):
+        out = tasks.output([tasks.batch(groups, 0, 8)], j, ignore_index)
+        assert 0 < len(out) < 2_000
+        assert _held_bytes(out["x"]) == out["x"].nbytes < whole
+
+
 def test_a_batch_of_empty_slices_keeps_one_so_the_types_travel():
     block = frame(1, rows=0)[0]
     groups = tasks.split([block, block], ["key"], {}, 3, False)
