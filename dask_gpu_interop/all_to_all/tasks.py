@@ -1,11 +1,13 @@
-"""The tasks of the all-to-all (:mod:`.all_to_all`), run on the workers, for pandas and cuDF.
+"""The tasks of the all-to-all (:mod:`dask_gpu_interop.all_to_all`), run on the workers, for
+pandas and cuDF.
 
 - :func:`split`: on a source worker, all its input partitions, concatenated in groups (of at
   most :data:`GROUP_BYTES` and :data:`GROUP_ROWS`), each group's rows ordered by output
   partition, and where each output partition's rows start (offsets). Numeric keys are hashed
-  as float64, so that an int key meets an equal float key. On pandas the hash is dask's own
-  (``hash_object_dispatch``), so a row lands in the output partition that dask's task shuffle
-  would give it, and the order by partition is a stable sort. On cuDF it is libcudf's hash
+  as float64 (and numbers in object columns as floats), so that an int key meets an equal
+  float key. On pandas the hash is dask's own (``hash_object_dispatch``), so a row lands in
+  the output partition that dask's task shuffle would give it (but for numbers in object
+  columns), and the order by partition is a stable sort. On cuDF it is libcudf's hash
   partitioner (murmur3 of the key columns), which hashes and moves every row in one pass.
   Either way a key goes to the same output partition from every worker of one backend; cuDF
   and pandas place it differently.
@@ -59,9 +61,28 @@ def partition_ids(frame, on: list, casts: dict, npartitions: int):
     keys = frame[on]
     if casts:
         keys = keys.astype(casts, errors="ignore")
+    objects = [i for i, dtype in enumerate(keys.dtypes)
+               if isinstance(dtype, np.dtype) and dtype.kind == "O"]
+    if objects:  # as pandas' merge compares them: 1 == 1.0 == True (by place: a name twice)
+        keys = keys.copy(deep=False)
+        for i in objects:
+            keys.isetitem(i, _numbers_as_floats(keys.iloc[:, i]))
     hashes = hash_object_dispatch(keys, index=False)
     values = hashes.values % npartitions
     return values.astype(np.int32, copy=False)
+
+
+def _numbers_as_floats(column):
+    """An object column with each number in it (a Python or NumPy int, float or bool) as a
+    float, the rest as it is: so that equal numbers of different types hash alike, in every
+    partition whatever else it holds (the column stays of object type)."""
+    import numbers
+
+    values = column.to_numpy(dtype=object, copy=True)
+    for i, value in enumerate(values):
+        if isinstance(value, (numbers.Real, np.bool_)) and value == value:  # NaN kept
+            values[i] = float(value)
+    return type(column)(values, index=column.index, dtype=object, name=column.name)
 
 
 #: A worker's input partitions are concatenated in groups of at most this many bytes (a group

@@ -181,6 +181,19 @@ def test_an_output_made_of_one_piece_holds_its_own_rows_only(ignore_index):
         assert _held_bytes(out["x"]) == out["x"].nbytes < whole
 
 
+def test_numbers_in_object_columns_are_hashed_as_floats():
+    keys = pd.DataFrame({"k": pd.Series([1, 2.0, True, "a", None, np.int64(7), np.nan],
+                                        dtype=object)})
+    floats = pd.DataFrame({"k": pd.Series([1.0, 2.0, 1.0, "a", None, 7.0, np.nan],
+                                          dtype=object)})
+    assert list(tasks.partition_ids(keys, ["k"], {}, 13)) == list(
+        tasks.partition_ids(floats, ["k"], {}, 13))
+    # each row alike whatever else its partition holds
+    for i in range(len(keys)):
+        assert list(tasks.partition_ids(keys.iloc[i:i + 1], ["k"], {}, 13)) == [
+            tasks.partition_ids(floats, ["k"], {}, 13)[i]]
+
+
 def test_a_batch_of_empty_slices_keeps_one_so_the_types_travel():
     block = frame(1, rows=0)[0]
     groups = tasks.split([block, block], ["key"], {}, 3, False)
@@ -449,6 +462,20 @@ def test_shuffle_merge_equals_pandas_merge(client, how):
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
 
 
+def test_shuffle_merge_of_object_keys_meets_an_int_and_an_equal_float(client):
+    with dask.config.set({"dataframe.convert-string": False}):
+        left = dd.from_pandas(pd.DataFrame({"k": pd.Series([1, 2, 3, 4, 5], dtype=object),
+                                            "a": range(5)}), npartitions=2)
+        right = dd.from_pandas(pd.DataFrame({"k": pd.Series([1.0, 2.0, 3.0, 4.0, 5.0],
+                                                            dtype=object),
+                                             "b": range(5)}), npartitions=3)
+        got = shuffle_merge(left, right, on="k", npartitions=7).compute()
+        want = left.compute().merge(right.compute(), on="k")
+    assert len(want) == 5
+    assert sorted(zip(got["a"], got["b"], strict=True)) == sorted(
+        zip(want["a"], want["b"], strict=True))
+
+
 def test_shuffle_merge_with_keys_named_apart(client):
     left = pd.DataFrame({"a": [1, 2, 3, 4], "x": [1.0, 2.0, 3.0, 4.0]})
     right = pd.DataFrame({"b": [2.0, 4.0, 6.0], "y": ["two", "four", "six"]})
@@ -476,6 +503,13 @@ def test_bad_arguments_are_refused_in_one_line_before_any_work(call, error, word
     with pytest.raises(error) as refused:
         call(dask_frame(frame(2, rows=10)))  # checked before a client is even looked for
     assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_key_named_twice_is_hashed_once_per_place(client):
+    blocks = frame(3, rows=200)
+    parts = partitions_of(client, shuffle(dask_frame(blocks), ["key", "key"], 4))
+    assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, "key")
 
 
 def test_no_client_is_refused_in_one_line(monkeypatch):
