@@ -28,8 +28,6 @@ ONE_STEP_PART = 1 / 8
 STEP_PART = 1 / 16
 #: The largest step "auto" takes.
 STEP_MOST = 2 * 2**30
-#: With "auto", shares up to this size never ask the workers' memory (a round trip).
-SMALL_SHARE = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -201,7 +199,4 @@ _DEVICE_MEMORY: dict[str, int] = {}
 def _step(client, plan: Plan, setting: int | None, gpu: bool) -> int | None:
     if setting is not None:
         return setting
-    share = shares(plan)
-    if max(share.values(), default=0) <= SMALL_SHARE:
-        return None
-    return auto_step(share, workers_memory(client, plan.workers, gpu))
+    return auto_step(shares(plan), workers_memory(client, plan.workers, gpu))

@@ -16,6 +16,7 @@ from distributed import WorkerPlugin, get_task_stream
 from dask_gpu_interop import shuffle
 from dask_gpu_interop.all_to_all.graph import build_graph
 from dask_gpu_interop.all_to_all.plan import (
+    ONE_STEP_PART,
     STEP_KEY,
     STEP_MOST,
     Plan,
@@ -253,6 +254,31 @@ def _most_above_start(client, setting: str) -> int:
     parts = partitions_of(client, shuffled)
     assert_same_rows(parts, [_block(i) for i in range(8)])
     return max(peaks[w] - start[w] for w in peaks)
+
+
+#: Worker memory settings under which a small memory limit ends no worker: the limit is then
+#: only what the shuffle's steps are measured against.
+NO_MEMORY_MANAGER = {f"distributed.worker.memory.{name}": False
+                     for name in ("target", "spill", "pause", "terminate")}
+
+
+@pytest.mark.slow
+def test_a_share_beyond_an_eighth_of_the_workers_memory_takes_steps_at_every_size():
+    # 32 MiB workers, a share of about 7 MB each: more than an eighth of their memory, however
+    # small it is beside anything else
+    blocks = [_block(i) for i in range(4)]
+    share = sum(dask.sizeof.sizeof(b) for b in blocks) / 2
+    assert ONE_STEP_PART * 32 * 2**20 < share < 32 * 2**20
+    with dask.config.set(NO_MEMORY_MANAGER), cpu_client(2, memory_limit="32MiB") as client:
+        source = dd.from_delayed([dask.delayed(_block)(i) for i in range(4)],
+                                 meta=blocks[0].iloc[:0], verify_meta=False).persist()
+        with get_task_stream(client=client) as stream:
+            parts = partitions_of(client, shuffle(source, "key"))
+    ran = [key_split(task["key"]) for task in stream.data]
+    assert "gpu-shuffle-send" not in ran  # the direct exchange holds a share in one step
+    assert ran.count("gpu-shuffle-split") > 2 and "gpu-shuffle-batch" in ran
+    assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, "key")
 
 
 def test_in_steps_a_worker_allocates_less_at_once_than_in_one_step():
