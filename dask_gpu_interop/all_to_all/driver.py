@@ -238,6 +238,19 @@ def _persisted_partitions(frame) -> list | None:
 NO_WORKER = "shuffle: no worker is connected to the cluster; start workers first"
 
 
+#: What a shuffle of a frame persisted with another client says.
+FOREIGN = ("the frame was persisted by another client than the shuffle's: pass that one "
+           "(client=...), or persist the frame with this one")
+
+
+def _foreign_futures(frame, client) -> bool:
+    """Whether ``frame``'s graph holds futures of a client other than ``client``."""
+    from distributed import Future
+
+    return any(isinstance(value, Future) and value.client is not client
+               for value in dict(frame.__dask_graph__()).values())  # fmt: skip
+
+
 def _input_partitions(client, frame) -> list:
     """The frame's partitions as futures, in order, once they are in memory (a persisted
     frame's as they are; else computed, where the cluster has workers); an input that failed
@@ -248,7 +261,9 @@ def _input_partitions(client, frame) -> list:
     from distributed import wait
 
     persisted = _persisted_partitions(frame)
-    if persisted is not None and all(f.client is client for f in persisted):
+    if persisted is not None:
+        if any(f.client is not client for f in persisted):
+            raise ValueError(FOREIGN)
         return persisted
     if not client.nthreads():  # computing would wait for workers forever
         raise ValueError(NO_WORKER)
@@ -258,6 +273,8 @@ def _input_partitions(client, frame) -> list:
     except CancelledError:  # distributed says it in many lines: ours follows, in one
         pass
     for i, future in enumerate(futures):
+        if future.status == "cancelled" and _foreign_futures(frame, client):
+            raise ValueError(FOREIGN)
         if future.status == "cancelled":  # what it needed is gone: no lineage to make it again
             raise ShuffleError(
                 f"the shuffle's input partition {i} was cancelled: data it needed was lost "

@@ -3,7 +3,7 @@ into the same partitions (:func:`.driver.shuffle`), then each pair merged where 
 
 from __future__ import annotations
 
-from .checks import hash_casts, key_columns, output_partitions
+from .checks import _client, hash_casts, key_columns, output_partitions
 from .driver import shuffle
 
 MERGE_HOWS = ("inner", "left", "right", "outer")
@@ -60,8 +60,11 @@ def shuffle_merge(left, right, on=None, *, left_on=None, right_on=None, how="inn
     if (on is None) == (left_on is None and right_on is None) or (
             on is None and (left_on is None or right_on is None)):
         raise ValueError("give on=, or both left_on= and right_on=")
-    left_keys = key_columns(left, on if on is not None else left_on)
-    right_keys = key_columns(right, on if on is not None else right_on)
+    if (not isinstance(suffixes, (list, tuple)) or len(suffixes) != 2
+            or not all(s is None or isinstance(s, str) for s in suffixes)):
+        raise ValueError(f"suffixes={suffixes!r}: give two, such as ('_x', '_y')")
+    left_keys = key_columns(left, on if on is not None else left_on, "shuffle_merge (left)")
+    right_keys = key_columns(right, on if on is not None else right_on, "shuffle_merge (right)")
     if len(left_keys) != len(right_keys):
         raise ValueError(f"left_on={left_keys} and right_on={right_keys}: as many keys on "
                          "each side")  # fmt: skip
@@ -75,9 +78,9 @@ def shuffle_merge(left, right, on=None, *, left_on=None, right_on=None, how="inn
                 f"key {a!r} is {left._meta[a].dtype} on the left and {b!r} "
                 f"{right._meta[b].dtype} on the right: they would hash differently, cast one "
                 "side first")
-    npartitions = output_partitions(
-        left, npartitions if npartitions is not None else max(left.npartitions,
-                                                              right.npartitions))
+    npartitions = (output_partitions(left, npartitions) if npartitions is not None
+                   else max(left.npartitions, right.npartitions))
+    client = _client(client, "shuffle_merge")
     left = shuffle(left, left_keys, npartitions, client=client)
     right = shuffle(right, right_keys, npartitions, client=client)
     keys = {"on": on} if on is not None else {"left_on": left_on, "right_on": right_on}

@@ -492,12 +492,27 @@ def test_shuffle_merge_with_keys_named_apart(client):
     (lambda f: shuffle(f, []), ValueError, "name at least one column"),
     (lambda f: shuffle(f, "key", npartitions=0), ValueError, "npartitions=0"),
     (lambda f: shuffle(f, "key", npartitions=2.5), ValueError, "positive whole number"),
-    (lambda f: shuffle(f["key"], "key"), TypeError, "not Series"),
+    (lambda f: shuffle(f["key"], "key"), TypeError, "not a dask Series"),
     (lambda f: shuffle_merge(f, f, on="key", how="cross"), ValueError, "how='cross'"),
     (lambda f: shuffle_merge(f, f), ValueError, "give on="),
     (lambda f: shuffle_merge(f, f, on="key", left_on="key"), ValueError, "give on="),
     (lambda f: shuffle_merge(f, f, left_on="key", right_on="name"), ValueError,
      "would hash differently"),
+    (lambda f: shuffle(f.compute(), "key"), TypeError,
+     "not a pandas DataFrame: make one with dask.dataframe.from_pandas(frame, npartitions"),
+    (lambda f: shuffle(f["key"].compute(), "key"), TypeError,
+     "dask.dataframe.from_pandas(series.to_frame(), npartitions"),
+    (lambda f: shuffle(None, "key"), TypeError, "takes a dask DataFrame, not NoneType"),
+    (lambda f: shuffle(f, None), ValueError, "on=None: name the key column"),
+    (lambda f: shuffle(f, f["key"]), TypeError, "not a Series: give the key column's name, "
+                                                "such as on='key'"),
+    (lambda f: shuffle(f.rename(columns={"x": "key"}), "key"), ValueError,
+     "more than one column named 'key'"),
+    (lambda f: shuffle_merge(f.compute(), f, on="key"), TypeError,
+     "shuffle_merge (left) takes a dask DataFrame, not a pandas DataFrame"),
+    (lambda f: shuffle_merge(f, f, on="key", suffixes=None), ValueError, "suffixes=None"),
+    (lambda f: shuffle_merge(f, f, on="key", npartitions="4"), ValueError, "npartitions='4'"),
+    (lambda f: shuffle(f, {"key", "name"}), TypeError, "not a set: such as on=['key', 'name']"),
 ])
 def test_bad_arguments_are_refused_in_one_line_before_any_work(call, error, words):
     with pytest.raises(error) as refused:
@@ -510,6 +525,44 @@ def test_a_key_named_twice_is_hashed_once_per_place(client):
     parts = partitions_of(client, shuffle(dask_frame(blocks), ["key", "key"], 4))
     assert_same_rows(parts, blocks)
     assert_each_key_in_one_partition(parts, "key")
+
+
+def test_a_numpy_int_is_a_whole_number_of_partitions(client):
+    blocks = frame(3, rows=100)
+    shuffled = shuffle(dask_frame(blocks), "key", np.int64(4))
+    assert shuffled.npartitions == 4 and type(shuffled.npartitions) is int
+    assert_same_rows(partitions_of(client, shuffled), blocks)
+
+
+def test_a_client_argument_that_is_no_running_client_is_refused_in_one_line(client):
+    source = dask_frame(frame(2, rows=10))
+    closed = Client(client.scheduler.address)
+    closed.close()
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        cases = [(cluster, TypeError, "not a LocalCluster: pass its client: Client(cluster)"),
+                 (client.scheduler.address, TypeError,
+                  f"not an address: Client({client.scheduler.address!r})"),
+                 (closed, ValueError, "the client is closed: pass a running one")]
+        with get_task_stream(client=client) as stream:
+            for given, error, words in cases:
+                for call in (shuffle, shuffle_merge):
+                    keys = {"on": "key"} if call is shuffle_merge else {}
+                    with pytest.raises(error) as refused:
+                        call(source, *(["key"] if call is shuffle else [source]), **keys,
+                             client=given)
+                    assert words in str(refused.value) and "\n" not in str(refused.value)
+    assert stream.data == []
+
+
+def test_a_frame_persisted_by_another_client_is_refused_in_one_line(client):
+    with Client(client.scheduler.address, set_as_default=False) as other:
+        source = other.persist(dask_frame(frame(3, rows=100)))
+        with pytest.raises(ValueError, match="persisted by another client") as refused:
+            shuffle(source, "key", client=client)  # its partitions still being made
+        assert "\n" not in str(refused.value)
+        wait(source)
+        with pytest.raises(ValueError, match="persisted by another client"):
+            shuffle(source, "key", client=client)  # in memory
 
 
 def test_no_client_is_refused_in_one_line(monkeypatch):
