@@ -4,6 +4,10 @@ hashed as floats."""
 
 from __future__ import annotations
 
+#: The most output partitions a shuffle makes: each is a task of its own, with a run of the
+#: scheduler's and a frame of its own on a worker, whatever its size.
+MOST_PARTITIONS = 2**14
+
 
 def _not_a_frame(frame, caller: str) -> str:
     """Why ``frame`` cannot be shuffled, and what to give instead, in one line."""
@@ -64,6 +68,10 @@ def output_partitions(frame, npartitions) -> int:
             or npartitions < 1):
         raise ValueError(f"npartitions={npartitions!r}: give a positive whole number (an int), "
                          "or None for as many as the input has")  # fmt: skip
+    if npartitions > MOST_PARTITIONS:
+        raise ValueError(f"npartitions={int(npartitions)}: at most {MOST_PARTITIONS} (each "
+                         "output partition is a task and a frame of its own, however few rows "
+                         "it holds)")  # fmt: skip
     return int(npartitions)
 
 

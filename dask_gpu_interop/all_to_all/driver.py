@@ -407,7 +407,7 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     on : str or list of str
         The key columns.
     npartitions : int, optional
-        Output partitions; by default as many as the input has.
+        Output partitions, at most 16384; by default as many as the input has.
     ignore_index : bool
         Drop the index instead of carrying it along (less to move); the output partitions
         are then indexed from 0.

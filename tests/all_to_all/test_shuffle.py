@@ -498,6 +498,7 @@ def test_shuffle_merge_with_keys_named_apart(client):
     (lambda f: shuffle_merge(f, f, on="key", left_on="key"), ValueError, "give on="),
     (lambda f: shuffle_merge(f, f, left_on="key", right_on="name"), ValueError,
      "would hash differently"),
+    (lambda f: shuffle(f, "key", npartitions=100_000), ValueError, "at most 16384"),
     (lambda f: shuffle(f.compute(), "key"), TypeError,
      "not a pandas DataFrame: make one with dask.dataframe.from_pandas(frame, npartitions"),
     (lambda f: shuffle(f["key"].compute(), "key"), TypeError,
