@@ -54,6 +54,7 @@ memory what does not fit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -467,6 +468,30 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     >>> print(stats)  # doctest: +SKIP
     shuffled 32 partitions into 64 on 4 workers in 0.412 s: 12.00 GiB crossed between workers (75% of the output), output 16.00 GiB
     """
+    with _out_of_the_pool():
+        return _shuffle(frame, on, npartitions, ignore_index, client, return_stats)
+
+
+@contextlib.contextmanager
+def _out_of_the_pool():
+    """Where :func:`shuffle` is called inside a task on a worker, its thread leaves the
+    worker's thread pool while the shuffle runs (as ``distributed.worker_client`` does): the
+    shuffle's own tasks need a thread on every worker, this one's included."""
+    from distributed.threadpoolexecutor import thread_state
+
+    if not getattr(thread_state, "proceed", False):  # not a worker's task, or seceded
+        yield
+        return
+    from distributed import rejoin, secede
+
+    secede()
+    try:
+        yield
+    finally:
+        rejoin()
+
+
+def _shuffle(frame, on, npartitions, ignore_index, client, return_stats):
     on = key_columns(frame, on)
     npartitions = output_partitions(frame, npartitions)
     client = _client(client)

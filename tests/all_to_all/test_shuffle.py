@@ -26,6 +26,7 @@ from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, Plan
 from .helpers import (
     assert_each_key_in_one_partition,
     assert_same_rows,
+    cpu_client,
     dask_frame,
     frame,
     partitions_of,
@@ -564,6 +565,18 @@ def test_a_frame_persisted_by_another_client_is_refused_in_one_line(client):
         wait(source)
         with pytest.raises(ValueError, match="persisted by another client"):
             shuffle(source, "key", client=client)  # in memory
+
+
+def _shuffled_in_a_task(blocks) -> int:
+    return shuffle(dask_frame(blocks), "key", 3).npartitions
+
+
+@pytest.mark.slow
+def test_a_shuffle_called_inside_a_task_leaves_its_thread_to_the_shuffles_tasks():
+    # one thread per worker: the task's, which the shuffle's own tasks need on its worker
+    blocks = frame(4, rows=100)
+    with cpu_client(2) as client:
+        assert client.submit(_shuffled_in_a_task, blocks).result(timeout=60) == 3
 
 
 def test_no_client_is_refused_in_one_line(monkeypatch):
