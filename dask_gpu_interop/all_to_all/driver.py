@@ -305,10 +305,11 @@ class _WorkersLeft(Exception):
 
 
 def _wait(futures, client=None, workers=()) -> None:
-    """Until every one of ``futures`` (the output partitions, and the sends that they wait
-    for without depending on them) is in memory; ShuffleError for the first that failed, or
-    else the first that is not in memory, as soon as one failed; _WorkersLeft as soon as one
-    of ``workers`` is no longer in ``client``'s cluster."""
+    """Until every one of ``futures`` (the output partitions, and the sends, watched so that
+    a failed one is named) is in memory; ShuffleError for the first that failed (a send
+    before the output partitions that depend on it), or else the first that is not in
+    memory, as soon as one failed; _WorkersLeft as soon as one of ``workers`` is no longer in
+    ``client``'s cluster."""
     from concurrent.futures import CancelledError
 
     from dask.utils import key_split
@@ -327,7 +328,8 @@ def _wait(futures, client=None, workers=()) -> None:
                     break  # the others may wait for it forever
     except CancelledError:  # distributed says it in many lines: ours follows, in one
         pass
-    for future in futures:
+    first_sends = sorted(futures, key=lambda f: key_split(f.key) == f"{PREFIX}-output")
+    for future in first_sends:
         if future.status == "error":
             cause = future.exception()
             where = (f"output partition {future.key[1]}"
@@ -350,13 +352,15 @@ def _failed_step(traceback) -> str:
     its frames in the tasks' module is the task's own function."""
     import traceback as tb
 
-    steps = {(os.path.basename(tasks.__file__), "split"): "split",
-             (os.path.basename(tasks.__file__), "batch"): "batch",
-             (os.path.basename(tasks.__file__), "output"): "output",
-             ("inbox.py", "split_and_send"): "send",
+    steps = {("tasks.py", "split"): "split", ("tasks.py", "batch"): "batch",
+             ("tasks.py", "output"): "output", ("inbox.py", "split_and_send"): "send",
              ("inbox.py", "output_from_inbox"): "output"}
+    package = os.path.basename(os.path.dirname(tasks.__file__))
     for frame in tb.extract_tb(traceback) if traceback is not None else ():
-        step = steps.get((os.path.basename(frame.filename), frame.name))
+        folder, name = os.path.split(frame.filename)
+        if os.path.basename(folder) != package:
+            continue
+        step = steps.get((name, frame.name))
         if step:
             return f"{PREFIX}-{step}"
     return PREFIX

@@ -74,13 +74,13 @@ def build_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
 
 
 def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: dict,
-                       ignore_index: bool):
-    """The all-to-all with the direct exchange (:mod:`.inbox`), as a
-    ``HighLevelGraph``, and the output partitions' keys in order: one ``gpu-shuffle-send``
-    task per source worker (its split, and its batches sent; keys :func:`send_keys`), and one
-    ``gpu-shuffle-output`` per output partition, which depends on its own worker's send
-    alone and waits in the inbox for the other sources' batches. In one step per worker
-    only."""
+                       ignore_index: bool, timeout: float | None = None):
+    """The all-to-all with the direct exchange (:mod:`.inbox`), as a ``HighLevelGraph``, and
+    the output partitions' keys in order: one ``gpu-shuffle-send`` task per source worker (its
+    split, and its batches sent, each taken within ``timeout`` seconds; keys
+    :func:`send_keys`), and one ``gpu-shuffle-output`` per output partition, on its worker,
+    which depends on every send (their small receipts): once they all ended, its batches are
+    all in its worker's inbox. In one step per worker only."""
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
     from . import inbox
@@ -97,19 +97,19 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
         layers[name] = MaterializedLayer(
             {(send_name, s): (inbox.split_and_send, [inputs[i] for i in plan.inputs_on(s)],
                               on, casts, plan.npartitions, ignore_index, token, s,
-                              plan.workers[s], targets)},
+                              plan.workers[s], targets, timeout)},
             annotations=_restricted(plan.workers[s]))  # fmt: skip
         dependencies[name] = set()
     sources = tuple(plan.sources)
+    sends = [(send_name, s) for s in sources]
     for d in plan.destinations:
         name = f"{output_name}-on-{d}"
-        local = [(send_name, d)] if d in plan.sources else []
         layers[name] = MaterializedLayer(
             {(output_name, j): (inbox.output_from_inbox, token, f"{d}/{h}", j - first,
-                                stop - first, ignore_index, sources, *local)
+                                stop - first, ignore_index, j, sources, *sends)
              for h, (first, stop) in enumerate(runs[d]) for j in range(first, stop)},
             annotations=_restricted(plan.workers[d]))  # fmt: skip
-        dependencies[name] = {f"{send_name}-on-{d}"} if local else set()
+        dependencies[name] = {f"{send_name}-on-{s}" for s in sources}
     keys = [(output_name, j) for j in range(plan.npartitions)]
     return HighLevelGraph(layers, dependencies), keys
 
@@ -117,17 +117,15 @@ def build_direct_graph(plan: Plan, inputs: list, token: str, on: list, casts: di
 def _lineage(graph, keys: list, plan: Plan, token: str, direct: bool) -> list:
     """The shuffle's keys that the scheduler keeps once it ended: the output partitions, and
     what it would compute again to make one that is lost (the batch tasks and splits; with
-    the direct exchange, the sends that output partitions depend on)."""
+    the direct exchange, the sends, which every output partition depends on)."""
     if not direct:
         return [key for layer in graph.layers.values() for key in layer]
-    destinations = set(plan.destinations)
-    return list(keys) + [key for key in send_keys(plan, token) if key[1] in destinations]
+    return list(keys) + send_keys(plan, token)
 
 
 def send_keys(plan: Plan, token: str) -> list:
     """The keys of the direct exchange's send tasks (:func:`build_direct_graph`), which the
-    client watches beside the output partitions: an output partition waits for the other
-    workers' batches without depending on their sends, so their failures show there."""
+    client watches beside the output partitions, so that a failed send is named as such."""
     from .inbox import SEND
 
     return [(f"{SEND}-{token}", s) for s in plan.sources]

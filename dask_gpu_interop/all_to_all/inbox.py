@@ -1,31 +1,35 @@
-"""The all-to-all's direct exchange (:mod:`.all_to_all`, ``gpu-interop.shuffle.exchange:
-direct``), on the workers: each source worker's split sends its batches to their destination
-workers itself, and each destination keeps them in an inbox until its output partitions are
-made from them.
+"""The all-to-all's direct exchange (:mod:`dask_gpu_interop.all_to_all`,
+``gpu-interop.shuffle.exchange: direct``), on the workers: each source worker's split sends its
+batches to their destination workers itself, and each destination keeps them in an inbox until
+its output partitions are made from them.
 
 - :class:`ShuffleInbox`: a worker plugin; its handler ``gpu_shuffle_receive`` takes a batch
   sent by a peer (over distributed's own comms: device to device over UCX with the "cuda"
   serializers) and keeps it by shuffle, run of output partitions and source.
-- :func:`split_and_send`: a source worker's input partitions split (:func:`.tasks.
-  split`), and one batch per run of output partitions sent to its worker at once (kept in
-  the worker's own inbox where it is the destination). Its result is what it sent to whom, a
-  small dict, which the output partitions of its own worker depend on (its own batch is in
-  the inbox then), and which the client watches for a failure.
+- :func:`split_and_send`: a source worker's input partitions split (:func:`.tasks.split`), and
+  one batch per run of output partitions sent to its worker at once (kept in the worker's own
+  inbox where it is the destination). It ends once every destination took its batch; its
+  result is a small receipt (where it ran, and whether it sent or holds its split).
 - :func:`output_from_inbox`: one output partition, concatenated from the batches of its run
-  (:func:`.tasks.output`) once every source's has arrived; it depends on no other
-  worker's task, so no scheduler round trip and no fetch stands between the last batch's
-  arrival and the concatenation. While it waits it leaves the worker's thread pool
-  (distributed's ``secede``), so that the worker's other tasks (another shuffle's send, for
-  one) run meanwhile. The run's batches leave the inbox with its last output partition.
+  (:func:`.tasks.output`). It depends on every send of its shuffle (their receipts, a few
+  bytes each), so it runs once every batch is in its worker's inbox: it never waits there,
+  and takes no thread and asks nothing of the scheduler while the batches travel. The run's
+  batches leave the inbox with its last output partition.
 - :func:`drop`: a shuffle's batches out of a worker's inbox, where it stopped before its end.
 
-Compared with the batch tasks (``exchange: batches``), no step sits between a split and its
-transfers, and no scheduler round trip: the transfers start as each split ends, and the
-concatenations as the last batch arrives. What is in an inbox is out of dask's sight (its
-memory limits and spilling): the plan takes this exchange only where a worker's share takes
-one step. A waiting output partition ends with an error when its shuffle is stopped
-(:func:`drop`, which the client calls when a task failed or a worker left) or its task
-cancelled.
+An output partition lost with its worker after the shuffle ended is made again from its
+lineage, as dask makes any lost key: its sends run again, this time holding their splits on
+their workers (their destinations may be gone) instead of sending them, and the output
+partition, wherever it now runs, asks each of them for its own rows (the handler
+``gpu_shuffle_pull``). A send knows it runs again by its worker (not the one its shuffle
+planned) or by its worker's memory of the shuffles it sent for.
+
+What is in an inbox is out of dask's sight (its memory limits and spilling): the plan takes
+this exchange only where a worker's share takes one step. Nothing in an inbox outlives its
+shuffle: the client empties the inboxes of a shuffle it stopped (:func:`drop`), and an inbox
+that holds anything asks the scheduler every :data:`EXPIRY_SECONDS` whether the sends it holds
+batches or splits of are still wanted; those of a shuffle whose client went away (or whose
+tasks were all released) leave it then.
 """
 
 from __future__ import annotations
@@ -41,54 +45,76 @@ from . import tasks
 NAME = "gpu-shuffle-inbox"
 #: The worker handler that receives a batch from a peer.
 HANDLER = "gpu_shuffle_receive"
+#: The worker handler that gives a peer an output partition's rows of a split it holds.
+PULL = "gpu_shuffle_pull"
 #: Shuffles whose received bytes each worker remembers (for the shuffle's statistics), and
 #: stopped shuffles whose late batches it turns away.
 LOGGED = 64
-#: How often a waiting output partition checks that its task is still wanted (seconds).
-WAIT_POLL = 0.1
-#: How often, while it waits, it asks the scheduler whether its shuffle's sends are still part
-#: of a running shuffle (seconds): they are not where the output partition is computed again
-#: after the shuffle ended (its worker lost), and the other workers' batches would then never
-#: come.
-SENDS_CHECK = 1.0
-#: The send tasks' key prefix (:func:`.all_to_all.send_keys`): ``(f"{SEND}-{token}", source)``.
+#: Shuffles each worker remembers having sent for: a send of one of them that runs there again
+#: holds its split instead of sending it (a few bytes each).
+SENT_LOGGED = 4096
+#: How often an inbox that holds batches or splits asks the scheduler whether their shuffles'
+#: sends are still wanted (seconds); it lets go of those that are not. A shuffle whose client
+#: went away leaves the inboxes within about this long after the scheduler forgot its tasks
+#: (at once when the client's connection closes).
+EXPIRY_SECONDS = 2.0
+#: The states of a send that no running shuffle, and no output partition made again, waits for.
+ENDED_STATES = (None, "released", "forgotten", "erred")
+#: The send tasks' key prefix (:func:`.graph.send_keys`): ``(f"{SEND}-{token}", source)``.
 SEND = "gpu-shuffle-send"
-#: Why an output partition computed again after its shuffle ended cannot be made.
-ENDED = ("this output partition is being computed again after its shuffle ended (its worker "
-         "was lost), and its batches cannot be sent again: shuffle the input again")
+#: Why a shuffle's batches left an inbox that its shuffle no longer wanted.
+EXPIRED = ("this output partition's shuffle ended before it was made (its client went away, "
+           "or its tasks were released): shuffle the input again")
 #: Why a waiting output partition ends where its shuffle was stopped (:func:`drop`).
 STOPPED = ("this output partition's shuffle stopped before its batches arrived (a task "
            "failed, or a worker left)")
-#: Why an output partition found no batches to wait for.
+#: Why an output partition found no batches to make it from.
 GONE = ("this output partition's batches are no longer on its worker (made before and "
         "released, or the worker started again): shuffle the input again")
 
 
 class ShuffleInbox(WorkerPlugin):
     """A worker plugin: the batches sent to this worker, by shuffle token, run of output
-    partitions and source worker, until the run's output partitions are made; and the bytes
-    received from each peer, for the last :data:`LOGGED` shuffles."""
+    partitions and source worker, until the run's output partitions are made; the splits of
+    sends run again after their shuffle ended, until no output partition needs them; and the
+    bytes received from each peer, for the last :data:`LOGGED` shuffles."""
 
     name = NAME
     idempotent = True  # registered once: registering again would empty the inboxes
 
     def setup(self, worker):
+        self._worker = worker
         self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)  # a batch came, or a shuffle stopped
         self._boxes: dict = {}  # token -> run -> {source: batch}
+        self._held: dict = {}  # token -> {source: split groups}, sends run again
         self._done: dict = {}  # token -> runs whose output partitions were all made
         self._left: dict = {}  # (token, run) -> output partitions still to make
+        self._sent: dict = {}  # tokens whose send ran here (insertion-ordered, as a set)
         self._received: dict = {}  # token -> [(source address, bytes)]
         self._dropped: dict = {}  # token dropped -> why: what arrives for it later is not kept
         worker.handlers[HANDLER] = self.receive
+        worker.handlers[PULL] = self.pull
+        self._expiry = None
+        if hasattr(worker, "periodic_callbacks"):  # a worker (not a stand-in of the tests)
+            from tornado.ioloop import PeriodicCallback
+
+            self._expiry = PeriodicCallback(self.expire, EXPIRY_SECONDS * 1000)
+            worker.periodic_callbacks[f"{NAME}-expiry"] = self._expiry
+            self._expiry.start()
 
     def teardown(self, worker):
         worker.handlers.pop(HANDLER, None)
+        worker.handlers.pop(PULL, None)
+        if self._expiry is not None:
+            self._expiry.stop()
+            worker.periodic_callbacks.pop(f"{NAME}-expiry", None)
         with self._lock:
             self._boxes.clear()
+            self._held.clear()
             self._left.clear()
             self._done.clear()
-            self._arrived.notify_all()
+
+    # ------------------------------------------------------------------ batches sent here
 
     def receive(self, token: str, run, source: int, batch, sender: str | None = None,
                 nbytes: int = 0) -> str:
@@ -106,40 +132,18 @@ class ShuffleInbox(WorkerPlugin):
             # a send that ends after its shuffle stopped, or computed again for a run made
             if token not in self._dropped and run not in self._done.get(token, ()):
                 self._boxes.setdefault(token, {}).setdefault(run, {})[source] = batch
-                self._arrived.notify_all()
 
-    def arrived(self, token: str, run, sources: int) -> bool:
-        """Whether the batches of all ``sources`` for ``run`` are in the inbox."""
+    def take(self, token: str, run, sources) -> list:
+        """The batches of ``run`` from each of ``sources``, in their order. RuntimeError, in
+        one line, where the shuffle was stopped (:meth:`drop`), the run's output partitions
+        were all made already, or a source's batch is not here."""
         with self._lock:
-            return len(self._boxes.get(token, {}).get(run, ())) >= sources
-
-    def wait_for(self, token: str, run, sources: int, wanted=None,
-                 poll: float = WAIT_POLL) -> list:
-        """The batches of ``run`` by source in order, once the batches of all ``sources`` are
-        in the inbox. RuntimeError, in one line, where the shuffle stopped (:meth:`drop`),
-        its run's output partitions were all made already, or ``wanted()`` (asked every
-        ``poll`` seconds, outside the inbox's lock: it may wait on the worker's event loop,
-        which puts batches in) turns false or raises while it waits."""
-        while True:
-            with self._arrived:
-                batches = self._ready(token, run, sources)
-                if batches is None:
-                    self._arrived.wait(poll)
-                    batches = self._ready(token, run, sources)
-            if batches is not None:
-                return batches
-            if wanted is not None and not wanted():
-                raise RuntimeError("this output partition's task was cancelled while it "
-                                   "waited for its batches")
-
-    def _ready(self, token: str, run, sources: int) -> list | None:
-        """(Under the lock) the run's batches where all have arrived, else None."""
-        if token in self._dropped:
-            raise RuntimeError(self._dropped[token])
-        if run in self._done.get(token, ()):
-            raise RuntimeError(GONE)
-        box = self._boxes.get(token, {}).get(run, {})
-        return [box[source] for source in sorted(box)] if len(box) >= sources else None
+            if token in self._dropped:
+                raise RuntimeError(self._dropped[token])
+            box = self._boxes.get(token, {}).get(run, {})
+            if run in self._done.get(token, ()) or any(s not in box for s in sources):
+                raise RuntimeError(GONE)
+            return [box[source] for source in sources]
 
     def made(self, token: str, run, count: int) -> None:
         """One more of ``run``'s ``count`` output partitions is made: the run's batches leave
@@ -158,18 +162,83 @@ class ShuffleInbox(WorkerPlugin):
             while len(self._done) > LOGGED:
                 self._done.pop(next(iter(self._done)))
 
+    # ------------------------------------------------------------------ sends run again
+
+    def sent(self, token: str) -> bool:
+        """Whether a send of the shuffle ``token`` ran here before; marks that one did now."""
+        with self._lock:
+            before = token in self._sent
+            self._sent[token] = None
+            while len(self._sent) > SENT_LOGGED:
+                self._sent.pop(next(iter(self._sent)))
+            return before
+
+    def hold(self, token: str, source: int, groups) -> None:
+        """Keep the split ``groups`` of ``source`` (a send run again) for :meth:`pull`."""
+        with self._lock:
+            self._held.setdefault(token, {})[source] = groups
+
+    def rows(self, token: str, source: int, partition: int):
+        """The batch of output partition ``partition`` in the split that ``source`` holds
+        here; RuntimeError in one line where it holds none."""
+        with self._lock:
+            groups = self._held.get(token, {}).get(source)
+        if groups is None:
+            raise RuntimeError(GONE)
+        return tasks.batch(groups, partition, partition + 1)
+
+    def pull(self, token: str, source: int, partition: int):
+        """Handler: :meth:`rows` for a peer, or why there are none."""
+        from distributed.protocol import to_serialize
+
+        try:
+            return {"status": "OK", "batch": to_serialize(self.rows(token, source, partition))}
+        except RuntimeError as gone:
+            return {"status": "gone", "why": str(gone)}
+
+    # ------------------------------------------------------------------ ending
+
     def drop(self, token: str, why: str = STOPPED) -> int:
-        """The shuffle ``token``'s batches out of the inbox; how many runs held some. Its
-        waiting output partitions end with ``why``."""
+        """The shuffle ``token``'s batches and splits out of the inbox; how many runs and
+        splits it held. Batches that arrive for it later are turned away."""
         with self._lock:
             self._dropped.setdefault(token, why)
             while len(self._dropped) > LOGGED:
                 self._dropped.pop(next(iter(self._dropped)))
             runs = self._boxes.pop(token, {})
+            held = self._held.pop(token, {})
             for key in [key for key in self._left if key[0] == token]:
                 del self._left[key]
-            self._arrived.notify_all()  # its waiting output partitions end
-            return len(runs)
+            return len(runs) + len(held)
+
+    def watched(self) -> dict[str, list]:
+        """``{token: send keys}``: the sends whose batches or splits the inbox holds."""
+        with self._lock:
+            found = {}
+            for token, runs in self._boxes.items():
+                sources = {source for box in runs.values() for source in box}
+                found[token] = sorted(sources)
+            for token, held in self._held.items():
+                found[token] = sorted(set(found.get(token, ())) | set(held))
+        return {token: [(f"{SEND}-{token}", source) for source in sources]
+                for token, sources in found.items()}  # fmt: skip
+
+    async def expire(self) -> None:
+        """Let go of what the inbox holds for shuffles whose sends the scheduler no longer
+        keeps for anything (run every :data:`EXPIRY_SECONDS`, while it holds something)."""
+        watched = self.watched()
+        if not watched:
+            return
+        keys = [key for keys in watched.values() for key in keys]
+        try:
+            states = await self._worker.scheduler.get_task_status(keys=keys)
+        except Exception:  # noqa: BLE001 - no answer is no evidence: ask again next time
+            return
+        for token, keys in watched.items():
+            if any(states.get(key) in ENDED_STATES for key in keys):
+                self.drop(token, EXPIRED)
+
+    # ------------------------------------------------------------------ statistics
 
     def received(self, token: str) -> list[tuple[str, int]]:
         """``(sender, bytes)`` of each batch of the shuffle ``token`` taken from a peer."""
@@ -193,25 +262,42 @@ def _inbox(worker) -> ShuffleInbox:
 
 
 def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_index: bool,
-                   token: str, source: int, planned: str, runs: list) -> dict:
-    """Split a source worker's input partitions (:func:`.tasks.split`) and send
-    each run's batch to its worker at once; ``runs`` are ``(run, address, first, stop)``,
-    ``run`` naming the run of output partitions ``first`` to ``stop - 1`` on worker
-    ``address``. Returns ``{address: bytes}`` sent to each other worker. On a worker other
-    than ``planned`` (the shuffle pins it there while it runs: it is being computed again
-    after the shuffle ended), RuntimeError at once: its batches' destinations are gone."""
-    from dask.sizeof import sizeof
+                   token: str, source: int, planned: str, runs: list,
+                   timeout: float | None = None) -> tuple[str, bool]:
+    """Split a source worker's input partitions (:func:`.tasks.split`) and send each run's
+    batch to its worker at once; ``runs`` are ``(run, address, first, stop)``, ``run`` naming
+    the run of output partitions ``first`` to ``stop - 1`` on worker ``address``. Each
+    destination must take its batch within ``timeout`` seconds (None: no limit).
+
+    Run again after its shuffle ended (on a worker other than ``planned``, or on one that sent
+    for this shuffle before), it holds its split in the worker's inbox instead, for the output
+    partitions made again to pull their rows from (:func:`output_from_inbox`).
+
+    Returns ``(address, held)``: the worker it ran on, and whether it holds its split there.
+    """
     from distributed import get_worker
+
+    worker = get_worker()
+    inbox = _inbox(worker)
+    again = worker.address != planned
+    again = inbox.sent(token) or again  # marks this shuffle as sent for, either way
+    groups = tasks.split(parts, on, casts, npartitions, ignore_index)
+    del parts
+    if again:
+        inbox.hold(token, source, groups)
+        return worker.address, True
+    _send(worker, inbox, groups, token, source, runs, timeout)
+    return worker.address, False
+
+
+def _send(worker, inbox: ShuffleInbox, groups, token: str, source: int, runs: list,
+          timeout: float | None) -> None:
+    """Each run's batch of ``groups`` to its worker's inbox, all at once (this worker's own
+    into its inbox), until each took its batch or ``timeout`` seconds passed."""
+    from dask.sizeof import sizeof
     from distributed.protocol import to_serialize
     from distributed.utils import sync
 
-    worker = get_worker()
-    if worker.address != planned:
-        raise RuntimeError(ENDED)
-    inbox = _inbox(worker)
-    groups = tasks.split(parts, on, casts, npartitions, ignore_index)
-    del parts
-    sent: dict = {}
     calls = []
     for run, address, first, stop in runs:
         batch = tasks.batch(groups, first, stop)
@@ -219,77 +305,80 @@ def split_and_send(parts: list, on: list, casts: dict, npartitions: int, ignore_
             inbox.put(token, run, source, batch)
             continue
         nbytes = int(sum(sizeof(frame) for frame in batch[0]))
-        sent[address] = sent.get(address, 0) + nbytes
         calls.append((address, dict(token=token, run=run, source=source,
                                     batch=to_serialize(batch), sender=worker.address,
                                     nbytes=nbytes)))  # fmt: skip
+    if not calls:
+        return
 
     async def send_all():
         import asyncio
 
-        answers = await asyncio.gather(*(getattr(worker.rpc(address), HANDLER)(**message)
-                                         for address, message in calls))  # fmt: skip
+        async def one(address, message):
+            call = getattr(worker.rpc(address), HANDLER)(**message)
+            try:
+                return await asyncio.wait_for(call, timeout)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"worker {address} did not take its batch within "
+                                   f"{timeout:g} s (gpu-interop.shuffle.timeout)") from None
+
+        answers = await asyncio.gather(*(one(address, message) for address, message in calls))
         for (address, _), answer in zip(calls, answers, strict=True):
             if answer != "OK":
                 raise RuntimeError(f"worker {address} did not take the batch: {answer!r}")
 
-    if calls:
-        sync(worker.loop, send_all)
-    return sent
+    sync(worker.loop, send_all)
 
 
 def output_from_inbox(token: str, run, position: int, count: int, ignore_index: bool,
-                      sources: tuple, *local_send) -> object:
-    """Output partition ``position`` of ``run`` (which has ``count``), concatenated from the
-    run's batches in the worker's inbox once the batches of all ``sources`` (the source
-    workers' indexes) have arrived; ``local_send`` is this worker's own
-    :func:`split_and_send` result where it is a source (its value is not read: its batch is
-    in the inbox once it ends). While the batches are on their way, the task leaves the
-    worker's thread pool; it ends with an error, in one line, where its task is cancelled or
-    its shuffle's sends are no longer running or held (it is computed again after the shuffle
-    ended)."""
-    from distributed import get_worker, rejoin, secede
+                      partition: int, sources: tuple, *receipts) -> object:
+    """Output partition ``partition``, the ``position``-th of ``run`` (which has ``count``),
+    concatenated from the run's batches of all ``sources`` (the source workers' indexes) in
+    the worker's inbox; ``receipts`` are the sends' results (:func:`split_and_send`), one per
+    source, in order: once they are all in, so is every batch. Where a send ran again after
+    the shuffle ended (its receipt says it holds its split), the partition's rows are pulled
+    from the worker holding that split."""
+    from distributed import get_worker
 
     worker = get_worker()
     inbox = _inbox(worker)
-    if inbox.arrived(token, run, len(sources)):
-        batches = inbox.wait_for(token, run, len(sources))
-    else:
-        key = worker.get_current_task()
-        sends = [(f"{SEND}-{token}", source) for source in sources]
-        checked = [time.monotonic()]
-
-        def wanted() -> bool:
-            task = worker.state.tasks.get(key)
-            if task is None or task.state == "cancelled":
-                return False
-            if time.monotonic() - checked[0] >= SENDS_CHECK:
-                checked[0] = time.monotonic()
-                if not _sends_live(worker, sends):
-                    inbox.drop(token, ENDED)  # what came of it here can never be used
-                    raise RuntimeError(ENDED)
-            return True
-
-        secede()  # the worker's other tasks run while this one waits
-        batches = inbox.wait_for(token, run, len(sources), wanted)
-        rejoin()
-    out = tasks.output(batches, position, ignore_index)
-    inbox.made(token, run, count)
-    return out
+    held = {source: address for source, (address, holds) in zip(sources, receipts, strict=True)
+            if holds}  # fmt: skip
+    if not held:
+        out = tasks.output(inbox.take(token, run, sources), position, ignore_index)
+        inbox.made(token, run, count)
+        return out
+    batches = _pulled(worker, inbox, token, partition, sources, held)
+    return tasks.output(batches, 0, ignore_index)
 
 
-def _sends_live(worker, sends: list) -> bool:
-    """Whether every one of ``sends`` (keys) is still part of a running shuffle, as the
-    scheduler says: one it forgot, or keeps released (as the lineage of output partitions
-    made), belongs to a shuffle that ended. True where the scheduler cannot be asked (one
-    that is gone ends the worker anyway)."""
+def _pulled(worker, inbox: ShuffleInbox, token: str, partition: int, sources: tuple,
+            held: dict) -> list:
+    """The batch of output ``partition`` from each of ``sources``: pulled from the worker
+    holding its split (``held``: source -> address), or taken from this worker's inbox."""
     from distributed.utils import sync
 
-    try:
-        states = sync(worker.loop, worker.scheduler.get_task_status, keys=sends)
-    except Exception:  # noqa: BLE001 - no answer is no evidence that the shuffle ended
-        return True
-    return all(states.get(key) not in (None, "released", "forgotten") for key in sends)
+    async def pull_all():
+        import asyncio
+
+        async def one(source):
+            address = held.get(source)
+            if address is None:
+                raise RuntimeError(GONE)
+            if address == worker.address:
+                return inbox.rows(token, source, partition)
+            try:
+                answer = await getattr(worker.rpc(address), PULL)(
+                    token=token, source=source, partition=partition)
+            except OSError as lost:
+                raise RuntimeError(f"{GONE} (worker {address}: {lost})") from None
+            if answer.get("status") != "OK":
+                raise RuntimeError(answer.get("why") or GONE)
+            return answer["batch"]
+
+        return await asyncio.gather(*(one(source) for source in sources))
+
+    return list(sync(worker.loop, pull_all))
 
 
 def drop(token: str, dask_worker=None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import dask
 import dask.dataframe as dd
@@ -61,6 +62,17 @@ def assert_each_key_in_one_partition(parts, on):
             assert seen.setdefault(key, i) == i, f"key {key} in partitions {seen[key]} and {i}"
 
 
+def inboxes_empty(client, within: float = 0) -> bool:
+    """Whether every worker's inbox holds nothing (or it has none), asked until it does or
+    ``within`` seconds passed."""
+    deadline = time.monotonic() + within
+    while True:
+        empty = set(client.run(boxes).values()) <= {(0, 0, 0), None}
+        if empty or time.monotonic() >= deadline:
+            return empty
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def cpu_client(n_workers: int = 2, **kwargs):
     """A client of a local cluster of ``n_workers`` CPU worker processes with one thread each
@@ -92,9 +104,34 @@ class DieOnce(WorkerPlugin):
 
 
 def boxes(dask_worker=None):
-    """On a worker: how many shuffles and runs its direct exchange's inbox holds (None
-    without one)."""
+    """On a worker: how many shuffles with batches, runs partly made and shuffles with held
+    splits its direct exchange's inbox holds (None without one)."""
     from dask_gpu_interop.all_to_all import inbox
 
     found = dask_worker.plugins.get(inbox.NAME)
-    return None if found is None else (len(found._boxes), len(found._left))
+    if found is None:
+        return None
+    return len(found._boxes), len(found._left), len(found._held)
+
+
+class SlowSplit(WorkerPlugin):
+    """Makes the shuffle's split take ``seconds`` longer on the worker at ``address``."""
+
+    name = "slow-split"
+
+    def __init__(self, address: str, seconds: float):
+        self.address = address
+        self.seconds = seconds
+
+    def setup(self, worker):
+        if worker.address != self.address:
+            return
+        from dask_gpu_interop.all_to_all import tasks
+
+        split, seconds = tasks.split, self.seconds
+
+        def slow(*args, **kwargs):
+            time.sleep(seconds)
+            return split(*args, **kwargs)
+
+        tasks.split = slow
