@@ -40,6 +40,9 @@ SHUFFLE_DEFAULTS = {
     # share takes one step; dask_gpu_interop.all_to_all.inbox) or "batches" (tasks of their
     # own, which dask moves as it moves any data; what steps always take).
     "exchange": "direct",
+    # The longest a shuffle waits while none of its tasks ends, and a destination may take to
+    # take a batch, as a duration; null: no limit (dask_gpu_interop.all_to_all.plan).
+    "timeout": "5 minutes",
 }
 
 

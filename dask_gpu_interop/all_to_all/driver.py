@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from . import tasks
 from .checks import _client, hash_casts, key_columns, output_partitions
 from .graph import PREFIX, _lineage, build_direct_graph, build_graph, send_keys
-from .plan import Plan, _step, exchange_setting, step_setting
+from .plan import Plan, _step, exchange_setting, step_setting, timeout_setting
 
 logger = logging.getLogger("dask_gpu_interop.all_to_all")
 
@@ -304,28 +304,35 @@ class _WorkersLeft(Exception):
     them cannot run."""
 
 
-def _wait(futures, client=None, workers=()) -> None:
+def _wait(futures, client=None, workers=(), timeout: float | None = None) -> None:
     """Until every one of ``futures`` (the output partitions, and the sends, watched so that
     a failed one is named) is in memory; ShuffleError for the first that failed (a send
     before the output partitions that depend on it), or else the first that is not in
-    memory, as soon as one failed; _WorkersLeft as soon as one of ``workers`` is no longer in
-    ``client``'s cluster."""
+    memory, as soon as one failed, or where none of them ended for ``timeout`` seconds (None:
+    no limit); _WorkersLeft as soon as one of ``workers`` is no longer in ``client``'s
+    cluster."""
     from concurrent.futures import CancelledError
 
     from dask.utils import key_split
     from distributed import wait
 
+    ended, since = -1, time.monotonic()
     try:
         while True:
             try:
-                wait(futures, timeout=POLL_SECONDS if workers else None)
+                wait(futures, timeout=POLL_SECONDS if workers or timeout else None)
                 break
             except TimeoutError:
-                gone = set(workers) - set(client.nthreads())
+                gone = set(workers) - set(client.nthreads()) if workers else set()
                 if gone:
                     raise _WorkersLeft(", ".join(sorted(gone))) from None
                 if any(future.status == "error" for future in futures):
                     break  # the others may wait for it forever
+                done = sum(future.status != "pending" for future in futures)
+                if done != ended:
+                    ended, since = done, time.monotonic()
+                elif timeout is not None and time.monotonic() - since > timeout:
+                    raise ShuffleError(_stalled(futures, timeout)) from None
     except CancelledError:  # distributed says it in many lines: ours follows, in one
         pass
     first_sends = sorted(futures, key=lambda f: key_split(f.key) == f"{PREFIX}-output")
@@ -345,6 +352,21 @@ def _wait(futures, client=None, workers=()) -> None:
             f"the shuffle's output partition {future.key[1]} was {future.status}: data it "
             "needed was lost with a worker and cannot be computed again (scattered data, for "
             "one): make the input again and shuffle it")
+
+
+def _stalled(futures, timeout: float) -> str:
+    """What a shuffle none of whose tasks ended for ``timeout`` seconds says: what is left."""
+    from dask.utils import key_split
+
+    left: dict = {}
+    for future in futures:
+        if future.status == "pending":
+            step = key_split(future.key)
+            left[step] = left.get(step, 0) + 1
+    waiting = ", ".join(f"{count} {step}" for step, count in sorted(left.items()))
+    return (f"the shuffle made no progress for {timeout:g} s (still running: {waiting}; a "
+            "worker may be stuck or a transfer never ends): set gpu-interop.shuffle.timeout in "
+            "dask config to wait longer")
 
 
 def _failed_step(traceback) -> str:
@@ -503,6 +525,7 @@ def _shuffle(frame, on, npartitions, ignore_index, client, return_stats):
     casts = hash_casts(frame._meta, on)
     setting = step_setting()
     exchange = exchange_setting()
+    timeout = timeout_setting()
     gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
     for attempt in range(1, ATTEMPTS + 1):
         inputs = _input_partitions(client, frame)
@@ -520,8 +543,10 @@ def _shuffle(frame, on, npartitions, ignore_index, client, return_stats):
         direct = exchange == "direct" and plan.step_bytes is None
         if direct:
             _register_inbox(client)
-        graph, keys = (build_direct_graph if direct else build_graph)(
-            plan, inputs, token, on, casts, ignore_index)
+            graph, keys = build_direct_graph(plan, inputs, token, on, casts, ignore_index,
+                                             timeout)
+        else:
+            graph, keys = build_graph(plan, inputs, token, on, casts, ignore_index)
         watched = send_keys(plan, token) if direct else []
         futures = client.get(graph, keys + watched, sync=False)
         outputs = futures[:len(keys)]
@@ -531,7 +556,7 @@ def _shuffle(frame, on, npartitions, ignore_index, client, return_stats):
         del inputs, graph
         try:
             try:
-                _wait(futures, client, plan.workers)
+                _wait(futures, client, plan.workers, timeout)
             except ShuffleError:
                 # a batch sent to a worker that left fails its send: as a worker left
                 gone = set(plan.workers) - set(client.nthreads())

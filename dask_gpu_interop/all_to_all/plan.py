@@ -19,6 +19,10 @@ STEP_KEY = "gpu-interop.shuffle.step-bytes"
 #: one step) or "batches" (tasks of their own, which dask moves as it moves any data).
 EXCHANGE_KEY = "gpu-interop.shuffle.exchange"
 EXCHANGES = ("batches", "direct")
+#: dask config: the longest a shuffle waits while none of its tasks ends, and the longest a
+#: destination worker may take to take a batch sent to it, as a duration ("5 minutes",
+#: "300s"), or None for no limit; past it, a ShuffleError names what was still running.
+TIMEOUT_KEY = "gpu-interop.shuffle.timeout"
 #: With "auto", a worker's share (what it holds of the input, or gets of the output) goes
 #: through one split and one run of outputs while it is at most this part of the worker's
 #: memory (the GPU's for cuDF partitions, the worker's memory limit for pandas ones) ...
@@ -138,6 +142,25 @@ def exchange_setting() -> str:
         raise ValueError(f"{EXCHANGE_KEY}={value!r} in dask config: choose one of "
                          f"{', '.join(EXCHANGES)}")  # fmt: skip
     return name
+
+
+def timeout_setting() -> float | None:
+    """``gpu-interop.shuffle.timeout`` from dask config, in seconds (None for no limit);
+    ValueError in one line for anything but a positive duration."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get(TIMEOUT_KEY, "5 minutes")
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        return None
+    try:
+        seconds = None if isinstance(value, bool) else parse_timedelta(value, default="s")
+    except (ValueError, TypeError, KeyError):
+        seconds = None
+    if seconds is None or seconds <= 0:
+        raise ValueError(f"{TIMEOUT_KEY}={value!r} in dask config: give a duration such as "
+                         "5 minutes or 300s, or None for no limit")  # fmt: skip
+    return float(seconds)
 
 
 def shares(plan: Plan) -> dict[str, int]:

@@ -135,3 +135,25 @@ class SlowSplit(WorkerPlugin):
             return split(*args, **kwargs)
 
         tasks.split = slow
+
+
+class StuckReceive(WorkerPlugin):
+    """Makes the worker at ``address`` never answer a batch sent to its inbox (its event loop
+    still runs): a send to it never ends by itself."""
+
+    name = "stuck-receive"
+
+    def __init__(self, address: str):
+        self.address = address
+
+    def setup(self, worker):
+        if worker.address != self.address:
+            return
+        import asyncio
+
+        from dask_gpu_interop.all_to_all import inbox
+
+        async def never(**kwargs):
+            await asyncio.sleep(3600)
+
+        worker.handlers[inbox.HANDLER] = never

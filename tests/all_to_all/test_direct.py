@@ -22,10 +22,11 @@ from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
 from dask_gpu_interop.all_to_all import inbox
 from dask_gpu_interop.all_to_all.driver import _persisted_partitions
 from dask_gpu_interop.all_to_all.graph import build_direct_graph, send_keys
-from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY, Plan
+from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY, TIMEOUT_KEY, Plan
 
 from .helpers import (
     SlowSplit,
+    StuckReceive,
     assert_each_key_in_one_partition,
     assert_same_rows,
     cpu_client,
@@ -292,6 +293,23 @@ def test_outputs_whose_batches_are_on_their_way_take_no_thread_and_ask_nothing()
         assert_same_rows(partitions_of(client, shuffled), blocks)
     assert most <= before + 8, (before, most)
     assert calls <= 10
+
+
+@pytest.mark.slow
+def test_a_send_that_never_ends_is_one_shuffle_error_after_the_timeout():
+    blocks = frame(4, rows=500)
+    pool = ThreadPoolExecutor(1)  # a call that never returns is left to end with the cluster
+    try:
+        with cpu_client(2) as client, dask.config.set({**DIRECT, TIMEOUT_KEY: "3s"}):
+            shuffle(dask_frame(blocks), "key")  # the inboxes are there
+            stuck = sorted(client.nthreads())[1]
+            client.register_plugin(StuckReceive(stuck))
+            call = pool.submit(shuffle, dask_frame(blocks), "key")
+            with pytest.raises(ShuffleError, match="3 s") as failed:
+                call.result(timeout=60)
+    finally:
+        pool.shutdown(wait=False)
+    assert "\n" not in str(failed.value) and "gpu-interop.shuffle.timeout" in str(failed.value)
 
 
 class _Worker:

@@ -21,7 +21,7 @@ from dask_gpu_interop import ShuffleError, shuffle, shuffle_merge
 from dask_gpu_interop.all_to_all import tasks
 from dask_gpu_interop.all_to_all.checks import hash_casts
 from dask_gpu_interop.all_to_all.graph import build_graph
-from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, Plan
+from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, TIMEOUT_KEY, Plan, timeout_setting
 
 from .helpers import (
     assert_each_key_in_one_partition,
@@ -427,7 +427,7 @@ def test_workers_leaving_every_attempt_end_in_one_shuffle_error(client, monkeypa
 
     attempts = []
 
-    def workers_left(futures, client=None, workers=()):
+    def workers_left(futures, client=None, workers=(), timeout=None):
         attempts.append(sum(key_split(f.key) == "gpu-shuffle-output" for f in futures))
         raise driver._WorkersLeft("tcp://10.0.0.9:1234")
 
@@ -577,6 +577,16 @@ def test_a_shuffle_called_inside_a_task_leaves_its_thread_to_the_shuffles_tasks(
     blocks = frame(4, rows=100)
     with cpu_client(2) as client:
         assert client.submit(_shuffled_in_a_task, blocks).result(timeout=60) == 3
+
+
+def test_a_bad_timeout_setting_is_refused_in_one_line_before_any_work(client):
+    for value in ("banana", 0, "-3s", True):
+        with dask.config.set({TIMEOUT_KEY: value}), pytest.raises(ValueError) as refused:
+            shuffle(dask_frame(frame(2, rows=10)), "key")
+        assert TIMEOUT_KEY in str(refused.value) and "\n" not in str(refused.value)
+    for value, seconds in (("5 minutes", 300.0), ("30s", 30.0), (None, None), ("none", None)):
+        with dask.config.set({TIMEOUT_KEY: value}):
+            assert timeout_setting() == seconds
 
 
 def test_no_client_is_refused_in_one_line(monkeypatch):
