@@ -369,6 +369,20 @@ def _stalled(futures, timeout: float) -> str:
             "dask config to wait longer")
 
 
+def _workers_back(client, timeout: float | None) -> None:
+    """Until the cluster has a worker again, where every worker left mid-shuffle (they are
+    usually started again within seconds); ShuffleError in one line after ``timeout``."""
+    if client.nthreads():
+        return
+    logger.warning("every worker left mid-shuffle: waiting for one to join")
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise ShuffleError(f"every worker left the cluster mid-shuffle and none joined within "
+                           f"{timeout:g} s (gpu-interop.shuffle.timeout): start workers and "
+                           "shuffle again") from None
+
+
 def _failed_step(traceback) -> str:
     """The task prefix of the step that raised, from the error's traceback: the outermost of
     its frames in the tasks' module is the task's own function."""
@@ -528,6 +542,8 @@ def _shuffle(frame, on, npartitions, ignore_index, client, return_stats):
     timeout = timeout_setting()
     gpu = type(frame._meta).__module__.split(".")[0] == "cudf"
     for attempt in range(1, ATTEMPTS + 1):
+        if attempt > 1:
+            _workers_back(client, timeout)
         inputs = _input_partitions(client, frame)
         started = time.perf_counter()
         nthreads, held, sizes = _cluster_state(client, inputs)

@@ -2,8 +2,8 @@
 tasks in one step per worker or in steps, and with the direct exchange: the shuffle starts
 again on the workers present (what the dead one held computed again from its lineage), and
 the result is the same as without the fault: every row once, every key in one partition,
-nothing left in an inbox. A client killed mid-shuffle: what it left in the workers' inboxes
-leaves them within a bounded time."""
+nothing left in an inbox. Every worker started again mid-shuffle, likewise. A client killed
+mid-shuffle: what it left in the workers' inboxes leaves them within a bounded time."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY
 from .helpers import (
     NO_GPU,
     DieOnce,
+    KillAll,
     assert_each_key_in_one_partition,
     assert_same_rows,
     cpu_client,
@@ -79,6 +80,19 @@ def test_data_lost_for_good_is_one_clear_error(tmp_path, exchange, step):
     message = str(failed.value)
     assert "was cancelled" in message and "cannot be computed again" in message
     assert "\n" not in message
+
+
+def test_every_worker_started_again_mid_shuffle_changes_nothing_in_the_result(tmp_path):
+    blocks = frame(8, rows=2_000)
+    with cpu_client(2) as client:
+        source = dask_frame(blocks).persist()
+        pids = set(client.run(os.getpid).values())
+        client.register_plugin(KillAll(str(tmp_path / "died"), "gpu-shuffle-send", pids))
+        parts = partitions_of(client, shuffle(source, "key", 5))
+        assert (tmp_path / "died").exists(), "no worker died: the test did not test anything"
+        assert not pids & set(client.run(os.getpid).values())  # every one was replaced
+    assert_same_rows(parts, blocks)
+    assert_each_key_in_one_partition(parts, "key")
 
 
 CLIENT = """
