@@ -34,7 +34,7 @@ WORKER_DEFAULTS = {
 SHUFFLE_DEFAULTS = {
     # The bytes each split and run of output partitions of the all-to-all works on at once
     # on a worker: "auto" (the whole share while it is small beside the worker's memory, else
-    # steps of a part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all).
+    # steps of a part of it) or a size such as "1GiB" (dask_gpu_interop.all_to_all.plan).
     "step-bytes": "auto",
     # How its batches cross between workers: "direct" (each split sends them itself, where a
     # share takes one step; dask_gpu_interop.all_to_all.inbox) or "batches" (tasks of their

@@ -2,10 +2,11 @@
 workers' GPUs (:func:`shuffle`, :func:`shuffle_merge`), and the setting that keeps dask's own
 shuffles of cuDF frames on the GPUs (:func:`shuffle_config`).
 
-Its modules: :mod:`.plan` (which worker does what, and the settings), :mod:`.graph` (the
-tasks), :mod:`.driver` (the call: its checks' order, its retries, its statistics),
-:mod:`.merge`, :mod:`.tasks` (what runs on the workers), :mod:`.inbox` (the direct exchange),
-:mod:`.checks` (the arguments) and :mod:`.dask_method` (dask's own shuffle method).
+Its modules: :mod:`.driver` (the call, its retries and its statistics), :mod:`.plan` (which
+worker does what, and the settings in dask config), :mod:`.graph` (the plan's tasks),
+:mod:`.tasks` (what runs on the workers), :mod:`.inbox` (the direct exchange between
+workers), :mod:`.merge`, :mod:`.checks` (the arguments) and :mod:`.dask_method` (dask's own
+shuffle method).
 """
 
 from __future__ import annotations

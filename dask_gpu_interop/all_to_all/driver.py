@@ -12,14 +12,15 @@ comms (device to device over UCX with the "cuda" serializers):
    are, where each partition is and its size;
 2. ``gpu-shuffle-send``: one task on each worker holding input partitions concatenates them
    and orders their rows by output partition (a hash of the key columns: libcudf's
-   partitioner on cuDF, dask's own on pandas, :mod:`.tasks`), then sends each
-   destination worker the slice bound for its output partitions, to all at once, into that
-   worker's inbox (:mod:`.inbox`): the transfers start as each split ends, with
-   no task or scheduler round trip between;
-3. ``gpu-shuffle-output``: one task per output partition, on its destination worker, after
-   that worker's own send, waits in the inbox for every other source's batch and
-   concatenates its rows from them as the last arrives (no scheduler round trip between);
-   the client watches the sends beside the outputs, so that a failed send ends the shuffle.
+   partitioner on cuDF, dask's own on pandas, :mod:`.tasks`), then sends each destination
+   worker the slice bound for its output partitions, to all at once, into that worker's
+   inbox (:mod:`.inbox`): the transfers start as each split ends, with no task or scheduler
+   round trip between;
+3. ``gpu-shuffle-output``: one task per output partition, on its destination worker, which
+   depends on every send (a receipt of a few bytes each): once they all ended, every batch is
+   in its worker's inbox, and it concatenates its rows from them. No output partition runs,
+   takes a thread or asks anything while batches travel; the client watches the sends beside
+   the outputs, so that a failed send is named as the step that failed.
 
 With ``gpu-interop.shuffle.exchange: batches`` in dask config, the batches are tasks of
 their own that dask schedules and moves like any other data, in three steps:
@@ -41,15 +42,23 @@ waits.
 Every task is pinned to its worker while the shuffle runs (a restriction that work stealing
 cannot lift, so that nothing crosses between workers beyond the batches); once it ends the
 pins are lifted, so that an output partition lost later with its worker is computed again
-elsewhere from its lineage (with the batch tasks), or fails in one line (with the direct
-exchange, whose batches cannot be sent again). When a worker of the plan leaves the
-cluster mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks are
-cancelled and it starts again on the workers present, from the input (what was lost with the
-worker is computed again from its lineage), up to ``ATTEMPTS`` times; every task is a pure
-function of its inputs, so the result is the same, every row once. A split's memory lives
-on in its batches (slices of it) until every destination has made its output partitions from
-them; what is received is freed then. On GPU workers dask-cuda's spilling moves to host
-memory what does not fit.
+elsewhere from its lineage: with the batch tasks as any task is, with the direct exchange by
+its sends run again, which then hold their splits for the output partitions made again to
+pull their rows from (:mod:`.inbox`). When a worker of the plan leaves the cluster
+mid-shuffle, the tasks pinned to it could never run: the shuffle's tasks are cancelled and it
+starts again on the workers present (once one is there again, where every worker left), from
+the input (what was lost with the worker is computed again from its lineage), up to
+``ATTEMPTS`` times; every task is a pure function of its inputs, so the result is the same,
+every row once. A split's memory lives on in its batches (slices of it) until every
+destination has made its output partitions from them; what is received is freed then, and
+each output partition is a frame of its own. On GPU workers dask-cuda's spilling moves to
+host memory what does not fit.
+
+Nothing waits without a bound: where none of the shuffle's tasks ends for
+``gpu-interop.shuffle.timeout`` (dask config, 5 minutes by default), or a destination does not
+take a batch within it, the shuffle ends in a ShuffleError naming what was still running. A
+shuffle whose client goes away leaves nothing behind: the scheduler forgets its tasks, and
+each worker's inbox lets go of its batches within :data:`.inbox.EXPIRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -468,36 +477,51 @@ def shuffle(frame, on, npartitions=None, *, ignore_index=False, client=None,
     Raises
     ------
     TypeError
-        ``frame`` is not a dask DataFrame.
+        ``frame`` is not a dask DataFrame, ``on`` is not column names (a Series, say), or
+        ``client`` is not a client (a cluster, or an address).
     ValueError
-        ``on`` names no column of the frame, ``npartitions`` is not a positive whole number,
-        ``gpu-interop.shuffle.step-bytes`` is neither "auto" nor a size,
-        ``gpu-interop.shuffle.exchange`` neither "batches" nor "direct", or no client runs,
-        or its cluster has no worker.
+        ``on`` names no column of the frame, or one the frame has twice, ``npartitions`` is
+        not a positive whole number or is more than 16384 (each output partition is a task
+        of its own), ``gpu-interop.shuffle.step-bytes`` is neither "auto" nor a size,
+        ``gpu-interop.shuffle.exchange`` neither "batches" nor "direct",
+        ``gpu-interop.shuffle.timeout`` not a duration, or no client runs, the client is
+        closed, or its cluster has no worker.
     ShuffleError
         A task of the shuffle failed, data it needed was lost and could not be computed
-        again, or workers left the cluster during each of ``ATTEMPTS`` attempts. A worker
-        lost during the shuffle is no error by itself: the shuffle starts again on the
-        workers present, and the result is the same.
+        again, none of its tasks ended for ``gpu-interop.shuffle.timeout``, or workers left
+        the cluster during each of ``ATTEMPTS`` attempts. A worker lost during the shuffle
+        is no error by itself, nor every worker started again: the shuffle starts again on
+        the workers present, and the result is the same.
 
     Notes
     -----
     Memory: in one step, each worker holds its input partitions ordered by output partition
     until every destination has made its output partitions, what it receives, and its output
     partitions: about three times its share of the frame at the peak, above an input that you
-    keep. A worker whose share is more than an eighth of its memory (its GPU's for cuDF
-    partitions, its memory limit for pandas ones) works in steps of a sixteenth of it (at most
-    2 GiB), each split freed once its batches are copied out; ``gpu-interop.shuffle.step-bytes``
-    in dask config (``"auto"``, or a size such as ``"1GiB"``) sets the step. With
-    Where a share takes one step, each split sends its batches to their workers itself
-    (:mod:`.inbox`); ``gpu-interop.shuffle.exchange: batches`` makes them tasks of
-    their own that dask moves, as steps always do. Where the frame
+    keep. A worker's share takes one step only while it is at most an eighth of the worker's
+    memory (its GPU's for cuDF partitions, its memory limit for pandas ones), whatever its
+    size, so that one step holds at most about three eighths of it; a larger share works in
+    steps of a sixteenth of it (at most 2 GiB), each split freed once its batches are copied
+    out. A worker whose memory is not known (no memory limit) takes one step.
+    ``gpu-interop.shuffle.step-bytes`` in dask config (``"auto"``, or a size such as
+    ``"1GiB"``) sets the step. Where a share takes one step, each split sends its batches to
+    their workers itself (:mod:`.inbox`); ``gpu-interop.shuffle.exchange: batches`` makes
+    them tasks of their own that dask moves, as steps always do. Where the frame
     and its shuffle together do not fit the GPUs (a frame you keep, and its shuffled copy),
     give the workers cuDF's spilling (``GPUMemoryPlugin(spill=True)``, or ``memory={"spill":
     True}`` to :func:`cluster_client`): cuDF then moves frames no task is using to host memory
     when the pool runs out, and the shuffle's steps bring back what they read. The tasks'
     prefixes, ``gpu-shuffle-split``, ``-batch`` and ``-output``, show each
     step's device memory in :func:`memory_report`.
+
+    Time: the call waits while the shuffle's tasks end, at most ``gpu-interop.shuffle.timeout``
+    (dask config, ``"5 minutes"`` by default, None for no limit) without one ending, and a
+    destination worker may take at most that long to take a batch sent to it. If every
+    worker leaves mid-shuffle, it waits as long for one to join, then starts again.
+
+    A shuffle whose client goes away (its process killed, say) leaves nothing on the
+    workers: the scheduler forgets its tasks as the client's connection closes, and every
+    worker's inbox lets go of the shuffle's batches within 2 seconds after that.
 
     Examples
     --------
