@@ -25,6 +25,8 @@ from ._imports import alias_modules as _alias_modules
 # The modules that moved, by their old dotted paths: those keep working
 # (``import dask_gpu_interop.gpu_workers`` gives ``dask_gpu_interop.worker.gpu_workers``).
 _MOVED: dict[str, str] = {
+    "all_to_all_inbox": "all_to_all.inbox",
+    "all_to_all_tasks": "all_to_all.tasks",
     "fork_server": "worker.fork_server",
     "gpu_workers": "worker.gpu_workers",
     "options": "cluster.options",
