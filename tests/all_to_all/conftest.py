@@ -1,14 +1,11 @@
-"""The cluster the shuffle's tests on CPU workers share: two worker processes of one thread, a
-cluster per test module."""
+"""The running CPU cluster the shuffle's tests share: tests/conftest.py's, one per test module,
+by the name these tests use."""
 
 from __future__ import annotations
 
 import pytest
 
-from .helpers import cpu_client
-
 
 @pytest.fixture(scope="module")
-def client():
-    with cpu_client(2) as client:
-        yield client
+def client(cpu_client):
+    return cpu_client

@@ -1,6 +1,6 @@
 """What the shuffle's tests share: a frame of known rows in blocks, a dask frame of them, the
-checks of a shuffle's result (every row once, every key in one partition), a CPU cluster of
-worker processes, and worker plugins and probes for the faults."""
+checks of a shuffle's result (every row once, every key in one partition), a cluster of its own
+for a test, and worker plugins and probes for the faults."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 from dask.utils import key_split
-from distributed import Client, LocalCluster, WorkerPlugin
+from distributed import Client, WorkerPlugin
 
-NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+from ..clusters import cpu_cluster
 
 
 def frame(partitions: int = 6, rows: int = 2_000, keys: int = 97, seed: int = 0,
@@ -74,12 +74,11 @@ def inboxes_empty(client, within: float = 0) -> bool:
 
 
 @contextlib.contextmanager
-def cpu_client(n_workers: int = 2, **kwargs):
-    """A client of a local cluster of ``n_workers`` CPU worker processes with one thread each
-    (no GPU visible to them), closed on leaving."""
-    options = dict(threads_per_worker=1, processes=True, dashboard_address=None, env=NO_GPU)
-    with LocalCluster(n_workers=n_workers, **{**options, **kwargs}) as cluster, \
-            Client(cluster) as client:  # fmt: skip
+def own_cluster(n_workers: int = 2, **options):
+    """A client of a cluster of its own (tests/clusters.py's: worker processes that see no
+    GPU, one thread each), for a test that kills its workers or changes them; closed on
+    leaving."""
+    with cpu_cluster(n_workers, **options) as cluster, Client(cluster) as client:
         yield client
 
 

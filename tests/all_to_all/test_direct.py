@@ -29,10 +29,10 @@ from .helpers import (
     StuckReceive,
     assert_each_key_in_one_partition,
     assert_same_rows,
-    cpu_client,
     dask_frame,
     frame,
     inboxes_empty,
+    own_cluster,
     partitions_of,
 )
 
@@ -41,7 +41,7 @@ DIRECT = {EXCHANGE_KEY: "direct"}
 
 @pytest.fixture(scope="module")
 def client():
-    with cpu_client(3) as client:
+    with own_cluster(3) as client:
         yield client
 
 
@@ -188,7 +188,7 @@ def test_an_output_lost_after_its_shuffle_ended_is_made_again(exchange, placed):
     # and the output partitions made again pull their rows from them. With every input on one
     # worker, the other worker's output partitions come from the first worker's send alone.
     blocks = frame(8, rows=1_000)
-    with cpu_client(2) as client, dask.config.set({EXCHANGE_KEY: exchange}):
+    with own_cluster(2) as client, dask.config.set({EXCHANGE_KEY: exchange}):
         holder, other = sorted(client.nthreads())
         source = client.persist(dask_frame(blocks),
                                 workers=[holder] if placed == "on one worker" else None)
@@ -213,7 +213,7 @@ def test_a_merge_on_a_direct_shuffle_whose_worker_was_lost_still_joins():
     rng = np.random.default_rng(5)
     left = pd.DataFrame({"id": rng.integers(0, 200, 3_000), "v": rng.random(3_000)})
     right = pd.DataFrame({"id": np.arange(200), "w": np.arange(200) * 2.0})
-    with cpu_client(2) as client, dask.config.set(DIRECT):
+    with own_cluster(2) as client, dask.config.set(DIRECT):
         joined = shuffle_merge(dd.from_pandas(left, npartitions=4),
                                dd.from_pandas(right, npartitions=2), on="id")
         shuffled = [f for f in client.futures.values()
@@ -280,7 +280,7 @@ def test_outputs_whose_batches_are_on_their_way_take_no_thread_and_ask_nothing()
     # worker's 200 output partitions neither run in threads of their own nor ask the
     # scheduler about their shuffle
     blocks = frame(8, rows=2_000)
-    with cpu_client(2) as client, dask.config.set(DIRECT):
+    with own_cluster(2) as client, dask.config.set(DIRECT):
         fast, slow = sorted(client.nthreads())
         source = dask_frame(blocks).persist()
         wait(source)
@@ -300,7 +300,7 @@ def test_a_send_that_never_ends_is_one_shuffle_error_after_the_timeout():
     blocks = frame(4, rows=500)
     pool = ThreadPoolExecutor(1)  # a call that never returns is left to end with the cluster
     try:
-        with cpu_client(2) as client, dask.config.set({**DIRECT, TIMEOUT_KEY: "3s"}):
+        with own_cluster(2) as client, dask.config.set({**DIRECT, TIMEOUT_KEY: "3s"}):
             shuffle(dask_frame(blocks), "key")  # the inboxes are there
             stuck = sorted(client.nthreads())[1]
             client.register_plugin(StuckReceive(stuck))

@@ -17,16 +17,16 @@ import pytest
 from dask_gpu_interop import ShuffleError, shuffle
 from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, STEP_KEY
 
+from ..clusters import NO_GPU
 from .helpers import (
-    NO_GPU,
     DieOnce,
     KillAll,
     assert_each_key_in_one_partition,
     assert_same_rows,
-    cpu_client,
     dask_frame,
     frame,
     inboxes_empty,
+    own_cluster,
     partitions_of,
 )
 
@@ -47,7 +47,7 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, exc
     caplog.set_level("WARNING", logger="dask_gpu_interop.all_to_all")
     marker = tmp_path / "died"
     blocks = frame(12, rows=3_000)
-    with cpu_client(3) as client, \
+    with own_cluster(3) as client, \
             dask.config.set({STEP_KEY: steps, EXCHANGE_KEY: exchange}):  # fmt: skip
         source = dask_frame(blocks).persist()
         client.wait_for_workers(3)
@@ -70,7 +70,7 @@ def test_a_worker_killed_mid_shuffle_changes_nothing_in_the_result(tmp_path, exc
                                            ("direct", "gpu-shuffle-send")])
 def test_data_lost_for_good_is_one_clear_error(tmp_path, exchange, step):
     blocks = frame(12, rows=1_000)
-    with cpu_client(3) as client, dask.config.set({EXCHANGE_KEY: exchange}):
+    with own_cluster(3) as client, dask.config.set({EXCHANGE_KEY: exchange}):
         # scattered partitions have no lineage: lost with their worker, nothing can make them
         source = dd.from_delayed(client.scatter(blocks), meta=blocks[0].iloc[:0])
         client.register_plugin(DieOnce(str(tmp_path / "died"), step))
@@ -84,7 +84,7 @@ def test_data_lost_for_good_is_one_clear_error(tmp_path, exchange, step):
 
 def test_every_worker_started_again_mid_shuffle_changes_nothing_in_the_result(tmp_path):
     blocks = frame(8, rows=2_000)
-    with cpu_client(2) as client:
+    with own_cluster(2) as client:
         source = dask_frame(blocks).persist()
         pids = set(client.run(os.getpid).values())
         client.register_plugin(KillAll(str(tmp_path / "died"), "gpu-shuffle-send", pids))
@@ -125,7 +125,7 @@ def test_a_client_killed_mid_shuffle_leaves_nothing_in_the_workers_inboxes():
     from dask_gpu_interop.all_to_all.inbox import EXPIRY_SECONDS
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with cpu_client(2) as client:
+    with own_cluster(2) as client:
         fast, slow = sorted(client.nthreads())
         process = subprocess.Popen([sys.executable, "-c", CLIENT, client.scheduler.address,
                                     slow], cwd=root, stdout=subprocess.PIPE,

@@ -26,9 +26,9 @@ from dask_gpu_interop.all_to_all.plan import EXCHANGE_KEY, TIMEOUT_KEY, Plan, ti
 from .helpers import (
     assert_each_key_in_one_partition,
     assert_same_rows,
-    cpu_client,
     dask_frame,
     frame,
+    own_cluster,
     partitions_of,
     sorted_rows,
 )
@@ -575,7 +575,7 @@ def _shuffled_in_a_task(blocks) -> int:
 def test_a_shuffle_called_inside_a_task_leaves_its_thread_to_the_shuffles_tasks():
     # one thread per worker: the task's, which the shuffle's own tasks need on its worker
     blocks = frame(4, rows=100)
-    with cpu_client(2) as client:
+    with own_cluster(2) as client:
         assert client.submit(_shuffled_in_a_task, blocks).result(timeout=60) == 3
 
 

@@ -29,9 +29,9 @@ from dask_gpu_interop.all_to_all.plan import (
 from .helpers import (
     assert_each_key_in_one_partition,
     assert_same_rows,
-    cpu_client,
     dask_frame,
     frame,
+    own_cluster,
     partitions_of,
 )
 
@@ -269,7 +269,7 @@ def test_a_share_beyond_an_eighth_of_the_workers_memory_takes_steps_at_every_siz
     blocks = [_block(i) for i in range(4)]
     share = sum(dask.sizeof.sizeof(b) for b in blocks) / 2
     assert ONE_STEP_PART * 32 * 2**20 < share < 32 * 2**20
-    with dask.config.set(NO_MEMORY_MANAGER), cpu_client(2, memory_limit="32MiB") as client:
+    with dask.config.set(NO_MEMORY_MANAGER), own_cluster(2, memory_limit="32MiB") as client:
         source = dd.from_delayed([dask.delayed(_block)(i) for i in range(4)],
                                  meta=blocks[0].iloc[:0], verify_meta=False).persist()
         with get_task_stream(client=client) as stream:
@@ -282,7 +282,7 @@ def test_a_share_beyond_an_eighth_of_the_workers_memory_takes_steps_at_every_siz
 
 
 def test_in_steps_a_worker_allocates_less_at_once_than_in_one_step():
-    with cpu_client(2) as client:
+    with own_cluster(2) as client:
         client.register_plugin(_TracedMemory())
         one_step = _most_above_start(client, "auto")
         in_steps = _most_above_start(client, "1 MB")
