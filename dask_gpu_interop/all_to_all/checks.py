@@ -106,8 +106,4 @@ def _client(client, caller: str = "shuffle"):
                         f"Client({client!r})")  # fmt: skip
     from .._client import require_client
 
-    require_client(client, caller)
-    if client.status in ("closing", "closed"):
-        raise ValueError(f"{caller}(client=...): the client is {client.status}: pass a running "
-                         "one, such as Client(address)")  # fmt: skip
-    return client
+    return require_client(client, caller)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._client import workers_of
 from ..device import memory_info
-from ..scheduler_workers import workers_of
 
 #: dask config: the bytes each split of a worker, and each run of its output partitions, works
 #: on at once, "auto" or a size ("1GiB"); with a size, a worker's share is split and gathered

@@ -544,7 +544,7 @@ def test_a_client_argument_that_is_no_running_client_is_refused_in_one_line(clie
         cases = [(cluster, TypeError, "not a LocalCluster: pass its client: Client(cluster)"),
                  (client.scheduler.address, TypeError,
                   f"not an address: Client({client.scheduler.address!r})"),
-                 (closed, ValueError, "the client is closed: pass a running one")]
+                 (closed, ValueError, "was given a closed Client")]
         with get_task_stream(client=client) as stream:
             for given, error, words in cases:
                 for call in (shuffle, shuffle_merge):
@@ -650,7 +650,7 @@ def _lowered_names(collection) -> set[str]:
 
 
 def test_a_gpu_cluster_client_keeps_dasks_own_shuffles_off_p2p(client, monkeypatch):
-    from dask_gpu_interop import cluster
+    from dask_gpu_interop.cluster import session
 
     address = client.scheduler.address
     source = dd.from_pandas(pd.DataFrame({"key": range(40), "x": 1.0}), npartitions=4)
@@ -658,7 +658,7 @@ def test_a_gpu_cluster_client_keeps_dasks_own_shuffles_off_p2p(client, monkeypat
     with dask.config.set({"dataframe.shuffle.method": None}):
         # dask's own default with a client: p2p (host memory), as the issue measured
         assert "P2PShuffle" in _lowered_names(source.shuffle("key"))
-        monkeypatch.setattr(cluster, "workers_device", lambda client, device: "gpu")
+        monkeypatch.setattr(session, "workers_device", lambda client, device: "gpu")
         with dask_gpu_interop.cluster_client(address) as (_, device):
             assert device == "gpu"
             assert dask.config.get("dataframe.shuffle.method") == "tasks"
