@@ -99,7 +99,21 @@ class DieOnce(WorkerPlugin):
             os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
+        self.die()
+
+    def die(self):
         os._exit(1)
+
+
+def tasks_by_step(graph) -> tuple[dict, dict]:
+    """``(keys, annotations)`` of a shuffle's graph: its keys by task prefix, and each key's
+    layer annotations."""
+    found, annotations = {}, {}
+    for layer in graph.layers.values():
+        for key in layer:
+            found.setdefault(key_split(key), []).append(key)
+            annotations[key] = layer.annotations
+    return found, annotations
 
 
 def boxes(dask_worker=None):
@@ -158,24 +172,17 @@ class StuckReceive(WorkerPlugin):
         worker.handlers[inbox.HANDLER] = never
 
 
-class KillAll(WorkerPlugin):
+class KillAll(DieOnce):
     """Ends every process of ``pids`` (all the workers) at once, the first time, on any
     worker, that a task of the prefix ``step`` finishes (a file marks that it happened)."""
 
     name = "kill-all"
 
     def __init__(self, marker: str, step: str, pids):
-        self.marker = marker
-        self.step = step
+        super().__init__(marker, step)
         self.pids = sorted(pids)
 
-    def transition(self, key, start, finish, **kwargs):
-        if finish != "memory" or key_split(key) != self.step:
-            return
-        try:
-            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
+    def die(self):
         import signal
 
         for pid in self.pids:

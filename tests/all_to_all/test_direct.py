@@ -34,6 +34,7 @@ from .helpers import (
     inboxes_empty,
     own_cluster,
     partitions_of,
+    tasks_by_step,
 )
 
 DIRECT = {EXCHANGE_KEY: "direct"}
@@ -50,12 +51,7 @@ def test_the_direct_graph_has_a_send_per_source_and_outputs_that_depend_on_every
     graph, keys = build_direct_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"],
                                      {}, False, 30.0)  # fmt: skip
     tasks_of = graph.to_dict()
-    found = {}
-    annotations = {}
-    for layer in graph.layers.values():
-        for key in layer:
-            found.setdefault(key_split(key), []).append(key)
-            annotations[key] = layer.annotations
+    found, annotations = tasks_by_step(graph)
     assert sorted(found) == ["gpu-shuffle-output", "gpu-shuffle-send"]
     sends = sorted(found["gpu-shuffle-send"])
     assert [k[1] for k in sends] == [0, 2]  # sources a and c

@@ -31,6 +31,7 @@ from .helpers import (
     own_cluster,
     partitions_of,
     sorted_rows,
+    tasks_by_step,
 )
 
 # --------------------------------------------------------------------------- the plan
@@ -61,12 +62,7 @@ def test_the_graph_has_a_split_per_worker_a_batch_per_pair_an_output_per_partiti
     plan = Plan(workers=("a", "b", "c"), owners=("a", "a", "c", "a", "c"), npartitions=4)
     graph, keys = build_graph(plan, [f"in-{i}" for i in range(5)], "0f" * 16, ["key"], {},
                               False)  # fmt: skip
-    tasks_by_prefix = {}
-    restrictions = {}
-    for layer in graph.layers.values():
-        for key in layer:
-            tasks_by_prefix.setdefault(key_split(key), []).append(key)
-            restrictions[key] = layer.annotations
+    tasks_by_prefix, restrictions = tasks_by_step(graph)
     assert sorted(tasks_by_prefix) == ["gpu-shuffle-batch", "gpu-shuffle-output",
                                        "gpu-shuffle-split"]
     # sources a and c, each splitting its inputs in one task

@@ -33,6 +33,7 @@ from .helpers import (
     frame,
     own_cluster,
     partitions_of,
+    tasks_by_step,
 )
 
 # --------------------------------------------------------------------------- the plan
@@ -65,10 +66,7 @@ def test_in_steps_the_graph_has_a_split_per_group_a_batch_per_pair_of_steps_copi
                 sizes=(100, 100, 100), step_bytes=100)
     graph, keys = build_graph(plan, [f"in-{i}" for i in range(3)], "0f" * 16, ["key"], {},
                               False)  # fmt: skip
-    found = {}
-    for layer in graph.layers.values():
-        for key in layer:
-            found.setdefault(key_split(key), []).append(key)
+    found, _ = tasks_by_step(graph)
     assert sorted(k[1:] for k in found["gpu-shuffle-split"]) == [(0, 0), (0, 1), (1, 0)]
     # outputs: 75 bytes each, a step of 100 takes one: two runs on each destination
     assert len(found["gpu-shuffle-batch"]) == 3 * 4  # every split group to every run
