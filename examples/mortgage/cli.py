@@ -583,8 +583,8 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
     if cluster.get("scheduler") and not (data or workdir):
         click.echo("note: the workers write the generated files: with --scheduler, pass a "
                    "--workdir that they can see (or --data)", err=True)
-    # what trains: XGBoost from the ETL's partitions as they are made, on the workers (the
-    # client waits for no import); xgboost.dask on a joined table held in their memory
+    # what trains: XGBoost from the ETL's partitions as they are made, on the workers;
+    # xgboost.dask on a joined table held in their memory
     trainer = "xgboost" if join == loan_join.DEFAULT else "xgboost.dask"
     started = time.perf_counter()
     first = {"start": _since_process_start()}  # Python, the imports and the checks above
@@ -614,9 +614,10 @@ def mortgage(ctx, cluster, years, loans_per_quarter, size, seed, end_year, loans
         waiting = time.perf_counter()  # for what is still importing since the cluster's start
         from . import job
 
-        if join != loan_join.DEFAULT:  # the joined table is made here, and xgboost.dask trains
-            _imported(trainer, *(["cudf"] if device == "gpu" else []))
-            first["imports"] = time.perf_counter() - waiting
+        # waited for before the job's own imports: pandas imported in two threads at once
+        # can be found half-initialized (its submodules import each other)
+        _imported(trainer, *(["cudf"] if device == "gpu" else []))
+        first["imports"] = time.perf_counter() - waiting
 
         try:
             result = job.run(client, device, the_plan, bad_rows=bad_rows, rounds=rounds,

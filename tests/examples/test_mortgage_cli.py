@@ -38,8 +38,9 @@ def test_the_default_job_runs_end_to_end(tmp_path):
     assert "cluster: 2 workers, device=cpu" in out
     assert re.search(r"generated .* 480 loans", out)
     stages = [m.group(1) for m in re.finditer(r"^  (\w[\w ]*?) +\d+\.\d\d s$", out, re.M)]
-    assert stages == ["start", "cluster start", "generate", "placement", "ETL and sketch",
-                      "quantize", "training", "report", "outputs", "cluster stop", "other"]
+    assert stages == ["start", "cluster start", "generate", "imports", "placement",
+                      "ETL and sketch", "quantize", "training", "report", "outputs",
+                      "cluster stop", "other"]
     seconds = [float(x) for x in re.findall(r"^  \w[\w ]*? +(-?\d+\.\d\d) s$", out, re.M)]
     total = float(re.search(r"^total: (\d+\.\d\d) s since the command started$", out,
                             re.M).group(1))
