@@ -15,12 +15,15 @@ Neither fits: a ``ValueError`` in one line, saying how much memory it needs and 
 
 The estimate: rows from the text's size and the bytes per line of the files' first lines;
 the table's bytes from its row width (45 float32 features and an int32 label); XGBoost's
-matrix about ``QUANTIZED_BYTES_PER_VALUE`` a feature value and the training's arrays
-``TRAINING_BYTES_PER_ROW`` a row; the partitions in flight on a GPU (the one XGBoost reads and
-those made meanwhile, ``PREFETCH``: two where they fit, else one) at ``TASK_PEAK`` times their
-text. The data a GPU holds may fill
+matrix about ``QUANTIZED_BYTES_PER_VALUE`` a feature value and XGBoost's training memory
+beside it ``TRAINING_BYTES_PER_ROW`` a row (both measured); the partitions in flight on a GPU
+while the matrix is built (the one XGBoost reads and those made meanwhile, ``PREFETCH``: two
+where they fit, else one, else none) at ``TASK_PEAK`` times their text. A GPU may fill
 ``DEVICE_SHARE`` of its memory (or of its pool's maximum); a worker's host memory is filled to
-Dask's spill threshold. The prediction of a GPU's peak is the sum of the three.
+Dask's spill threshold. The prediction of a GPU's peak: the matrix, and the larger of the
+partitions in flight and the training memory, which come one after the other. External memory
+moves the matrix's pages to host memory, not the training memory: where that alone does not
+fit a GPU, the job stops before any work.
 """
 
 from __future__ import annotations
@@ -36,10 +39,13 @@ from dask.utils import format_bytes
 from . import files, schema
 
 CHOICES = ("auto", "device", "host")
-QUANTIZED_BYTES_PER_VALUE = 2  # XGBoost's quantized matrix: a bin index per value, and more
-TRAINING_BYTES_PER_ROW = 32  # XGBoost's arrays per training row: gradients, positions, margins
+# Both measured with the job's "GPU memory" line (benchmarks/README.md):
+QUANTIZED_BYTES_PER_VALUE = 1.1  # XGBoost's quantized matrix (its compressed bin indices)
+TRAINING_BYTES_PER_ROW = 104  # XGBoost's memory beside its matrix at its peak, per row: the
+# gradients, the rows' positions, the predictions and the sorts of each round's AUC
 TASK_PEAK = 5  # a GPU task's device memory stays under 5 times its text (read.py's chunks)
 PREFETCH = (2, 1, 0)  # partitions made ahead on a GPU, the first whose memory fits: more overlap
+PAGE_SHARE = 1 / 16  # of a GPU: the pages XGBoost's external memory brings over at once
 # The share of a GPU's memory (or its pool's maximum) the training may fill: the workers hold
 # no results, only the training's own allocations; the rest is for the CUDA context, the
 # libraries' workspaces and the pool's fragmentation.
@@ -103,7 +109,7 @@ def estimate(plan: files.Plan) -> Estimate:
     rows = int(text / per_line) if per_line else 0
     largest = max((part.nbytes for part in plan.parts), default=0)
     return Estimate(rows=rows, table_bytes=rows * row_bytes(),
-                    quantized_bytes=rows * len(schema.FEATURES) * QUANTIZED_BYTES_PER_VALUE,
+                    quantized_bytes=int(rows * len(schema.FEATURES) * QUANTIZED_BYTES_PER_VALUE),
                     task_bytes=largest * TASK_PEAK)
 
 
@@ -156,7 +162,8 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
             raise ValueError("--training-data device: the workers have no GPU; leave it auto")
         if host and matrix + estimate_.training_bytes > host:
             raise ValueError(
-                f"{_sizes(estimate_)} needs {format_bytes(matrix)}, more than the workers hold "
+                f"{_sizes(estimate_)} and XGBoost's training memory need "
+                f"{format_bytes(matrix + estimate_.training_bytes)}, more than the workers hold "
                 f"in memory before they spill to disk ({format_bytes(host)}): use more workers "
                 f"or machines, {fewer}")
         keep = not host or table + matrix + estimate_.training_bytes <= host
@@ -176,14 +183,16 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
             f" ({TASK_PEAK}x its text), more than the {format_bytes(smallest)} a GPU has: give "
             "a smaller --partition-size")
 
-    def others(prefetch: int) -> float:  # beside the matrix: partitions in flight, training
-        return (prefetch + 1) * estimate_.task_bytes + training
+    def others(prefetch: int) -> float:
+        """Beside the matrix: the partitions in flight while it is built, or XGBoost's
+        training memory once it is (the larger: the two come one after the other)."""
+        return max((prefetch + 1) * estimate_.task_bytes, training)
 
     def parts(prefetch: int) -> str:
         flight = f"{prefetch + 1} partition{'s' if prefetch else ''}"
-        return (f"{format_bytes(per_gpu)} of matrix, {flight} in flight "
-                f"({format_bytes((prefetch + 1) * estimate_.task_bytes)}), "
-                f"{format_bytes(training)} for training")
+        return (f"{format_bytes(per_gpu)} of matrix, then the larger of {flight} in flight "
+                f"({format_bytes((prefetch + 1) * estimate_.task_bytes)}) and XGBoost's "
+                f"training memory ({format_bytes(training)})")
 
     may_fill = f"the {format_bytes(each)} each of {gpus} GPU(s) may fill"
     fitting = [p for p in PREFETCH if per_gpu + others(p) <= each]
@@ -196,7 +205,15 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
                          peak_bytes=int(need), prefetch=prefetch)
     prefetch = PREFETCH[-1]
     need = per_gpu + others(prefetch)
-    room = max(0.0, each - others(prefetch))
+    staging = smallest * PAGE_SHARE
+    if training + staging > each:  # the matrix's pages go to host memory, the training's not
+        raise ValueError(
+            f"XGBoost's training memory for about {estimate_.rows:,} rows, "
+            f"{format_bytes(training)} on each of {gpus} GPU(s) beside its matrix, with "
+            f"{format_bytes(staging)} for its external memory's pages, is more than "
+            f"{may_fill}; its external memory does not hold it: use more GPUs (each trains "
+            f"on its share), {fewer}")
+    room = max(0.0, each - others(prefetch) - staging)
     ratio = min(1.0, max(0.0, 1 - room / per_gpu)) if per_gpu else 0.0
     on_host = matrix * ratio
     if host and on_host > host:
@@ -207,7 +224,7 @@ def choose(estimate_: Estimate, memory: Memory, device: str, asked: str = "auto"
             f"more GPUs or machines, {fewer}")
     why = ("asked for" if asked == "host" else
            f"{_sizes(estimate_)} needs {format_bytes(need)} a GPU, more than {may_fill}")
-    peak = others(prefetch) + per_gpu * (1 - ratio)
+    peak = others(prefetch) + staging + per_gpu * (1 - ratio)
     return Placement("host", f"{why}; XGBoost's external memory: {ratio:.0%} of its pages in "
                              f"host memory ({format_bytes(on_host)}), the rest on the GPUs; "
                              f"predicted peak {format_bytes(peak)} a GPU ({parts(prefetch)})",

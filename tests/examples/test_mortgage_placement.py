@@ -54,7 +54,7 @@ def test_rows_are_estimated_from_the_text_and_its_first_lines(dataset, layout):
     found = placement.estimate(plan)
     assert abs(found.rows - rows) < 0.05 * rows, (found.rows, rows)
     assert found.table_bytes == found.rows * ROW
-    assert found.quantized_bytes == found.rows * len(schema.FEATURES) * 2
+    assert found.quantized_bytes == int(found.rows * len(schema.FEATURES) * 1.1)
     assert found.task_bytes == max(p.nbytes for p in plan.parts) * placement.TASK_PEAK
     assert found.training_bytes == found.rows * placement.TRAINING_BYTES_PER_ROW
 
@@ -94,63 +94,75 @@ def test_a_compressed_dataset_is_estimated_from_its_text(dataset, tmp_path):
 
 
 def big(rows=321_000_000, tasks=2 * GiB) -> placement.Estimate:
-    """About 36 GiB of classic text: 27 GiB of XGBoost's matrix (55 GiB of table, never
-    held), 9.6 GiB of training arrays, partitions of 2 GiB at their peak."""
-    return placement.Estimate(rows, rows * ROW, rows * 90, tasks)
+    """About 36 GiB of classic text: 14.80 GiB of XGBoost's matrix (55 GiB of table, never
+    held), 31.09 GiB of its training memory, partitions of 2 GiB at their peak."""
+    return placement.Estimate(rows, rows * ROW, int(rows * 45 * 1.1), tasks)
 
 
 def gpus(count: int, size: int = 80 * GiB, host: int = 512 * GiB) -> placement.Memory:
     return placement.Memory(gpus=(size,) * count, host_bytes=host)
 
 
-def test_a_matrix_that_fits_a_gpu_is_built_there_with_two_partitions_made_ahead():
+def test_the_prediction_is_the_matrix_and_the_larger_of_the_partitions_and_the_training():
     chosen = placement.choose(big(), gpus(1), "gpu")
     assert chosen.where == "device" and not chosen.external and chosen.prefetch == 2
-    # the prediction: the matrix, three partitions in flight, the training's arrays
-    assert chosen.peak_bytes == int(321_000_000 * 90 + 3 * 2 * GiB + 321_000_000 * 32)
-    assert "fits the 72.00 GiB each of 1 GPU(s) may fill: predicted peak 42.47 GiB" in (
+    estimate = big()
+    # the partitions in flight while the matrix is built, the training memory after
+    assert chosen.peak_bytes == int(estimate.quantized_bytes + 321_000_000 * 104)
+    assert "fits the 72.00 GiB each of 1 GPU(s) may fill: predicted peak 45.89 GiB" in (
         chosen.reason)
-    assert "3 partitions in flight (6.00 GiB)" in chosen.reason
+    assert ("then the larger of 3 partitions in flight (6.00 GiB) and XGBoost's training "
+            "memory (31.09 GiB)") in chosen.reason
     line = chosen.line()
     assert line.startswith("training data: XGBoost's matrix in the GPUs' memory (device): "
-                           "XGBoost's matrix of about 321,000,000 rows (26.91 GiB; the feature "
+                           "XGBoost's matrix of about 321,000,000 rows (14.80 GiB; the feature "
                            "table would be 55.01 GiB, made a partition at a time)")
     assert "\n" not in line
+    # partitions larger than the training memory decide the peak
+    wide = placement.Estimate(10_000_000, 10_000_000 * ROW, 495_000_000, 10 * GiB)
+    assert placement.choose(wide, gpus(1), "gpu").peak_bytes == 495_000_000 + 30 * GiB
 
 
-def test_where_two_partitions_ahead_do_not_fit_one_does():
-    estimate = big()
-    one_ahead = estimate.quantized_bytes + 2 * estimate.task_bytes + estimate.training_bytes
-    size = int(one_ahead / placement.DEVICE_SHARE) + 100
-    chosen = placement.choose(estimate, gpus(1, size=size), "gpu")
-    assert chosen.where == "device" and chosen.prefetch == 1
-    assert chosen.peak_bytes == int(one_ahead)
+def test_where_two_partitions_ahead_do_not_fit_one_does_then_none():
+    wide = placement.Estimate(10_000_000, 10_000_000 * ROW, 495_000_000, 20 * GiB)
+    for prefetch in (2, 1, 0):
+        size = int((495_000_000 + (prefetch + 1) * 20 * GiB) / placement.DEVICE_SHARE) + 100
+        chosen = placement.choose(wide, gpus(1, size=size), "gpu")
+        assert chosen.where == "device" and chosen.prefetch == prefetch
 
 
-def test_a_matrix_larger_than_a_gpu_goes_to_xgboosts_external_memory():
-    chosen = placement.choose(big(), gpus(1, size=32 * GiB), "gpu")
+def test_a_matrix_that_does_not_fit_goes_to_xgboosts_external_memory():
+    chosen = placement.choose(big(), gpus(1, size=48 * GiB), "gpu")
     assert chosen.where == "host" and chosen.external and chosen.prefetch == 0
-    # what is left of the 28.8 GiB the GPU may fill beside one partition and the training
-    room = 0.9 * 32 * GiB - 2 * GiB - 321_000_000 * 32
-    assert chosen.cache_host_ratio == round(1 - room / (321_000_000 * 90), 4)
-    assert chosen.peak_bytes == pytest.approx(0.9 * 32 * GiB, rel=1e-4)
-    assert "XGBoost's external memory: 36% of its pages in host memory" in chosen.reason
+    # what is left of the 43.2 GiB the GPU may fill beside the training memory and a page's
+    # staging (a sixteenth of the GPU)
+    room = 0.9 * 48 * GiB - 321_000_000 * 104 - 48 * GiB / 16
+    assert chosen.cache_host_ratio == round(1 - room / big().quantized_bytes, 4)
+    assert chosen.peak_bytes == pytest.approx(0.9 * 48 * GiB, rel=1e-4)
+    assert "XGBoost's external memory: 38% of its pages in host memory" in chosen.reason
     assert chosen.line().startswith("training data: XGBoost's matrix in host memory (host): ")
-    # two GPUs hold half the matrix each: in-core again
-    assert placement.choose(big(), gpus(2, size=32 * GiB), "gpu").where == "device"
+    # two GPUs hold half of everything each: in-core again
+    assert placement.choose(big(), gpus(2, size=48 * GiB), "gpu").where == "device"
 
 
-def test_with_no_room_beside_the_training_every_page_is_in_host_memory():
-    chosen = placement.choose(big(), gpus(1, size=12 * GiB), "gpu")
-    assert chosen.external and chosen.cache_host_ratio == 1.0
+def test_training_memory_beyond_a_gpu_is_refused_before_the_work():
+    with pytest.raises(ValueError) as info:
+        placement.choose(big(), gpus(1, size=32 * GiB), "gpu")
+    text = str(info.value)
+    for part in ("XGBoost's training memory for about 321,000,000 rows, 31.09 GiB on each of "
+                 "1 GPU(s) beside its matrix, with 2.00 GiB for its external memory's pages, "
+                 "is more than the 28.80 GiB each of 1 GPU(s) may fill",
+                 "use more GPUs (each trains on its share)", "fewer quarters (--data)"):
+        assert part in text, (part, text)
+    assert "\n" not in text
 
 
 def test_pages_beyond_the_host_memory_are_refused_before_the_work():
     with pytest.raises(ValueError) as info:
-        placement.choose(big(rows=3_000_000_000), gpus(1, host=64 * GiB), "gpu")
+        placement.choose(big(rows=3_000_000_000), gpus(5, host=64 * GiB), "gpu")
     text = str(info.value)
-    for part in ("XGBoost's matrix of about 3,000,000,000 rows (251.46 GiB",
-                 "more than the 72.00 GiB each of 1 GPU(s) may fill",
+    for part in ("XGBoost's matrix of about 3,000,000,000 rows (138.30 GiB",
+                 "more than the 72.00 GiB each of 5 GPU(s) may fill",
                  "of its pages in host memory, more than the workers hold before they spill to "
                  "disk (44.80 GiB)", "use more GPUs or machines", "fewer quarters (--data)",
                  "a larger --partition-size does not help"):
@@ -177,7 +189,7 @@ def test_what_is_asked_for_is_what_is_had():
     asked = placement.choose(small, gpus(1), "gpu", "host")
     assert asked.external and asked.reason.startswith("asked for;")
     assert asked.cache_host_ratio == 0.0  # all of it fits on the GPU: the pages stay there
-    forced = placement.choose(big(), gpus(1, size=12 * GiB), "gpu", "device")
+    forced = placement.choose(big(), gpus(1, size=40 * GiB), "gpu", "device")
     assert forced.where == "device" and "does not fit (asked for: expect running out)" in (
         forced.reason)
     with pytest.raises(ValueError, match="--training-data somewhere: choose one of auto, "
@@ -191,13 +203,13 @@ def test_cpu_workers_keep_the_partitions_where_the_table_fits_too():
     assert chosen.where == "host" and chosen.keep and not chosen.external
     assert chosen.reason.startswith("CPU workers: XGBoost's matrix")
     assert "the partitions kept between XGBoost's passes" in chosen.reason
-    tight = placement.choose(big(), placement.Memory(gpus=(), host_bytes=64 * GiB), "cpu")
+    tight = placement.choose(big(), placement.Memory(gpus=(), host_bytes=96 * GiB), "cpu")
     assert not tight.keep and "made again at each of XGBoost's passes" in tight.reason
-    with pytest.raises(ValueError, match=r"needs 251.46 GiB, more than the workers hold in "
-                                         r"memory before they spill to disk \(44.80 GiB\): "
-                                         r"use more workers or machines, or fewer quarters"):
-        placement.choose(big(rows=3_000_000_000), placement.Memory(gpus=(), host_bytes=64 * GiB),
-                         "cpu")
+    with pytest.raises(ValueError, match=r"and XGBoost's training memory need 45.89 GiB, more "
+                                         r"than the workers hold in memory before they spill "
+                                         r"to disk \(44.80 GiB\): use more workers or "
+                                         r"machines, or fewer quarters"):
+        placement.choose(big(), placement.Memory(gpus=(), host_bytes=64 * GiB), "cpu")
     with pytest.raises(ValueError, match="--training-data device: the workers have no GPU"):
         placement.choose(big(rows=10), cpus, "cpu", "device")
 
