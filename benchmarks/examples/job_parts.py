@@ -329,7 +329,8 @@ def markdown(payload: dict) -> str:
             if r["kind"] == "alone" and f:
                 stages = f"matrix {f['matrix']:.2f}, training {f['training']:.2f}"
             else:
-                stages = _stages(f) if not r["error"] else f"failed: {r['error'][-200:]}"
+                error = " ".join((r["error"] or "").split())[-200:]  # one line of the table
+                stages = _stages(f) if not r["error"] else f"failed: {error}"
             auc = f"{f['auc']:.4f}" if f.get("auc") else "-"
             above = (r["peak"] - (r["before"] or 0)) if r.get("peak") else None
             text += (f"| {r['kind']} | {r['wall']:.2f} | {stages} | {auc} | "
