@@ -5,31 +5,18 @@ line before any work."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
-from click.testing import CliRunner
 
 from examples import staging
 from examples.ecg import outputs
 from examples.ecg.cli import ecg as main
 
-CPU = ["--device", "cpu", "--workers", "1"]
-
-
-def _refused(result, *words):
-    """The command stopped before starting a cluster, with one error line holding ``words``."""
-    assert result.exit_code == 2, result.output
-    assert "cluster:" not in result.output and "Traceback" not in result.output
-    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    for word in words:
-        assert word in line, line
-    return line
+from .commands import CPU, as_program, dead_pid, interrupted, invoke, refused
 
 
 def _run(args):
-    return CliRunner().invoke(main, [*CPU, *args], catch_exceptions=False)
+    return invoke(main, [*CPU, *args])
 
 
 def _tree(directory):
@@ -44,7 +31,7 @@ def test_a_users_files_in_out_are_never_replaced(tmp_path, mine):
         (out / name).write_text("my own\n")
     (out / "notes.txt").write_text("my notes\n")
     before = _tree(out)
-    line = _refused(_run(["--hours", "0.05", "--out", str(out)]), *mine, "did not write")
+    line = refused(_run(["--hours", "0.05", "--out", str(out)]), *mine, "did not write")
     assert "notes.txt" not in line
     assert _tree(out) == before
 
@@ -56,8 +43,8 @@ def test_a_users_recording_named_ecg_csv_is_read_not_replaced(tmp_path):
     recording = "ecg\n" + "0.5\n" * 1000
     (out / "ecg.csv").write_text(recording)
     (out / "stream.png").write_text("my own\n")
-    _refused(_run(["--csv", str(out / "ecg.csv"), "--rate", "250", "--out", str(out)]),
-             "stream.png")
+    refused(_run(["--csv", str(out / "ecg.csv"), "--rate", "250", "--out", str(out)]),
+            "stream.png")
     assert (out / "ecg.csv").read_text() == recording
 
 
@@ -77,9 +64,7 @@ def test_only_files_the_command_wrote_and_nobody_changed_are_replaced(tmp_path):
 
 
 def test_a_dead_runs_hidden_file_is_removed_by_the_next_run(tmp_path):
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    dead = int(done.stdout)
+    dead = dead_pid()
     out = tmp_path / "out"
     out.mkdir()
     name = staging.hidden_name("ecg.csv", suffix=".csv").replace(
@@ -97,37 +82,28 @@ def test_a_dead_runs_hidden_file_is_removed_by_the_next_run(tmp_path):
 ])
 def test_a_blocksize_that_is_no_size_or_too_small_is_refused_before_any_work(tmp_path, value,
                                                                               words):
-    _refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out"), "--blocksize", value]),
-             *words)
+    refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out"), "--blocksize", value]),
+            *words)
     assert os.listdir(tmp_path) == []
 
 
 def test_an_out_that_cannot_be_a_folder_is_refused_before_any_work(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    _refused(_run(["--hours", "0.05", "--out", str(blocker / "pictures")]), "is a file")
+    refused(_run(["--hours", "0.05", "--out", str(blocker / "pictures")]), "is a file")
     monkeypatch.setattr(outputs.os, "access", lambda path, mode: False)  # a read-only mount
-    _refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out")]), "not writable")
+    refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out")]), "not writable")
     assert os.listdir(tmp_path) == ["a-file"]
 
 
 def test_figures_may_not_take_the_name_of_a_picture(tmp_path):
     out = tmp_path / "out"
-    _refused(_run(["--hours", "0.05", "--out", str(out), "--json", str(out / "stream.png")]),
-             "one of the files the run writes")
+    refused(_run(["--hours", "0.05", "--out", str(out), "--json", str(out / "stream.png")]),
+            "one of the files the run writes")
 
 
 # ---------------------------------------------------------------------------------------------
 # Mistakes answered before any work
-
-
-def _stopped(result, *words):
-    """The command stopped before starting a cluster, in one error line holding ``words``."""
-    assert result.exit_code == 1, result.output
-    assert "cluster:" not in result.output and "Traceback" not in result.output
-    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    for word in words:
-        assert word in line, line
 
 
 @pytest.fixture
@@ -156,8 +132,8 @@ def test_a_recording_that_cannot_be_read_is_named_before_the_cluster_starts(
     elif flaw == "semicolons":
         recording.write_text(recording.read_text().replace("\n", ";0.5\n").replace("ecg;0.5",
                                                                                    "ecg;x"))
-    _stopped(_run(["--csv", str(path), "--rate", "250", "--out", str(tmp_path / "out"),
-                   *args]), *words)
+    refused(_run(["--csv", str(path), "--rate", "250", "--out", str(tmp_path / "out"),
+                  *args]), *words, exit_code=1)
     assert not (tmp_path / "out").exists()
 
 
@@ -169,7 +145,7 @@ def test_a_recording_that_cannot_be_read_is_named_before_the_cluster_starts(
 ])
 def test_a_synthetic_recording_that_cannot_be_made_or_used_is_refused_first(tmp_path, args,
                                                                             words):
-    _refused(_run([*args, "--out", str(tmp_path / "out")]), *words)
+    refused(_run([*args, "--out", str(tmp_path / "out")]), *words)
     assert os.listdir(tmp_path) == []
 
 
@@ -193,14 +169,12 @@ def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_ther
         tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "rec.csv").write_text("ecg\n")
-    _stopped(_run(["--csv=~/rec.csv", "--rate", "250", "--out=~/out"]),
-             f"{tmp_path}/rec.csv holds no values")
+    refused(_run(["--csv=~/rec.csv", "--rate", "250", "--out=~/out"]),
+            f"{tmp_path}/rec.csv holds no values", exit_code=1)
 
 
 def test_the_cli_module_run_as_a_program_is_the_command():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-m", "examples.ecg.cli", "--help"], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    done = as_program("examples.ecg.cli", "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: python -m examples.ecg ")
 
@@ -210,27 +184,10 @@ def test_ctrl_c_stops_the_command_in_one_line_and_leaves_no_hidden_file(tmp_path
                                                                          started_line):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once the command
     prints ``started_line``: while the recording is made, or while the pipeline runs."""
-    import signal
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = tmp_path / "out"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "examples.ecg", *CPU, "--hours", "1", "--out", str(out)],
-        cwd=root, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith(started_line):
-                os.killpg(process.pid, signal.SIGINT)
-                break
-        rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    output = "".join(lines) + rest
-    assert process.returncode == 130, output
+    output, code = interrupted("examples.ecg", [*CPU, "--hours", "1", "--out", str(out)],
+                               started_line)
+    assert code == 130, output
     assert output.strip().splitlines()[-1].startswith("interrupted"), output
     for noise in ("Traceback", "KeyboardInterrupt", "Aborted"):
         assert noise not in output, output
@@ -245,8 +202,8 @@ def test_a_recording_larger_than_the_free_disk_is_refused_before_any_work(tmp_pa
 
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=100_000))
-    _refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out")]), "of CSV", "free",
-             "another --out")
+    refused(_run(["--hours", "0.05", "--out", str(tmp_path / "out")]), "of CSV", "free",
+            "another --out")
     assert os.listdir(tmp_path) == [] and cli.CSV_BYTES * 45_000 > 100_000
 
 
@@ -263,9 +220,8 @@ def test_a_full_disk_while_writing_is_one_line(tmp_path, monkeypatch):
     recording = tmp_path / "rec.csv"
     write_csv(recording, make_ecg(120, 250, seed=0).signal)
     monkeypatch.setattr(plots, "write_all", full)
-    result = CliRunner().invoke(main, ["--device", "cpu", "--workers", "1", "--no-processes",
-                                       "--csv", str(recording), "--rate", "250", "--out",
-                                       str(tmp_path / "out")], catch_exceptions=False)
+    result = _run(["--no-processes", "--csv", str(recording), "--rate", "250", "--out",
+                   str(tmp_path / "out")])
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith("Error: the disk is full")

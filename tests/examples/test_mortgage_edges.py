@@ -15,34 +15,22 @@ import zipfile
 import dask
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from dask_gpu_interop import without_xgboost_rank_lines
 from examples.mortgage import cli, etl, files, output, read
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
+from .commands import CPU, interrupted, invoke, refused
 from .mortgage_rows import to_current_layout
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
-
-CPU = ["--device", "cpu", "--workers", "1"]
 
 
 def _run(args, **kwargs):
     started = time.perf_counter()
-    result = CliRunner().invoke(main, [*args], catch_exceptions=False, **kwargs)
+    result = invoke(main, args, **kwargs)
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _refused(result, *words):
-    """The command stopped before starting a cluster, with one error line holding ``words``."""
-    assert result.exit_code == 2, result.output
-    assert "cluster:" not in result.output and "Traceback" not in result.output
-    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    for word in words:
-        assert word in line, line
-    return line
 
 
 def _tree(directory):
@@ -70,7 +58,7 @@ def test_overwrite_keeps_files_the_command_did_not_write(tmp_path):
     out = tmp_path / "out"
     before = _user_files(out)
     result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"])
-    _refused(result, str(out), "did not write", "notes.txt")
+    refused(result, str(out), "did not write", "notes.txt")
     assert _tree(out) == before
 
 
@@ -78,13 +66,13 @@ def test_overwrite_replaces_only_an_earlier_feature_table(tmp_path):
     out = tmp_path / "features"
     assert _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)]).exit_code == 0
     first = pd.read_parquet(out)
-    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)]), "--overwrite")
+    refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(out)]), "--overwrite")
     again = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"])
     assert again.exit_code == 0, again.output
     pd.testing.assert_frame_equal(pd.read_parquet(out), first)
     (out / "mine.txt").write_text("added by hand")  # now the directory is not only ours
-    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"]),
-             "mine.txt")
+    refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(out), "--overwrite"]),
+            "mine.txt")
     assert (out / "mine.txt").read_text() == "added by hand"
     _no_leftovers(tmp_path)
 
@@ -96,7 +84,7 @@ def test_the_output_is_never_the_input(tmp_path, where):
     before = _tree(data)
     out = {"same": data, "inside": data / "features", "around": tmp_path}[where]
     result = _run(["etl", *CPU, "--data", str(data), "--out", str(out), "--overwrite"])
-    _refused(result, "the input")
+    refused(result, "the input")
     assert _tree(data) == before
 
 
@@ -174,7 +162,7 @@ def test_generate_checks_the_free_space_first(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="free"):
         gen.check_space(str(tmp_path / "new"), spec)
     result = _run(["generate", "--out", str(tmp_path / "big"), "--size", "200GB"])
-    _refused(result, "needs about", "free", "--size")
+    refused(result, "needs about", "free", "--size")
     assert not (tmp_path / "big").exists()
 
 
@@ -182,26 +170,26 @@ def test_an_unwritable_output_is_refused_before_the_work(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(blocker / "features")])
-    _refused(result, str(blocker), "is a file")
+    refused(result, str(blocker), "is a file")
     monkeypatch.setattr(output.os, "access", lambda path, mode: False)  # a read-only mount
     result = _run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "features")])
-    _refused(result, "not writable")
+    refused(result, "not writable")
     assert result.seconds < 10
 
 
 def test_a_model_path_that_cannot_be_written_is_refused_before_the_work(tmp_path):
     result = _run([*CPU, "--data", SAMPLE, "--model-out", "/nonexistent/dir/model.json"])
-    _refused(result, "/nonexistent/dir", "does not exist")
+    refused(result, "/nonexistent/dir", "does not exist")
     kept = tmp_path / "model.json"
     kept.write_text("my own file")
-    _refused(_run([*CPU, "--data", SAMPLE, "--model-out", str(kept)]), "not an earlier model")
+    refused(_run([*CPU, "--data", SAMPLE, "--model-out", str(kept)]), "not an earlier model")
     assert kept.read_text() == "my own file"
 
 
 def test_features_out_keeps_files_the_job_did_not_write(tmp_path):
     out = tmp_path / "features"
     before = _user_files(out)
-    _refused(_run([*CPU, "--data", SAMPLE, "--features-out", str(out)]), "notes.txt")
+    refused(_run([*CPU, "--data", SAMPLE, "--features-out", str(out)]), "notes.txt")
     assert _tree(out) == before
 
 
@@ -235,8 +223,8 @@ def test_the_job_replaces_an_earlier_output_only_with_overwrite(tmp_path):
     for option, path, what in [("--workdir", workdir, "generated dataset"),
                                ("--features-out", features, "feature table"),
                                ("--model-out", model, "model")]:
-        line = _refused(_run([*small, option, str(path)]), str(path), f"earlier {what}",
-                        "--overwrite")
+        line = refused(_run([*small, option, str(path)]), str(path), f"earlier {what}",
+                       "--overwrite")
         assert snapshot() == before, option
         if option == "--workdir":
             assert f"--data {path}" in line  # or use the dataset as it is
@@ -319,7 +307,7 @@ def test_an_archive_that_holds_something_else_is_refused_naming_it(tmp_path):
         archive.writestr("readme.txt", "hello")
     result = _run(["etl", *CPU, "--data", str(tmp_path / "2007Q3.zip"),
                    "--out", str(tmp_path / "out")])
-    _refused(result, "2007Q3.zip", "glossary.pdf", "readme.txt")
+    refused(result, "2007Q3.zip", "glossary.pdf", "readme.txt")
     (tmp_path / "broken.csv.gz").write_bytes(b"not gzip at all")
     with pytest.raises(ValueError, match="cannot be decompressed"):
         files.plan(str(tmp_path / "broken.csv.gz"))
@@ -331,7 +319,7 @@ def test_a_dataset_of_both_layouts_says_which_folder_to_give(tmp_path):
                      layout="both")
     result = _run(["etl", *CPU, "--data", str(tmp_path / "both"), "--out",
                    str(tmp_path / "out")])
-    _refused(result, "classic, current", os.path.join(str(tmp_path / "both"), "classic"))
+    refused(result, "classic, current", os.path.join(str(tmp_path / "both"), "classic"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,7 +342,7 @@ def test_a_named_pipe_named_like_a_performance_file_is_refused_not_skipped(data,
     pipe = data / "Performance_2007Q3.txt_1"
     os.mkfifo(pipe)  # opening it to read would wait for a writer: it must never be opened
     result = _etl(data, tmp_path)
-    _refused(result, str(pipe), "named pipe")
+    refused(result, str(pipe), "named pipe")
     assert result.seconds < 10 and not (tmp_path / "out").exists()
 
 
@@ -365,7 +353,7 @@ def test_a_file_with_another_delimiter_among_the_others_is_refused_naming_it(
     text = open(SAMPLE_PERF).read().replace("|", delimiter)
     odd = data / "Performance_2007Q4.txt"
     odd.write_text(text)
-    _refused(_etl(data, tmp_path), str(odd), "31 fields", named, "'|'")
+    refused(_etl(data, tmp_path), str(odd), "31 fields", named, "'|'")
 
 
 def test_a_dataset_of_another_delimiter_names_it(tmp_path):
@@ -373,8 +361,8 @@ def test_a_dataset_of_another_delimiter_names_it(tmp_path):
     data.mkdir()
     for source, name in [(SAMPLE_PERF, "perf.csv"), (SAMPLE_ACQ, "acq.csv")]:  # not named
         (data / name).write_text(open(source).read().replace("|", ","))
-    _refused(_etl(data, tmp_path), "no Fannie Mae performance files", "fields separated by "
-             "',' (comma)")
+    refused(_etl(data, tmp_path), "no Fannie Mae performance files", "fields separated by "
+            "',' (comma)")
 
 
 @pytest.mark.parametrize("copy", ["Performance_2007Q3 (1).txt_0", "Performance_2007Q3.txt_0.bak",
@@ -386,8 +374,8 @@ def test_two_copies_of_one_quarter_s_file_are_refused_naming_both(data, tmp_path
         _compress(source, data / copy, "gz")
     else:
         shutil.copy(source, data / copy)
-    _refused(_etl(data, tmp_path), "two files for the same quarter 2007Q3", str(source),
-             str(data / copy))
+    refused(_etl(data, tmp_path), "two files for the same quarter 2007Q3", str(source),
+            str(data / copy))
 
 
 def test_the_parts_of_a_quarter_s_split_file_are_all_read(data):
@@ -406,12 +394,12 @@ def test_the_parts_of_a_quarter_s_split_file_are_all_read(data):
 def test_an_empty_file_is_named_as_empty(data, tmp_path, content):
     empty = data / "Performance_2007Q4.txt"
     empty.write_bytes(content)
-    _refused(_etl(data, tmp_path), str(empty), "empty" if not content else "blank lines",
-             "download it again")
+    refused(_etl(data, tmp_path), str(empty), "empty" if not content else "blank lines",
+            "download it again")
     alone = tmp_path / "alone"
     alone.mkdir()
     (alone / "2007Q3.csv").write_bytes(content)  # not "no performance files"
-    _refused(_etl(alone, tmp_path), "2007Q3.csv", "download it again")
+    refused(_etl(alone, tmp_path), "2007Q3.csv", "download it again")
 
 
 def test_a_file_reached_by_two_names_is_read_once(data, tmp_path, monkeypatch):
@@ -436,7 +424,7 @@ def test_a_file_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monkeyp
         return real(path)
 
     monkeypatch.setattr(files, "open_text", denied)
-    _refused(_etl(data, tmp_path), perf, "cannot be read by this user", "chmod a+r")
+    refused(_etl(data, tmp_path), perf, "cannot be read by this user", "chmod a+r")
 
 
 def test_a_folder_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monkeypatch):
@@ -445,7 +433,7 @@ def test_a_folder_that_cannot_be_read_is_refused_naming_it(data, tmp_path, monke
     real = os.access
     monkeypatch.setattr(files.os, "access", lambda path, mode: not str(path).endswith("perf")
                         and real(path, mode))
-    _refused(_etl(data, tmp_path), str(data / "perf"), "cannot be read", "chmod a+rx")
+    refused(_etl(data, tmp_path), str(data / "perf"), "cannot be read", "chmod a+rx")
 
 
 @pytest.mark.parametrize("kind", ["broken link", "download"])
@@ -458,7 +446,7 @@ def test_a_link_to_nothing_or_an_unfinished_download_is_refused(data, tmp_path, 
         odd = data / "Performance_2007Q4.txt.crdownload"
         odd.write_text(open(SAMPLE_PERF).read()[:5000])
         words = ["has not finished"]
-    _refused(_etl(data, tmp_path), str(odd), *words)
+    refused(_etl(data, tmp_path), str(odd), *words)
 
 
 def test_files_with_windows_line_ends_or_lower_case_names_read_as_the_others(tmp_path,
@@ -483,7 +471,7 @@ def test_a_folder_of_more_quarters_is_refused_unless_given_too(data, tmp_path):
     lines = open(SAMPLE_PERF).read().replace("|07/01/2007|", "|10/01/2007|")
     (more / "Performance_2007Q4.txt").write_text(lines)
     (more / "Acquisition_2007Q4.txt").write_text(open(SAMPLE_ACQ).read())
-    _refused(_etl(data, tmp_path), str(more), "leaves out", f"etl --data {data} {more}")
+    refused(_etl(data, tmp_path), str(more), "leaves out", f"etl --data {data} {more}")
     plan = files.plan([str(data), str(more)])  # given too: read
     assert sorted(set(plan.quarters)) == ["2007Q3", "2007Q4"]
 
@@ -546,7 +534,7 @@ def test_a_file_cut_short_at_its_end_is_named_before_the_etl(data, tmp_path):
 def test_a_comma_delimited_member_of_an_archive_is_refused_naming_it(data, tmp_path):
     with zipfile.ZipFile(data / "2007Q4.zip", "w") as archive:
         archive.writestr("Performance_2007Q4.txt", open(SAMPLE_PERF).read().replace("|", ","))
-    _refused(_etl(data, tmp_path), "2007Q4.zip::Performance_2007Q4.txt", "',' (comma)")
+    refused(_etl(data, tmp_path), "2007Q4.zip::Performance_2007Q4.txt", "',' (comma)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -562,33 +550,6 @@ def larger(tmp_path_factory):
     return directory
 
 
-def _interrupted(argv, started_line, tmp_path):
-    """Run ``python -m examples.mortgage ARGV`` as a terminal would, press Ctrl-C (SIGINT to
-    its whole process group) once it prints a line starting with ``started_line``; its output
-    and exit status."""
-    import signal
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "examples.mortgage", *argv], cwd=root, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith(started_line):
-                os.killpg(process.pid, signal.SIGINT)
-                break
-        rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    return "".join(lines) + rest, process.returncode
-
-
 def _quiet_interruption(output, code, out):
     assert code == 130, output
     assert "interrupted" in output.splitlines()[-1], output
@@ -600,17 +561,19 @@ def _quiet_interruption(output, code, out):
 
 def test_ctrl_c_during_the_etl_stops_it_in_one_line_and_leaves_nothing(larger, tmp_path):
     out = tmp_path / "features"
-    output, code = _interrupted(
+    output, code = interrupted(
+        "examples.mortgage",
         ["etl", "--device", "cpu", "--workers", "2", "--data", str(larger), "--out", str(out),
-         "--partition-size", "1MiB"], "ETL partitions:", tmp_path)
+         "--partition-size", "1MiB"], "ETL partitions:")
     _quiet_interruption(output, code, str(out))
 
 
 def test_ctrl_c_during_generate_stops_it_in_one_line_and_leaves_nothing(tmp_path):
     out = tmp_path / "data"
-    output, code = _interrupted(
+    output, code = interrupted(
+        "examples.mortgage",
         ["generate", "--out", str(out), "--workers", "2", "--years", "2006-2007",
-         "--loans-per-quarter", "2000", "--loans-per-part", "100"], "files written:", tmp_path)
+         "--loans-per-quarter", "2000", "--loans-per-part", "100"], "files written:")
     _quiet_interruption(output, code, str(out))
 
 
@@ -701,7 +664,7 @@ def test_outputs_have_the_mode_the_umask_gives(tmp_path):
     ("nosuchparam=1", ["--xgb-param", "no parameter nosuchparam"]),
 ])
 def test_bad_xgboost_parameters_are_refused_before_the_etl(param, words):
-    _refused(_run([*CPU, "--data", SAMPLE, "--xgb-param", param]), *words)
+    refused(_run([*CPU, "--data", SAMPLE, "--xgb-param", param]), *words)
 
 
 def test_an_unquoted_glob_is_read_or_explained(tmp_path):
@@ -709,14 +672,14 @@ def test_an_unquoted_glob_is_read_or_explained(tmp_path):
     shutil.copytree(SAMPLE, data)
     paths = sorted(str(p) for p in data.iterdir())
     result = _run([*CPU, "--data", *paths])
-    _refused(result, "quote the glob")
+    refused(result, "quote the glob")
     result = _run(["etl", *CPU, "--out", str(tmp_path / "out"), "--data", *paths])
     assert result.exit_code == 0, result.output
     assert "10,000 rows" in result.output
 
 
 def test_a_size_too_large_names_the_size():
-    line = _refused(_run(["generate", "--out", "/tmp/never", "--size", "1TB"]), "--size")
+    line = refused(_run(["generate", "--out", "/tmp/never", "--size", "1TB"]), "--size")
     assert "loans_per_quarter" not in line and "--years" in line
 
 
@@ -758,8 +721,8 @@ def test_a_bad_memory_option_in_the_environment_names_the_variable(monkeypatch, 
     monkeypatch.setenv("DASK_GPU_INTEROP__MEMORY__POOL_SIZE", "banana")
     dask.config.refresh()
     try:
-        line = _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "out")]),
-                        "DASK_GPU_INTEROP__MEMORY__POOL_SIZE=banana", "not a size")
+        line = refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "out")]),
+                       "DASK_GPU_INTEROP__MEMORY__POOL_SIZE=banana", "not a size")
     finally:
         monkeypatch.delenv("DASK_GPU_INTEROP__MEMORY__POOL_SIZE")
         dask.config.refresh()

@@ -9,29 +9,17 @@ import dask
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from examples.mortgage import cli, files
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
+from .commands import CPU, as_program, invoke, refused
 from .mortgage_sample import SAMPLE
-
-CPU = ["--device", "cpu", "--workers", "1"]
 
 
 def _run(args):
-    return CliRunner().invoke(main, [*args], catch_exceptions=False)
-
-
-def _refused(result, *words):
-    """The command stopped before starting a cluster, with one error line holding ``words``."""
-    assert result.exit_code == 2, result.output
-    assert "cluster:" not in result.output and "Traceback" not in result.output
-    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    for word in words:
-        assert word in line, line
-    return line
+    return invoke(main, args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,7 +36,7 @@ def _refused(result, *words):
                                      "hist"]),
 ])
 def test_xgboost_parameters_the_job_cannot_use_are_refused_before_the_etl(param, words):
-    _refused(_run([*CPU, "--data", SAMPLE, "--xgb-param", param]), *words)
+    refused(_run([*CPU, "--data", SAMPLE, "--xgb-param", param]), *words)
 
 
 @pytest.mark.parametrize("params", [
@@ -83,16 +71,16 @@ def test_the_readmes_quoted_glob_reads_the_dataset_s_folders(dataset, tmp_path):
 def test_a_feature_table_given_as_data_is_named_as_one(dataset, tmp_path):
     table = tmp_path / "features"
     assert _run(["etl", *CPU, "--data", str(dataset), "--out", str(table)]).exit_code == 0
-    _refused(_run([*CPU, "--data", str(table)]), "is a feature table these commands wrote")
-    _refused(_run([*CPU, "--data", os.path.join(str(table), "*")]), "is a Parquet file")
+    refused(_run([*CPU, "--data", str(table)]), "is a feature table these commands wrote")
+    refused(_run([*CPU, "--data", os.path.join(str(table), "*")]), "is a Parquet file")
 
 
 @pytest.mark.parametrize("name", ["part.00000.parquet", "Performance_2007Q1.parquet"])
 def test_a_parquet_file_given_as_data_is_named_as_one(tmp_path, name):
     path = tmp_path / name
     pd.DataFrame({"a\tb": ["x\ty"] * 100, "c": np.arange(100.0)}).to_parquet(path)
-    line = _refused(_run(["etl", *CPU, "--data", str(path), "--out", str(tmp_path / "o")]),
-                    "is a Parquet file, not text")
+    line = refused(_run(["etl", *CPU, "--data", str(path), "--out", str(tmp_path / "o")]),
+                   "is a Parquet file, not text")
     assert "tab" not in line and "delimiter" not in line
 
 
@@ -107,37 +95,32 @@ def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_ther
                    "--workers", "1"])
     assert result.exit_code == 0, result.output
     assert (home / "data" / "names.csv").is_file() and os.listdir(elsewhere) == []
-    _refused(_run(["etl", *CPU, "--data=~/data", "--out=~/data/features"]), "the input")
+    refused(_run(["etl", *CPU, "--data=~/data", "--out=~/data/features"]), "the input")
 
 
 def test_a_quarter_in_lower_case_is_read_as_the_quarter():
-    _refused(_run([*CPU, "--data", SAMPLE, "--holdout", "2007q3"]),
-             "holdout='2007Q3' is the only quarter of the data")
+    refused(_run([*CPU, "--data", SAMPLE, "--holdout", "2007q3"]),
+            "holdout='2007Q3' is the only quarter of the data")
 
 
 def test_a_names_file_that_is_not_text_is_named_by_file_and_line(tmp_path):
     names = tmp_path / "names.csv"
     names.write_bytes(b"seller_name|new\nBANK \x93A\x94|A\n")
-    _refused(_run(["etl", *CPU, "--perf", os.path.join(SAMPLE, "Performance_*"), "--acq",
-                   os.path.join(SAMPLE, "Acquisition_*"), "--names", str(names),
-                   "--out", str(tmp_path / "out")]), f"{names}:2: not UTF-8 text")
+    refused(_run(["etl", *CPU, "--perf", os.path.join(SAMPLE, "Performance_*"), "--acq",
+                  os.path.join(SAMPLE, "Acquisition_*"), "--names", str(names),
+                  "--out", str(tmp_path / "out")]), f"{names}:2: not UTF-8 text")
 
 
 def test_an_output_that_is_a_link_to_a_folder_says_so(tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "link")]),
-             "is a link (to", "give the directory it names")
+    refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "link")]),
+            "is a link (to", "give the directory it names")
     assert (tmp_path / "link").is_symlink() and os.listdir(tmp_path / "real") == []
 
 
 def test_the_cli_module_run_as_a_program_is_the_command():
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-m", "examples.mortgage.cli", "--help"], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    done = as_program("examples.mortgage.cli", "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: python -m examples.mortgage ")
 
@@ -145,6 +128,6 @@ def test_the_cli_module_run_as_a_program_is_the_command():
 @pytest.mark.parametrize("command", [[], ["generate", "--out", "{out}"]])
 def test_a_negative_seed_is_refused_naming_the_option_before_any_work(tmp_path, command):
     args = [arg.format(out=tmp_path / "data") for arg in command]
-    _refused(_run([*args, "--years", "2007", "--loans-per-quarter", "5", "--seed", "-1"]),
-             "--seed", "-1 is not in the range")
+    refused(_run([*args, "--years", "2007", "--loans-per-quarter", "5", "--seed", "-1"]),
+            "--seed", "-1 is not in the range")
     assert os.listdir(tmp_path) == []

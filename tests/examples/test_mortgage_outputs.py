@@ -8,38 +8,24 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import dask
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from examples import staging
 from examples.mortgage import output
 from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
+from .commands import CPU, dead_pid, invoke, refused, started
 from .mortgage_sample import SAMPLE
 
-CPU = ["--device", "cpu", "--workers", "1"]
 SMALL = ["--years", "2007", "--loans-per-quarter", "100", "--rounds", "3"]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(args):
-    return CliRunner().invoke(main, [*args], catch_exceptions=False)
-
-
-def _refused(result, *words):
-    """The command stopped before starting a cluster, with one error line holding ``words``."""
-    assert result.exit_code == 2, result.output
-    assert "cluster:" not in result.output and "Traceback" not in result.output
-    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    for word in words:
-        assert word in line, line
-    return line
+    return invoke(main, args)
 
 
 def _snapshot(directory):
@@ -78,28 +64,28 @@ def test_overwrite_replaces_only_an_output_of_the_same_kind(tmp_path, args, held
     dataset, table = _dataset(tmp_path / "dataset"), _table(tmp_path / "table")
     before = {path: _snapshot(path) for path in (dataset, table)}
     args = [arg.format(dataset=dataset, table=table) for arg in args]
-    line = _refused(_run([*args, *overwrite]), f"holds a {held}, not a {wanted}",
-                    "nothing was changed")
+    line = refused(_run([*args, *overwrite]), f"holds a {held}, not a {wanted}",
+                   "nothing was changed")
     assert "--data" not in line  # a feature table is no dataset to use as it is
     assert {path: _snapshot(path) for path in before} == before
 
 
 def test_an_earlier_output_is_named_as_what_it_is(tmp_path):
     dataset, table = _dataset(tmp_path / "dataset"), _table(tmp_path / "table")
-    line = _refused(_run([*CPU, *SMALL, "--workdir", str(dataset)]),
-                    "holds an earlier generated dataset", "--overwrite")
+    line = refused(_run([*CPU, *SMALL, "--workdir", str(dataset)]),
+                   "holds an earlier generated dataset", "--overwrite")
     assert f"--data {dataset}" in line  # or use the dataset as it is
-    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(table)]),
-             "holds an earlier feature table", "--overwrite")
+    refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(table)]),
+            "holds an earlier feature table", "--overwrite")
 
 
 def test_figures_replace_only_the_same_command_s_figures(tmp_path):
     path = tmp_path / "figures.json"
     path.write_text(json.dumps({"figures": "examples.mortgage job", "auc": 0.8}))
     before = path.read_text()
-    _refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "table"),
-                   "--json", str(path), "--overwrite"]),
-             "holds the whole job's figures, not the etl command's")
+    refused(_run(["etl", *CPU, "--data", SAMPLE, "--out", str(tmp_path / "table"),
+                  "--json", str(path), "--overwrite"]),
+            "holds the whole job's figures, not the etl command's")
     assert path.read_text() == before
 
 
@@ -111,8 +97,8 @@ def test_a_model_the_job_did_not_write_is_never_replaced(tmp_path):
     matrix = xgboost.DMatrix(np.arange(8.0).reshape(4, 2), label=[0, 1, 0, 1])
     xgboost.train({"max_depth": 1}, matrix, num_boost_round=1).save_model(str(theirs))
     before = theirs.read_bytes()
-    _refused(_run([*CPU, "--data", SAMPLE, "--model-out", str(theirs), "--overwrite"]),
-             "not an earlier model")
+    refused(_run([*CPU, "--data", SAMPLE, "--model-out", str(theirs), "--overwrite"]),
+            "not an earlier model")
     assert theirs.read_bytes() == before
 
 
@@ -129,18 +115,12 @@ def test_a_model_the_job_did_not_write_is_never_replaced(tmp_path):
      ["--json", "lies inside --out"]),
 ])
 def test_two_outputs_never_share_a_path(tmp_path, args, words):
-    _refused(_run([arg.replace("{x}", str(tmp_path / "x")) for arg in args]), *words)
+    refused(_run([arg.replace("{x}", str(tmp_path / "x")) for arg in args]), *words)
     assert os.listdir(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------------------------
 # What a killed run left
-
-
-def _dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    return int(done.stdout)
 
 
 def _hidden(parent, name, pid, host=None, kind="partial", folder=True):
@@ -158,7 +138,7 @@ def _hidden(parent, name, pid, host=None, kind="partial", folder=True):
 
 
 def test_only_what_a_dead_process_of_this_machine_wrote_is_removed(tmp_path):
-    dead = _dead_pid()
+    dead = dead_pid()
     stale = [_hidden(tmp_path, "features", dead),
              _hidden(tmp_path, "features", dead, kind="old"),
              _hidden(tmp_path, "model.json", dead, folder=False)]
@@ -176,7 +156,7 @@ def test_only_what_a_dead_process_of_this_machine_wrote_is_removed(tmp_path):
 
 @pytest.mark.parametrize("write", ["etl", "generate", "model"])
 def test_the_next_run_writing_beside_it_removes_what_a_killed_run_left(tmp_path, write):
-    stale = _hidden(tmp_path, "out", _dead_pid())
+    stale = _hidden(tmp_path, "out", dead_pid())
     mine = tmp_path / ".out.partial-mine"
     mine.mkdir()
     if write == "etl":
@@ -196,10 +176,7 @@ def test_an_etl_killed_outright_leaves_nothing_after_the_next_run(tmp_path):
         gen.generate(str(data), gen.Spec(2007, 2007, loans_per_quarter=1500))
     out = tmp_path / "features"
     args = ["etl", *CPU, "--data", str(data), "--out", str(out), "--partition-size", "1MiB"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "examples.mortgage", *args], cwd=ROOT, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
+    process = started("examples.mortgage", *args)
     try:
         for line in process.stdout:
             if line.startswith("ETL partitions:"):
