@@ -1,5 +1,6 @@
 """What several of the mortgage tests use: the sample's rows as plain text fields, the sample in
-the current layout, a table in one row order, a dataset with an acquisition row moved."""
+the current layout, a table in one row order, a dataset with an acquisition row moved, a
+generated dataset of one year."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import glob
 import os
 import shutil
 
+import dask
 import pandas as pd
 
 from examples.mortgage import files, schema
+from examples.mortgage.testdata import generate as gen
 
 
 def raw_lines(paths):
@@ -64,3 +67,10 @@ def move_acquisition_row(source: str, target: str) -> tuple[int, int]:
                for path in glob.glob(os.path.join(target, "perf", "Performance_2006Q2*"))
                for line in open(path))
     return int(loan), rows
+
+
+def generated_dataset(directory, loans_per_quarter: int):
+    """``directory``, once it holds a generated dataset of 2007's loans made in this process."""
+    with dask.config.set(scheduler="synchronous"):
+        gen.generate(str(directory), gen.Spec(2007, 2007, loans_per_quarter=loans_per_quarter))
+    return directory

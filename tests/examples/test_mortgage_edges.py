@@ -22,7 +22,7 @@ from examples.mortgage.cli import mortgage as main
 from examples.mortgage.testdata import generate as gen
 
 from .commands import CPU, interrupted, invoke, refused
-from .mortgage_rows import to_current_layout
+from .mortgage_rows import generated_dataset, to_current_layout
 from .mortgage_sample import SAMPLE, SAMPLE_ACQ, SAMPLE_PERF
 
 
@@ -200,8 +200,7 @@ def _earlier_outputs(tmp_path):
     import xgboost
 
     workdir, features, model = tmp_path / "work", tmp_path / "features", tmp_path / "model.json"
-    with dask.config.set(scheduler="synchronous"):
-        gen.generate(str(workdir), gen.Spec(2007, 2007, loans_per_quarter=5))
+    generated_dataset(workdir, 5)
     with output.Staged(str(features), what="feature table") as staging:
         pd.DataFrame({"x": [1.0]}).to_parquet(os.path.join(staging, "part.0.parquet"))
     matrix = xgboost.DMatrix(np.arange(8.0).reshape(4, 2), label=[0, 1, 0, 1])
@@ -544,10 +543,7 @@ def test_a_comma_delimited_member_of_an_archive_is_refused_naming_it(data, tmp_p
 @pytest.fixture(scope="module")
 def larger(tmp_path_factory):
     """A generated dataset with enough work for a command to be stopped in the middle of it."""
-    directory = tmp_path_factory.mktemp("larger") / "data"
-    with dask.config.set(scheduler="synchronous"):
-        gen.generate(str(directory), gen.Spec(2007, 2007, loans_per_quarter=1500))
-    return directory
+    return generated_dataset(tmp_path_factory.mktemp("larger") / "data", 1500)
 
 
 def _quiet_interruption(output, code, out):

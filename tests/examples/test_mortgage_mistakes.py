@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 
-import dask
 import numpy as np
 import pandas as pd
 import pytest
 
 from examples.mortgage import cli, files
 from examples.mortgage.cli import mortgage as main
-from examples.mortgage.testdata import generate as gen
 
 from .commands import CPU, as_program, invoke, refused
+from .mortgage_rows import generated_dataset
 from .mortgage_sample import SAMPLE
 
 
@@ -53,10 +52,7 @@ def test_parameters_the_job_can_use_pass_the_checks(params):
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("mistakes") / "data"
-    with dask.config.set(scheduler="synchronous"):
-        gen.generate(str(directory), gen.Spec(2007, 2007, loans_per_quarter=20))
-    return directory
+    return generated_dataset(tmp_path_factory.mktemp("mistakes") / "data", 20)
 
 
 def test_the_readmes_quoted_glob_reads_the_dataset_s_folders(dataset, tmp_path):

@@ -9,16 +9,15 @@ import json
 import os
 import signal
 
-import dask
 import pandas as pd
 import pytest
 
 from examples import staging
 from examples.mortgage import output
 from examples.mortgage.cli import mortgage as main
-from examples.mortgage.testdata import generate as gen
 
 from .commands import CPU, dead_pid, invoke, refused, started
+from .mortgage_rows import generated_dataset
 from .mortgage_sample import SAMPLE
 
 SMALL = ["--years", "2007", "--loans-per-quarter", "100", "--rounds", "3"]
@@ -35,9 +34,7 @@ def _snapshot(directory):
 
 
 def _dataset(path):
-    with dask.config.set(scheduler="synchronous"):
-        gen.generate(str(path), gen.Spec(2007, 2007, loans_per_quarter=5))
-    return path
+    return generated_dataset(path, 5)
 
 
 def _table(path):
@@ -162,8 +159,7 @@ def test_the_next_run_writing_beside_it_removes_what_a_killed_run_left(tmp_path,
     if write == "etl":
         output.check(str(tmp_path / "out"), what="feature table")
     elif write == "generate":
-        with dask.config.set(scheduler="synchronous"):
-            gen.generate(str(tmp_path / "out"), gen.Spec(2007, 2007, loans_per_quarter=5))
+        generated_dataset(tmp_path / "out", 5)
     else:
         output.check_file(str(tmp_path / "model.json"), what="model")
     assert not stale.exists() and mine.is_dir()
@@ -172,8 +168,7 @@ def test_the_next_run_writing_beside_it_removes_what_a_killed_run_left(tmp_path,
 def test_an_etl_killed_outright_leaves_nothing_after_the_next_run(tmp_path):
     """``kill -9`` of the command (and its workers) mid-ETL, then the same command again."""
     data = tmp_path / "data"
-    with dask.config.set(scheduler="synchronous"):
-        gen.generate(str(data), gen.Spec(2007, 2007, loans_per_quarter=1500))
+    generated_dataset(data, 1500)
     out = tmp_path / "features"
     args = ["etl", *CPU, "--data", str(data), "--out", str(out), "--partition-size", "1MiB"]
     process = started("examples.mortgage", *args)
