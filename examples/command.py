@@ -14,11 +14,15 @@ collector's callback (distributed registers one) or a finalizer, where Python re
 "Exception ignored" and goes on: the command would run on as if no key had been pressed.
 :func:`run`'s handler sees such a place on the stack and raises the interrupt again a moment
 later, outside it.
+
+:class:`EndsInOneLine` gives the examples' commands one line for Ctrl-C and a full disk, and
+:class:`UserPath` reads a leading ``~`` in a path option as the shell would.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import gc
 import logging
 import os
@@ -29,6 +33,29 @@ import threading
 import click
 
 _AT_END: list = []
+
+
+class EndsInOneLine:
+    """Mixed into a click command or group (before it): Ctrl-C or a full disk ends the command
+    in one line, where click would print "Aborted!" or a traceback. What the command had begun
+    to write, ``unfinished``, is removed as the error passes through its own code; the line
+    says so, and where else to write (``elsewhere``)."""
+
+    unfinished: str  # what the command writes: "files", "outputs"
+    elsewhere: str  # the other way out of a full disk than freeing space
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo(f"interrupted: the {self.unfinished} not finished are removed", err=True)
+            ctx.exit(130)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise click.ClickException(
+                f"the disk is full ({exc.strerror}): free some space or {self.elsewhere}; "
+                f"the {self.unfinished} not finished are removed") from None
 
 
 class UserPath(click.Path):

@@ -8,7 +8,6 @@ the beats found, the detection F1 and outlier ROC AUC, the memory report, and fo
 from __future__ import annotations
 
 import contextlib
-import errno
 import math
 import os
 import time
@@ -22,7 +21,7 @@ from dask_gpu_interop import cluster_workers, gpu_count
 from dask_gpu_interop.cluster.options import cluster_options
 
 from .. import staging
-from ..command import UserPath
+from ..command import EndsInOneLine, UserPath
 
 DEFAULT_MINUTES = 20
 DEFAULT_RATE = 250.0
@@ -51,23 +50,12 @@ def _blocksize(value: str | None) -> int | None:
     return size
 
 
-class _Command(click.Command):
+class _Command(EndsInOneLine, click.Command):
     """The command, whose Ctrl-C or full disk ends it in one line (the files it had begun are
-    removed as the error passes through it), where click would print "Aborted!" or a
-    traceback."""
+    removed as the error passes through it)."""
 
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            click.echo("interrupted: the files not finished are removed", err=True)
-            ctx.exit(130)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise click.ClickException(
-                f"the disk is full ({exc.strerror}): free some space or give another --out; "
-                "the files not finished are removed") from None
+    unfinished = "files"
+    elsewhere = "give another --out"
 
 
 @click.command("ecg", cls=_Command)

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import tempfile
@@ -35,7 +34,7 @@ from dask_gpu_interop import (
 from dask_gpu_interop.cluster.options import cluster_options, with_options
 from dask_gpu_interop.worker.gpu_workers import environ as gpu_worker_environ
 
-from ..command import UserPath
+from ..command import EndsInOneLine, UserPath
 from . import (
     cpu_workers,
     figures,
@@ -159,23 +158,13 @@ def _generate(directory, spec, layout, overwrite, processes):
                         progress=not processes, processes=processes)
 
 
-class _Group(click.Group):
+class _Group(EndsInOneLine, click.Group):
     """The job's group: a path where a sub-command should be is an unquoted glob; Ctrl-C and
     a full disk end any command in one line (what it had begun to write is removed as the
     error passes through ``output.Staged``)."""
 
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            click.echo("interrupted: the outputs not finished are removed", err=True)
-            ctx.exit(130)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise click.ClickException(
-                f"the disk is full ({exc.strerror}): free some space or write to another "
-                "place; the outputs not finished are removed") from None
+    unfinished = "outputs"
+    elsewhere = "write to another place"
 
     def resolve_command(self, ctx, args):
         if args and args[0] not in self.commands and os.path.exists(args[0]):

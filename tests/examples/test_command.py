@@ -1,13 +1,17 @@
-"""examples.command.run: a command's output and exit status come through, and the process
-ends without Python's finalizers."""
+"""examples.command: ``run`` lets a command's output and exit status come through, and the
+process ends without Python's finalizers; ``EndsInOneLine`` ends a command stopped by Ctrl-C or
+a full disk in one line."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 
+import click
 import pytest
+from click.testing import CliRunner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -156,3 +160,31 @@ def test_ctrl_c_is_held_back_until_an_uninterrupted_block_ends():
         steps.append("after the block")
     assert steps == ["after the signal", 0, 1, 2]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("base", [click.Command, click.Group])
+def test_ctrl_c_and_a_full_disk_end_a_command_in_one_line_naming_what_is_removed(base):
+    from examples.command import EndsInOneLine
+
+    class Command(EndsInOneLine, base):
+        unfinished = "tables"
+        elsewhere = "give another --out"
+
+    def run(error):
+        def fail(**kwargs):
+            raise error
+
+        extra = {"invoke_without_command": True} if base is click.Group else {}
+        return CliRunner().invoke(Command("x", callback=fail, **extra), [],
+                                  catch_exceptions=False)
+
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        done = run(OSError(code, "No space left"))
+        assert done.exit_code == 1
+        assert done.output == ("Error: the disk is full (No space left): free some space or "
+                               "give another --out; the tables not finished are removed\n")
+    done = run(KeyboardInterrupt())
+    assert done.exit_code == 130
+    assert done.output == "interrupted: the tables not finished are removed\n"
+    with pytest.raises(PermissionError):  # not the disk: the command's own error stands
+        run(PermissionError(errno.EACCES, "Permission denied"))
