@@ -4,6 +4,7 @@ line before any work."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -15,6 +16,12 @@ from examples.ecg.cli import ecg as main
 from .commands import CPU, as_program, dead_pid, interrupted, invoke, refused
 
 
+# The command checks for PyTorch (the ECG trains its model with it) before the checks these
+# tests look for: without it (the README's test install) they skip, and run where it is.
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="the ECG command needs PyTorch")
+
+
 def _run(args):
     return invoke(main, [*CPU, *args])
 
@@ -23,6 +30,7 @@ def _tree(directory):
     return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
 
 
+@needs_torch
 @pytest.mark.parametrize("mine", [["ecg.csv"], ["stream.png"], ["ecg.csv", "decoded.png"]])
 def test_a_users_files_in_out_are_never_replaced(tmp_path, mine):
     out = tmp_path / "out"
@@ -36,6 +44,7 @@ def test_a_users_files_in_out_are_never_replaced(tmp_path, mine):
     assert _tree(out) == before
 
 
+@needs_torch
 def test_a_users_recording_named_ecg_csv_is_read_not_replaced(tmp_path):
     """With --csv nothing is written to ecg.csv: a file of that name in --out is no matter."""
     out = tmp_path / "out"
@@ -87,6 +96,7 @@ def test_a_blocksize_that_is_no_size_or_too_small_is_refused_before_any_work(tmp
     assert os.listdir(tmp_path) == []
 
 
+@needs_torch
 def test_an_out_that_cannot_be_a_folder_is_refused_before_any_work(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -96,6 +106,7 @@ def test_an_out_that_cannot_be_a_folder_is_refused_before_any_work(tmp_path, mon
     assert os.listdir(tmp_path) == ["a-file"]
 
 
+@needs_torch
 def test_figures_may_not_take_the_name_of_a_picture(tmp_path):
     out = tmp_path / "out"
     refused(_run(["--hours", "0.05", "--out", str(out), "--json", str(out / "stream.png")]),
@@ -119,6 +130,7 @@ def recording(tmp_path):
     ("semicolons", [], [":2:", "is not a number"]),
     (None, ["--column", "3"], ["column 3 asked for", "1 field(s)"]),
 ])
+@needs_torch
 def test_a_recording_that_cannot_be_read_is_named_before_the_cluster_starts(
         tmp_path, recording, flaw, args, words):
     path = recording
@@ -143,6 +155,7 @@ def test_a_recording_that_cannot_be_read_is_named_before_the_cluster_starts(
     (["--hours", "0.05", "--rate", "1e9"], ["samples", "of memory", "lower --rate"]),
     (["--hours", "1e6"], ["samples", "of memory", "fewer --hours"]),
 ])
+@needs_torch
 def test_a_synthetic_recording_that_cannot_be_made_or_used_is_refused_first(tmp_path, args,
                                                                             words):
     refused(_run([*args, "--out", str(tmp_path / "out")]), *words)
@@ -165,6 +178,7 @@ def test_a_recording_checked_before_the_cluster_is_not_read_again_unless_changed
     assert len(checked) == 2
 
 
+@needs_torch
 def test_a_path_from_the_home_folder_the_shell_left_unexpanded_is_read_from_there(
         tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -179,6 +193,7 @@ def test_the_cli_module_run_as_a_program_is_the_command():
     assert done.stdout.startswith("Usage: python -m examples.ecg ")
 
 
+@needs_torch
 @pytest.mark.parametrize("started_line", ["cluster:", "written to"])
 def test_ctrl_c_stops_the_command_in_one_line_and_leaves_no_hidden_file(tmp_path,
                                                                          started_line):
@@ -194,6 +209,7 @@ def test_ctrl_c_stops_the_command_in_one_line_and_leaves_no_hidden_file(tmp_path
     assert not [name for name in os.listdir(out) if ".partial-" in name]
 
 
+@needs_torch
 def test_a_recording_larger_than_the_free_disk_is_refused_before_any_work(tmp_path,
                                                                           monkeypatch):
     import shutil
@@ -207,6 +223,7 @@ def test_a_recording_larger_than_the_free_disk_is_refused_before_any_work(tmp_pa
     assert os.listdir(tmp_path) == [] and cli.CSV_BYTES * 45_000 > 100_000
 
 
+@needs_torch
 def test_a_full_disk_while_writing_is_one_line(tmp_path, monkeypatch):
     import errno
 
