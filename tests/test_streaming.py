@@ -265,3 +265,30 @@ def test_an_evaluation_of_fewer_batches_than_workers_leaves_no_worker_empty(clie
     assert out.rows["test"] == 600  # every row once, cut between the two workers
     assert [i and i["seed"] for i in out.infos["test"]] == [70, None]  # its info once
     assert all(t["batches"] == 3 for t in out.timings)  # 2 training batches and 1 test each
+
+
+class XGBoostError(RuntimeError):
+    """Named as XGBoost's: a broken communicator's error, as the other workers raise it."""
+
+
+def _collective_fails_first():
+    raise XGBoostError("[allreduce.cc:39]: Ring allreduce small failed.")
+
+
+def _the_cause_comes_later():
+    import time
+
+    time.sleep(0.5)
+    raise OSError("batch 3 cannot be read")
+
+
+def test_the_failing_workers_cause_is_raised_not_the_others_broken_communicator(client):
+    from dask_gpu_interop.streaming.train import _raise_the_first_cause
+
+    futures = [client.submit(_collective_fails_first, pure=False),
+               client.submit(_the_cause_comes_later, pure=False)]
+    with pytest.raises(OSError, match="batch 3 cannot be read"):
+        _raise_the_first_cause(futures)
+    # only broken communicators: the first of them
+    with pytest.raises(XGBoostError, match="Ring allreduce"):
+        _raise_the_first_cause([client.submit(_collective_fails_first, pure=False)])

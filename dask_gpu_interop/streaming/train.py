@@ -271,6 +271,7 @@ def _run(client, params, ranked, specs, options, matrices: dict[str, BatchGraphs
                                  key=f"{TASK}-{rank}-{os.urandom(4).hex()}")
                    for rank, (worker, spec) in enumerate(zip(ranked, specs, strict=True))]
         try:
+            _raise_the_first_cause(futures)
             results = client.gather(futures)
         except BaseException:
             client.cancel(futures)
@@ -290,6 +291,28 @@ def _run(client, params, ranked, specs, options, matrices: dict[str, BatchGraphs
                             rows=rows, workers=list(ranked),
                             matrix="external" if options["external"] else "in-core",
                             timings=[r["timings"] for r in results])
+
+
+def _broken_communicator(error: BaseException) -> bool:
+    """Whether ``error`` is XGBoost's communicator failing because another worker left it."""
+    text = str(error)
+    return type(error).__name__ == "XGBoostError" and any(
+        word in text for word in ("allreduce", "allgather", "broadcast", "Socket", "socket"))
+
+
+def _raise_the_first_cause(futures) -> None:
+    """Once every worker's task has ended: where one failed, raise what failed there rather
+    than the others' broken communicator (a worker that fails leaves XGBoost's communicator,
+    and the others' collective calls fail after it, often first to reach the client)."""
+    from distributed import wait
+
+    wait(futures)
+    errors = [(f.exception(), f.traceback()) for f in futures if f.status == "error"]
+    if not errors:
+        return
+    error, traceback = next(((e, t) for e, t in errors if not _broken_communicator(e)),
+                            errors[0])
+    raise error.with_traceback(traceback)
 
 
 def _gather_infos(names, iterators) -> dict:
