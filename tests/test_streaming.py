@@ -70,8 +70,18 @@ def delayed_batches(seeds):
     return [dask.delayed(batch, pure=False)(s) for s in seeds]
 
 
-def made(client) -> list[dict]:
-    return [event for _, event in client.get_events(MADE)]
+def made(client, settle: float = 0.5) -> list[dict]:
+    """The batches' makings the workers logged: read again until no new one has come for
+    ``settle`` seconds (a worker's events reach the scheduler a moment after the task)."""
+    import time
+
+    seen = client.get_events(MADE)
+    while True:
+        time.sleep(settle)
+        now = client.get_events(MADE)
+        if len(now) == len(seen):
+            return [event for _, event in now]
+        seen = now
 
 
 def test_same_data_and_parameters_give_the_same_model_at_every_run(client):

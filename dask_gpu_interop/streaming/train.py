@@ -371,13 +371,14 @@ def _device_memory() -> dict:
     try:
         from cuda.bindings import runtime
 
+        from ..memory.stack import async_pool_numbers
+
         _, device = runtime.cudaGetDevice()
         _, free, total = runtime.cudaMemGetInfo()
         _, pool = runtime.cudaDeviceGetDefaultMemPool(device)
-        attr = runtime.cudaMemPoolAttr
-        _, current = runtime.cudaMemPoolGetAttribute(pool, attr.cudaMemPoolAttrUsedMemCurrent)
-        _, high = runtime.cudaMemPoolGetAttribute(pool, attr.cudaMemPoolAttrUsedMemHigh)
-        return {"used": int(total - free), "pool": int(current), "pool_high": int(high)}
+        numbers = async_pool_numbers(pool)
+        return {"used": int(total - free), "pool": numbers.get("used_bytes", 0),
+                "pool_high": numbers.get("used_high_bytes", 0)}
     except Exception:  # no CUDA here, or an older binding: the timings go without it
         return {}
 
